@@ -51,18 +51,12 @@ impl fmt::Display for Device {
 impl FromStr for Device {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let (kind, idx) = s
-            .split_once(':')
-            .ok_or_else(|| format!("device '{s}' must look like cpu:N or cuda:N"))?;
-        let i: usize = idx
-            .parse()
-            .map_err(|_| format!("device '{s}': '{idx}' is not a device index"))?;
+        let (kind, idx) = s.split_once(':').ok_or_else(|| format!("device '{s}' must look like cpu:N or cuda:N"))?;
+        let i: usize = idx.parse().map_err(|_| format!("device '{s}': '{idx}' is not a device index"))?;
         match kind {
             "cpu" => Ok(Device::Cpu(i)),
             "cuda" => Ok(Device::Cuda(i)),
-            _ => Err(format!(
-                "device '{s}': unknown kind '{kind}' (expected cpu or cuda)"
-            )),
+            _ => Err(format!("device '{s}': unknown kind '{kind}' (expected cpu or cuda)")),
         }
     }
 }
@@ -141,14 +135,13 @@ impl FromStr for DeviceSpec {
             "cuda" | "gpu" => return Ok(DeviceSpec::CudaAll),
             _ => {}
         }
-        let (kind, rest) = t.split_once(':').ok_or_else(|| {
-            format!("devices '{s}': expected auto, cpu, cpu:N, cuda or cuda:I[,J...]")
-        })?;
+        let (kind, rest) = t
+            .split_once(':')
+            .ok_or_else(|| format!("devices '{s}': expected auto, cpu, cpu:N, cuda or cuda:I[,J...]"))?;
         match kind {
             "cpu" => {
-                let n: usize = rest.parse().map_err(|_| {
-                    format!("devices '{s}': '{rest}' is not a number of CPU devices")
-                })?;
+                let n: usize =
+                    rest.parse().map_err(|_| format!("devices '{s}': '{rest}' is not a number of CPU devices"))?;
                 if n == 0 {
                     return Err(format!("devices '{s}': need at least one CPU device"));
                 }
@@ -157,9 +150,10 @@ impl FromStr for DeviceSpec {
             "cuda" | "gpu" => {
                 let mut v = Vec::new();
                 for part in rest.split(',') {
-                    let i: usize = part.trim().parse().map_err(|_| {
-                        format!("devices '{s}': '{part}' is not a CUDA device ordinal")
-                    })?;
+                    let i: usize = part
+                        .trim()
+                        .parse()
+                        .map_err(|_| format!("devices '{s}': '{part}' is not a CUDA device ordinal"))?;
                     if v.contains(&i) {
                         return Err(format!("devices '{s}': cuda:{i} is listed twice"));
                     }
@@ -167,9 +161,7 @@ impl FromStr for DeviceSpec {
                 }
                 Ok(DeviceSpec::Cuda(v))
             }
-            _ => Err(format!(
-                "devices '{s}': unknown kind '{kind}' (expected cpu or cuda)"
-            )),
+            _ => Err(format!("devices '{s}': unknown kind '{kind}' (expected cpu or cuda)")),
         }
     }
 }
@@ -205,29 +197,20 @@ mod tests {
         assert_eq!("cpu".parse::<DeviceSpec>().unwrap(), DeviceSpec::Cpu(1));
         assert_eq!("cpu:2".parse::<DeviceSpec>().unwrap(), DeviceSpec::Cpu(2));
         assert_eq!("cuda".parse::<DeviceSpec>().unwrap(), DeviceSpec::CudaAll);
-        assert_eq!(
-            "cuda:0,1".parse::<DeviceSpec>().unwrap(),
-            DeviceSpec::Cuda(vec![0, 1])
-        );
+        assert_eq!("cuda:0,1".parse::<DeviceSpec>().unwrap(), DeviceSpec::Cuda(vec![0, 1]));
         for bad in ["cpu:0", "cpu:x", "cuda:0,0", "cuda:a", "tpu:1", "xyz"] {
             let e = bad.parse::<DeviceSpec>().unwrap_err();
             assert!(e.contains(bad), "{e}");
         }
         assert_eq!(DeviceSpec::Cuda(vec![0, 2]).to_string(), "cuda:0,2");
-        assert_eq!(
-            DeviceSpec::Cpu(2).cpu_devices().unwrap(),
-            vec![Device::Cpu(0), Device::Cpu(1)]
-        );
+        assert_eq!(DeviceSpec::Cpu(2).cpu_devices().unwrap(), vec![Device::Cpu(0), Device::Cpu(1)]);
     }
 
     #[test]
     fn serde_as_strings() {
         let j = serde_json::to_string(&DeviceSpec::Cuda(vec![0, 1])).unwrap();
         assert_eq!(j, "\"cuda:0,1\"");
-        assert_eq!(
-            serde_json::from_str::<DeviceSpec>(&j).unwrap(),
-            DeviceSpec::Cuda(vec![0, 1])
-        );
+        assert_eq!(serde_json::from_str::<DeviceSpec>(&j).unwrap(), DeviceSpec::Cuda(vec![0, 1]));
         assert_eq!(serde_json::to_string(&Device::Cpu(0)).unwrap(), "\"cpu:0\"");
     }
 }

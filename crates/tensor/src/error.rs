@@ -8,26 +8,13 @@ pub enum ShapeError {
     Overflow { shape: String },
     /// An operation needed two shapes to agree and they do not.
     #[error("{what}: expected shape {expected}, got {actual}")]
-    Mismatch {
-        what: String,
-        expected: Shape,
-        actual: Shape,
-    },
+    Mismatch { what: String, expected: Shape, actual: Shape },
     /// A buffer of the wrong length was supplied for a shape.
     #[error("{what}: shape {shape} needs {expected} elements, got {actual}")]
-    Length {
-        what: String,
-        shape: Shape,
-        expected: usize,
-        actual: usize,
-    },
+    Length { what: String, shape: Shape, expected: usize, actual: usize },
     /// The shape has the wrong number of dimensions.
     #[error("{what}: expected a rank-{expected} shape, got {actual}")]
-    Rank {
-        what: String,
-        expected: usize,
-        actual: Shape,
-    },
+    Rank { what: String, expected: usize, actual: Shape },
     /// Any other invalid geometry (zero-sized dimension, kernel larger than input, ...).
     #[error("{0}")]
     Invalid(String),

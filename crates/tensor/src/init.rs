@@ -100,10 +100,7 @@ mod tests {
     fn kaiming_normal_has_the_right_std() {
         let mut r = Rng::new(0);
         let mut v = vec![0.0; 200_000];
-        Init::KaimingNormal {
-            mode: FanMode::FanIn,
-        }
-        .fill(&mut r, &mut v, 50, 10);
+        Init::KaimingNormal { mode: FanMode::FanIn }.fill(&mut r, &mut v, 50, 10);
         let (m, s) = stats(&v);
         assert!(m.abs() < 0.005, "mean {m}");
         assert!((s - (2.0f64 / 50.0).sqrt()).abs() < 0.003, "std {s}");

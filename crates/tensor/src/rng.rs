@@ -48,11 +48,7 @@ impl Rng {
 
     /// The current state (seed, stream and position).
     pub fn state(&self) -> RngState {
-        RngState {
-            seed: self.seed,
-            stream: self.inner.get_stream(),
-            word_pos: self.inner.get_word_pos(),
-        }
+        RngState { seed: self.seed, stream: self.inner.get_stream(), word_pos: self.inner.get_word_pos() }
     }
 
     /// A uniform `u32`.

@@ -38,18 +38,12 @@ impl Shape {
         self.0
             .iter()
             .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-            .ok_or_else(|| ShapeError::Overflow {
-                shape: self.to_string(),
-            })
+            .ok_or_else(|| ShapeError::Overflow { shape: self.to_string() })
     }
 
     /// Number of bytes of an `f32` tensor of this shape.
     pub fn bytes_f32(&self) -> Result<usize, ShapeError> {
-        self.numel()?
-            .checked_mul(4)
-            .ok_or_else(|| ShapeError::Overflow {
-                shape: self.to_string(),
-            })
+        self.numel()?.checked_mul(4).ok_or_else(|| ShapeError::Overflow { shape: self.to_string() })
     }
 
     /// Row-major strides (in elements).
@@ -63,23 +57,17 @@ impl Shape {
 
     /// Dimension `i`, or an error naming the shape if `i` is out of range.
     pub fn dim(&self, i: usize) -> Result<usize, ShapeError> {
-        self.0.get(i).copied().ok_or_else(|| {
-            ShapeError::Invalid(format!(
-                "shape {self} has no dimension {i} (rank {})",
-                self.rank()
-            ))
-        })
+        self.0
+            .get(i)
+            .copied()
+            .ok_or_else(|| ShapeError::Invalid(format!("shape {self} has no dimension {i} (rank {})", self.rank())))
     }
 
     /// The four dimensions of an NCHW shape, or an error if the rank is not 4.
     pub fn as_nchw(&self, what: &str) -> Result<(usize, usize, usize, usize), ShapeError> {
         match self.0[..] {
             [n, c, h, w] => Ok((n, c, h, w)),
-            _ => Err(ShapeError::Rank {
-                what: what.to_string(),
-                expected: 4,
-                actual: self.clone(),
-            }),
+            _ => Err(ShapeError::Rank { what: what.to_string(), expected: 4, actual: self.clone() }),
         }
     }
 
@@ -87,25 +75,14 @@ impl Shape {
     pub fn as_matrix(&self, what: &str) -> Result<(usize, usize), ShapeError> {
         match self.0[..] {
             [r, c] => Ok((r, c)),
-            _ => Err(ShapeError::Rank {
-                what: what.to_string(),
-                expected: 2,
-                actual: self.clone(),
-            }),
+            _ => Err(ShapeError::Rank { what: what.to_string(), expected: 2, actual: self.clone() }),
         }
     }
 
     /// The leading dimension (batch) and the product of the rest (features per sample).
     pub fn batch_and_features(&self) -> Result<(usize, usize), ShapeError> {
-        let n = *self
-            .0
-            .first()
-            .ok_or_else(|| ShapeError::Invalid("a rank-0 shape has no batch dimension".into()))?;
-        let f = Shape::new(&self.0[1..])
-            .numel()
-            .map_err(|_| ShapeError::Overflow {
-                shape: self.to_string(),
-            })?;
+        let n = *self.0.first().ok_or_else(|| ShapeError::Invalid("a rank-0 shape has no batch dimension".into()))?;
+        let f = Shape::new(&self.0[1..]).numel().map_err(|_| ShapeError::Overflow { shape: self.to_string() })?;
         Ok((n, f))
     }
 
@@ -123,20 +100,14 @@ impl Shape {
         if self == expected {
             Ok(())
         } else {
-            Err(ShapeError::Mismatch {
-                what: what.to_string(),
-                expected: expected.clone(),
-                actual: self.clone(),
-            })
+            Err(ShapeError::Mismatch { what: what.to_string(), expected: expected.clone(), actual: self.clone() })
         }
     }
 
     /// An error unless every dimension is non-zero.
     pub fn expect_non_empty(&self, what: &str) -> Result<(), ShapeError> {
         if self.0.contains(&0) {
-            Err(ShapeError::Invalid(format!(
-                "{what}: shape {self} has a zero-sized dimension"
-            )))
+            Err(ShapeError::Invalid(format!("{what}: shape {self} has a zero-sized dimension")))
         } else {
             Ok(())
         }
@@ -206,10 +177,7 @@ mod tests {
         let a = Shape::nchw(1, 2, 3, 4);
         let b = Shape::nchw(1, 2, 3, 5);
         let e = a.expect_eq(&b, "conv2d input").unwrap_err().to_string();
-        assert!(
-            e.contains("[1, 2, 3, 4]") && e.contains("[1, 2, 3, 5]") && e.contains("conv2d input"),
-            "{e}"
-        );
+        assert!(e.contains("[1, 2, 3, 4]") && e.contains("[1, 2, 3, 5]") && e.contains("conv2d input"), "{e}");
     }
 
     #[test]

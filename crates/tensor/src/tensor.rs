@@ -12,20 +12,14 @@ impl Tensor {
     pub fn zeros(shape: impl Into<Shape>) -> Result<Self, ShapeError> {
         let shape = shape.into();
         let n = shape.numel()?;
-        Ok(Tensor {
-            shape,
-            data: vec![0.0; n],
-        })
+        Ok(Tensor { shape, data: vec![0.0; n] })
     }
 
     /// A tensor filled with `value`.
     pub fn full(shape: impl Into<Shape>, value: f32) -> Result<Self, ShapeError> {
         let shape = shape.into();
         let n = shape.numel()?;
-        Ok(Tensor {
-            shape,
-            data: vec![value; n],
-        })
+        Ok(Tensor { shape, data: vec![value; n] })
     }
 
     /// A tensor over existing data; the length must match the shape.
@@ -33,12 +27,7 @@ impl Tensor {
         let shape = shape.into();
         let n = shape.numel()?;
         if n != data.len() {
-            return Err(ShapeError::Length {
-                what: "Tensor::from_vec".into(),
-                shape,
-                expected: n,
-                actual: data.len(),
-            });
+            return Err(ShapeError::Length { what: "Tensor::from_vec".into(), shape, expected: n, actual: data.len() });
         }
         Ok(Tensor { shape, data })
     }
@@ -84,26 +73,16 @@ impl Tensor {
                 actual: shape,
             });
         }
-        Ok(Tensor {
-            shape,
-            data: self.data,
-        })
+        Ok(Tensor { shape, data: self.data })
     }
 
     /// Element at a multi-index, or an error naming the index and shape.
     pub fn get(&self, index: &[usize]) -> Result<f32, ShapeError> {
         let dims = self.shape.dims();
         if index.len() != dims.len() || index.iter().zip(dims).any(|(i, d)| i >= d) {
-            return Err(ShapeError::Invalid(format!(
-                "index {index:?} is out of range for shape {}",
-                self.shape
-            )));
+            return Err(ShapeError::Invalid(format!("index {index:?} is out of range for shape {}", self.shape)));
         }
-        let off: usize = index
-            .iter()
-            .zip(self.shape.strides())
-            .map(|(i, s)| i * s)
-            .sum();
+        let off: usize = index.iter().zip(self.shape.strides()).map(|(i, s)| i * s).sum();
         Ok(self.data[off])
     }
 }

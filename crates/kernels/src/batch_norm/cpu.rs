@@ -1,0 +1,157 @@
+use super::BatchNormGeom;
+use crate::cpu::{CpuCtx, split_mut_by, split_ranges};
+
+/// Mean and biased variance of each channel, accumulated in f64.
+pub(crate) fn channel_stats(ctx: CpuCtx<'_>, g: &BatchNormGeom, x: &[f32]) -> Vec<(f64, f64)> {
+    let m = g.count() as f64;
+    ctx.map((0..g.channels).collect(), |c| {
+        let mut s = 0.0f64;
+        for n in 0..g.batch {
+            let o = (n * g.channels + c) * g.spatial;
+            s += x[o..o + g.spatial].iter().map(|&v| v as f64).sum::<f64>();
+        }
+        let mean = s / m;
+        let mut v = 0.0f64;
+        for n in 0..g.batch {
+            let o = (n * g.channels + c) * g.spatial;
+            v += x[o..o + g.spatial].iter().map(|&e| (e as f64 - mean).powi(2)).sum::<f64>();
+        }
+        (mean, v / m)
+    })
+}
+
+/// `y = x * scale[c] + shift[c]`, in parallel over samples.
+fn affine(ctx: CpuCtx<'_>, g: &BatchNormGeom, x: &[f32], scale: &[f32], shift: &[f32], y: &mut [f32]) {
+    let ranges = split_ranges(g.batch, ctx.groups(g.batch));
+    let per = g.channels * g.spatial;
+    let ys = split_mut_by(y, &ranges, per);
+    let items: Vec<_> = ranges.into_iter().zip(ys).collect();
+    ctx.for_each(items, |(r, yg)| {
+        for (i, n) in r.enumerate() {
+            for c in 0..g.channels {
+                let o = (n * g.channels + c) * g.spatial;
+                let d = (i * g.channels + c) * g.spatial;
+                let (a, b) = (scale[c], shift[c]);
+                for (yv, &xv) in yg[d..d + g.spatial].iter_mut().zip(&x[o..o + g.spatial]) {
+                    *yv = xv * a + b;
+                }
+            }
+        }
+    });
+}
+
+pub(crate) fn forward_train(
+    ctx: CpuCtx<'_>,
+    g: &BatchNormGeom,
+    x: &[f32],
+    params: &[f32],
+    y: &mut [f32],
+    saved: &mut [f32],
+    running: &mut [f32],
+) {
+    let c = g.channels;
+    let stats = channel_stats(ctx, g, x);
+    let (gamma, beta) = params.split_at(c);
+    let (smean, sinv) = saved.split_at_mut(c);
+    let (rmean, rvar) = running.split_at_mut(c);
+    let m = g.count() as f64;
+    let unbias = if g.count() > 1 { m / (m - 1.0) } else { 1.0 };
+    let mom = g.momentum as f64;
+    let mut scale = vec![0.0f32; c];
+    let mut shift = vec![0.0f32; c];
+    for (ch, &(mean, var)) in stats.iter().enumerate() {
+        let inv = 1.0 / (var + g.eps as f64).sqrt();
+        smean[ch] = mean as f32;
+        sinv[ch] = inv as f32;
+        scale[ch] = (gamma[ch] as f64 * inv) as f32;
+        shift[ch] = (beta[ch] as f64 - mean * gamma[ch] as f64 * inv) as f32;
+        rmean[ch] = ((1.0 - mom) * rmean[ch] as f64 + mom * mean) as f32;
+        rvar[ch] = ((1.0 - mom) * rvar[ch] as f64 + mom * var * unbias) as f32;
+    }
+    affine(ctx, g, x, &scale, &shift, y);
+}
+
+pub(crate) fn forward_infer(
+    ctx: CpuCtx<'_>,
+    g: &BatchNormGeom,
+    x: &[f32],
+    params: &[f32],
+    running: &[f32],
+    y: &mut [f32],
+) {
+    let c = g.channels;
+    let (gamma, beta) = params.split_at(c);
+    let (rmean, rvar) = running.split_at(c);
+    let mut scale = vec![0.0f32; c];
+    let mut shift = vec![0.0f32; c];
+    for ch in 0..c {
+        let inv = 1.0 / (rvar[ch] as f64 + g.eps as f64).sqrt();
+        scale[ch] = (gamma[ch] as f64 * inv) as f32;
+        shift[ch] = (beta[ch] as f64 - rmean[ch] as f64 * gamma[ch] as f64 * inv) as f32;
+    }
+    affine(ctx, g, x, &scale, &shift, y);
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn backward(
+    ctx: CpuCtx<'_>,
+    g: &BatchNormGeom,
+    x: &[f32],
+    dy: &[f32],
+    params: &[f32],
+    saved: &[f32],
+    dx: &mut [f32],
+    dparams: &mut [f32],
+) {
+    let c = g.channels;
+    let gamma = &params[..c];
+    let (smean, sinv) = saved.split_at(c);
+    // dbeta = sum dy, dgamma = sum dy * xhat
+    let sums: Vec<(f64, f64)> = ctx.map((0..c).collect(), |ch| {
+        let (mean, inv) = (smean[ch] as f64, sinv[ch] as f64);
+        let (mut sdy, mut sdyx) = (0.0f64, 0.0f64);
+        for n in 0..g.batch {
+            let o = (n * c + ch) * g.spatial;
+            for (&d, &xv) in dy[o..o + g.spatial].iter().zip(&x[o..o + g.spatial]) {
+                sdy += d as f64;
+                sdyx += d as f64 * (xv as f64 - mean) * inv;
+            }
+        }
+        (sdy, sdyx)
+    });
+    let (dgamma, dbeta) = dparams.split_at_mut(c);
+    let m = g.count() as f64;
+    // dx = gamma*inv/m * (m*dy - dbeta - xhat*dgamma) = a*dy + b*x + k
+    let mut ka = vec![0.0f32; c];
+    let mut kb = vec![0.0f32; c];
+    let mut kc = vec![0.0f32; c];
+    for ch in 0..c {
+        let (sdy, sdyx) = sums[ch];
+        dbeta[ch] = sdy as f32;
+        dgamma[ch] = sdyx as f32;
+        let (mean, inv, gm) = (smean[ch] as f64, sinv[ch] as f64, gamma[ch] as f64);
+        let a = gm * inv;
+        let b = -gm * inv * inv * sdyx / m;
+        ka[ch] = a as f32;
+        kb[ch] = b as f32;
+        kc[ch] = (-a * sdy / m - b * mean) as f32;
+    }
+    let ranges = split_ranges(g.batch, ctx.groups(g.batch));
+    let per = c * g.spatial;
+    let dxs = split_mut_by(dx, &ranges, per);
+    let items: Vec<_> = ranges.into_iter().zip(dxs).collect();
+    ctx.for_each(items, |(r, dxg)| {
+        for (i, n) in r.enumerate() {
+            for ch in 0..c {
+                let o = (n * c + ch) * g.spatial;
+                let d = (i * c + ch) * g.spatial;
+                let (a, b, k) = (ka[ch], kb[ch], kc[ch]);
+                for ((out, &dv), &xv) in
+                    dxg[d..d + g.spatial].iter_mut().zip(&dy[o..o + g.spatial]).zip(&x[o..o + g.spatial])
+                {
+                    *out = a * dv + b * xv + k;
+                }
+            }
+        }
+    });
+}

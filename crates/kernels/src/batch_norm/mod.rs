@@ -1,0 +1,87 @@
+//! Batch normalisation over the channel axis of `[n, c, spatial]` tensors (2-d BN with
+//! `spatial = h*w`, 1-d BN after a linear layer with `spatial = 1`).
+//!
+//! Training mode normalises with the batch mean and biased variance, saves `mean` and
+//! `inv_std = 1/sqrt(var + eps)` for the backward pass, and updates the running statistics
+//! with the unbiased variance, `r = (1 - momentum) r + momentum * batch` (PyTorch). Inference
+//! mode uses the running statistics. Reductions accumulate in f64 on the CPU.
+
+pub(crate) mod cpu;
+#[cfg(test)]
+mod tests;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{KernelError, Result, check_len};
+
+/// The geometry and constants of a batch-norm call.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BatchNormGeom {
+    pub batch: usize,
+    pub channels: usize,
+    /// Elements per channel per sample (`h*w`; 1 after a linear layer).
+    pub spatial: usize,
+    /// Added to the variance before the square root.
+    pub eps: f32,
+    /// Weight of the new batch statistics in the running averages.
+    pub momentum: f32,
+}
+
+impl BatchNormGeom {
+    /// A 2-d batch norm with PyTorch's defaults (`eps = 1e-5`, `momentum = 0.1`).
+    pub fn new(batch: usize, channels: usize, spatial: usize) -> Self {
+        BatchNormGeom { batch, channels, spatial, eps: 1e-5, momentum: 0.1 }
+    }
+
+    /// Checks sizes and constants.
+    pub fn validate(&self) -> Result<()> {
+        if self.batch == 0 || self.channels == 0 || self.spatial == 0 {
+            return Err(KernelError::invalid("batch_norm", format!("zero-sized dimension in {self:?}")));
+        }
+        if self.len_checked().is_none() {
+            return Err(KernelError::invalid("batch_norm", format!("element count overflows in {self:?}")));
+        }
+        if !(self.eps > 0.0 && self.eps.is_finite()) {
+            return Err(KernelError::invalid("batch_norm", format!("eps must be positive, got {}", self.eps)));
+        }
+        if !(0.0..=1.0).contains(&self.momentum) {
+            return Err(KernelError::invalid(
+                "batch_norm",
+                format!("momentum must be in [0, 1], got {}", self.momentum),
+            ));
+        }
+        Ok(())
+    }
+
+    fn len_checked(&self) -> Option<usize> {
+        self.batch.checked_mul(self.channels)?.checked_mul(self.spatial)
+    }
+
+    /// Elements of the input (and output).
+    pub fn len(&self) -> usize {
+        self.batch * self.channels * self.spatial
+    }
+
+    /// True when the tensor is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Values averaged per channel: `batch * spatial`.
+    pub fn count(&self) -> usize {
+        self.batch * self.spatial
+    }
+
+    /// Elements of `params` (`gamma`, `beta`), `running` (`mean`, `var`) and `saved`
+    /// (`mean`, `inv_std`): `2 * channels` each.
+    pub fn stats_len(&self) -> usize {
+        2 * self.channels
+    }
+
+    pub(crate) fn check(&self, op: &'static str, x: usize, params: usize, y: usize) -> Result<()> {
+        self.validate()?;
+        check_len(op, "input", self.len(), x)?;
+        check_len(op, "params", self.stats_len(), params)?;
+        check_len(op, "output", self.len(), y)
+    }
+}

@@ -1,0 +1,249 @@
+//! CPU conv2d: im2col + GEMM per image, batch split over the backend's threads.
+
+use super::Conv2dGeom;
+use crate::cpu::{CpuCtx, chunks_mut_n, split_mut_by, split_ranges};
+use crate::gemm::cpu::{Mat, gemm_strided};
+
+/// Workspace elements: per thread group one im2col matrix, plus per group a partial weight
+/// and bias gradient (used by the backward-params pass when there is more than one group).
+pub(crate) fn workspace_len(g: &Conv2dGeom, threads: usize) -> usize {
+    let groups = threads.min(g.batch).max(1);
+    let col = if g.is_pointwise() { 0 } else { g.col_rows() * g.col_cols() };
+    let partial = if groups > 1 { g.params_len() } else { 0 };
+    groups * (col + partial)
+}
+
+/// Unfolds one image `[c_in, h, w]` into `col[c_in*kh*kw, oh*ow]`.
+pub(crate) fn im2col(g: &Conv2dGeom, x: &[f32], col: &mut [f32]) {
+    let (oh, ow) = (g.out_h(), g.out_w());
+    let (h, w) = (g.in_h, g.in_w);
+    let plane = oh * ow;
+    for c in 0..g.in_channels {
+        let xc = &x[c * h * w..(c + 1) * h * w];
+        for ki in 0..g.kernel_h {
+            for kj in 0..g.kernel_w {
+                let row = (c * g.kernel_h + ki) * g.kernel_w + kj;
+                let dst = &mut col[row * plane..(row + 1) * plane];
+                // Output columns ox whose input column ix = ox*s + kj - p lies in 0..w.
+                let (lo, hi) = valid_range(ow, g.stride_w, kj, g.pad_w, w);
+                for oy in 0..oh {
+                    let drow = &mut dst[oy * ow..(oy + 1) * ow];
+                    let iy = (oy * g.stride_h + ki) as isize - g.pad_h as isize;
+                    if iy < 0 || iy >= h as isize || lo >= hi {
+                        drow.fill(0.0);
+                        continue;
+                    }
+                    let src = &xc[iy as usize * w..(iy as usize + 1) * w];
+                    drow[..lo].fill(0.0);
+                    drow[hi..].fill(0.0);
+                    if g.stride_w == 1 {
+                        let s0 = lo + kj - g.pad_w;
+                        drow[lo..hi].copy_from_slice(&src[s0..s0 + (hi - lo)]);
+                    } else {
+                        for (ox, d) in drow[lo..hi].iter_mut().enumerate() {
+                            *d = src[(ox + lo) * g.stride_w + kj - g.pad_w];
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Folds `col[c_in*kh*kw, oh*ow]` back into an image, accumulating into `dx` (which the
+/// caller zeroes first).
+pub(crate) fn col2im(g: &Conv2dGeom, col: &[f32], dx: &mut [f32]) {
+    let (oh, ow) = (g.out_h(), g.out_w());
+    let (h, w) = (g.in_h, g.in_w);
+    let plane = oh * ow;
+    for c in 0..g.in_channels {
+        let xc = &mut dx[c * h * w..(c + 1) * h * w];
+        for ki in 0..g.kernel_h {
+            for kj in 0..g.kernel_w {
+                let row = (c * g.kernel_h + ki) * g.kernel_w + kj;
+                let src = &col[row * plane..(row + 1) * plane];
+                let (lo, hi) = valid_range(ow, g.stride_w, kj, g.pad_w, w);
+                if lo >= hi {
+                    continue;
+                }
+                for oy in 0..oh {
+                    let iy = (oy * g.stride_h + ki) as isize - g.pad_h as isize;
+                    if iy < 0 || iy >= h as isize {
+                        continue;
+                    }
+                    let srow = &src[oy * ow..(oy + 1) * ow];
+                    let drow = &mut xc[iy as usize * w..(iy as usize + 1) * w];
+                    if g.stride_w == 1 {
+                        let d0 = lo + kj - g.pad_w;
+                        for (d, s) in drow[d0..d0 + (hi - lo)].iter_mut().zip(&srow[lo..hi]) {
+                            *d += *s;
+                        }
+                    } else {
+                        for ox in lo..hi {
+                            drow[ox * g.stride_w + kj - g.pad_w] += srow[ox];
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The range `lo..hi` of output columns `ox` for which `ox*s + k - p` is inside `0..w`.
+fn valid_range(ow: usize, s: usize, k: usize, p: usize, w: usize) -> (usize, usize) {
+    // ox*s + k >= p  <=>  ox >= ceil((p - k) / s)
+    let lo = if k >= p { 0 } else { (p - k).div_ceil(s) };
+    // ox*s + k - p <= w - 1  <=>  ox <= (w - 1 + p - k) / s
+    let hi = if w + p > k { ((w - 1 + p - k) / s + 1).min(ow) } else { 0 };
+    (lo.min(ow), hi.max(lo.min(ow)))
+}
+
+pub(crate) fn forward(ctx: CpuCtx<'_>, g: &Conv2dGeom, x: &[f32], params: &[f32], y: &mut [f32], ws: &mut [f32]) {
+    let groups = ctx.groups(g.batch);
+    let ranges = split_ranges(g.batch, groups);
+    let in_img = g.in_channels * g.in_h * g.in_w;
+    let out_img = g.out_channels * g.col_cols();
+    let col_len = if g.is_pointwise() { 0 } else { g.col_rows() * g.col_cols() };
+    let ys = split_mut_by(y, &ranges, out_img);
+    let wss = chunks_mut_n(ws, groups, col_len);
+    let (w, bias) = params.split_at(g.weight_len());
+    let items: Vec<_> = ranges.into_iter().zip(ys).zip(wss).collect();
+    ctx.for_each(items, |((r, yg), col)| {
+        for (i, n) in r.enumerate() {
+            let xi = &x[n * in_img..(n + 1) * in_img];
+            let yi = &mut yg[i * out_img..(i + 1) * out_img];
+            let src: &[f32] = if g.is_pointwise() {
+                xi
+            } else {
+                im2col(g, xi, col);
+                col
+            };
+            let beta = if g.bias {
+                for (co, row) in yi.chunks_mut(g.col_cols()).enumerate() {
+                    row.fill(bias[co]);
+                }
+                1.0
+            } else {
+                0.0
+            };
+            let (m, nn, k) = (g.out_channels, g.col_cols(), g.col_rows());
+            gemm_strided(
+                ctx.gemm,
+                m,
+                nn,
+                k,
+                1.0,
+                Mat { data: w, rs: k as isize, cs: 1 },
+                Mat { data: src, rs: nn as isize, cs: 1 },
+                beta,
+                yi,
+                nn as isize,
+                1,
+            );
+        }
+    });
+}
+
+pub(crate) fn backward_data(
+    ctx: CpuCtx<'_>,
+    g: &Conv2dGeom,
+    dy: &[f32],
+    params: &[f32],
+    dx: &mut [f32],
+    ws: &mut [f32],
+) {
+    let groups = ctx.groups(g.batch);
+    let ranges = split_ranges(g.batch, groups);
+    let in_img = g.in_channels * g.in_h * g.in_w;
+    let out_img = g.out_channels * g.col_cols();
+    let col_len = if g.is_pointwise() { 0 } else { g.col_rows() * g.col_cols() };
+    let dxs = split_mut_by(dx, &ranges, in_img);
+    let wss = chunks_mut_n(ws, groups, col_len);
+    let w = &params[..g.weight_len()];
+    let items: Vec<_> = ranges.into_iter().zip(dxs).zip(wss).collect();
+    ctx.for_each(items, |((r, dxg), col)| {
+        let (m, nn, k) = (g.col_rows(), g.col_cols(), g.out_channels);
+        for (i, n) in r.enumerate() {
+            let dyi = &dy[n * out_img..(n + 1) * out_img];
+            let dxi = &mut dxg[i * in_img..(i + 1) * in_img];
+            // dcol[K, P] = W^T[K, c_out] * dy[c_out, P]
+            let a = Mat { data: w, rs: 1, cs: m as isize };
+            let b = Mat { data: dyi, rs: nn as isize, cs: 1 };
+            if g.is_pointwise() {
+                gemm_strided(ctx.gemm, m, nn, k, 1.0, a, b, 0.0, dxi, nn as isize, 1);
+            } else {
+                gemm_strided(ctx.gemm, m, nn, k, 1.0, a, b, 0.0, col, nn as isize, 1);
+                dxi.fill(0.0);
+                col2im(g, col, dxi);
+            }
+        }
+    });
+}
+
+pub(crate) fn backward_params(
+    ctx: CpuCtx<'_>,
+    g: &Conv2dGeom,
+    x: &[f32],
+    dy: &[f32],
+    dparams: &mut [f32],
+    ws: &mut [f32],
+) {
+    let groups = ctx.groups(g.batch);
+    let ranges = split_ranges(g.batch, groups);
+    let in_img = g.in_channels * g.in_h * g.in_w;
+    let out_img = g.out_channels * g.col_cols();
+    let col_len = if g.is_pointwise() { 0 } else { g.col_rows() * g.col_cols() };
+    let plen = g.params_len();
+    let (cols, partials) = ws.split_at_mut(groups * col_len);
+    let cols = chunks_mut_n(cols, groups, col_len);
+    let work = |r: std::ops::Range<usize>, col: &mut [f32], out: &mut [f32]| {
+        let (dw, db) = out.split_at_mut(g.weight_len());
+        if g.bias {
+            db.fill(0.0);
+        }
+        let (m, nn, k) = (g.out_channels, g.col_rows(), g.col_cols());
+        for (i, n) in r.enumerate() {
+            let xi = &x[n * in_img..(n + 1) * in_img];
+            let dyi = &dy[n * out_img..(n + 1) * out_img];
+            let src: &[f32] = if g.is_pointwise() {
+                xi
+            } else {
+                im2col(g, xi, col);
+                col
+            };
+            // dW[c_out, K] (+)= dy[c_out, P] * col^T[P, K]
+            gemm_strided(
+                ctx.gemm,
+                m,
+                nn,
+                k,
+                1.0,
+                Mat { data: dyi, rs: k as isize, cs: 1 },
+                Mat { data: src, rs: 1, cs: k as isize },
+                if i == 0 { 0.0 } else { 1.0 },
+                dw,
+                nn as isize,
+                1,
+            );
+            if g.bias {
+                for (co, b) in db.iter_mut().enumerate() {
+                    *b += dyi[co * k..(co + 1) * k].iter().sum::<f32>();
+                }
+            }
+        }
+    };
+    if groups == 1 {
+        let col = cols.into_iter().next().unwrap_or_default();
+        work(0..g.batch, col, dparams);
+        return;
+    }
+    let mut outs = chunks_mut_n(partials, groups, plen);
+    let items: Vec<_> = ranges.into_iter().zip(cols).zip(outs.iter_mut()).collect();
+    ctx.for_each(items, |((r, col), out)| work(r, col, out));
+    dparams.copy_from_slice(&outs[0][..]);
+    for p in &outs[1..] {
+        for (d, s) in dparams.iter_mut().zip(p.iter()) {
+            *d += *s;
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! conv2d: forward against a naive f64 loop, backward (data and params) against central
+//! finite differences of that loop in f64, threaded against single-threaded, both GEMMs.
+
+use proptest::prelude::*;
+
+use super::Conv2dGeom;
+use crate::testing::{Tolerance, assert_close, dot, finite_difference, random_vec, to_f64};
+use crate::{Backend, CpuBackend, CpuGemm, View, ViewMut};
+
+/// Naive direct convolution in f64.
+pub(crate) fn conv_ref(g: &Conv2dGeom, x: &[f64], p: &[f64]) -> Vec<f64> {
+    let (oh, ow) = (g.out_h(), g.out_w());
+    let mut y = vec![0.0; g.output_len()];
+    for n in 0..g.batch {
+        for co in 0..g.out_channels {
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    let mut s = if g.bias { p[g.weight_len() + co] } else { 0.0 };
+                    for ci in 0..g.in_channels {
+                        for ki in 0..g.kernel_h {
+                            for kj in 0..g.kernel_w {
+                                let iy = (oy * g.stride_h + ki) as isize - g.pad_h as isize;
+                                let ix = (ox * g.stride_w + kj) as isize - g.pad_w as isize;
+                                if iy < 0 || ix < 0 || iy >= g.in_h as isize || ix >= g.in_w as isize {
+                                    continue;
+                                }
+                                let xv = x[((n * g.in_channels + ci) * g.in_h + iy as usize) * g.in_w + ix as usize];
+                                let wv = p[((co * g.in_channels + ci) * g.kernel_h + ki) * g.kernel_w + kj];
+                                s += xv * wv;
+                            }
+                        }
+                    }
+                    y[((n * g.out_channels + co) * oh + oy) * ow + ox] = s;
+                }
+            }
+        }
+    }
+    y
+}
+
+fn geom() -> impl Strategy<Value = Conv2dGeom> {
+    (1usize..4, 1usize..5, 1usize..9, 1usize..9, 1usize..5, 1usize..4, 1usize..4, 1usize..4, 0usize..3, any::<bool>())
+        .prop_map(|(n, ci, h, w, co, kh, kw, s, p, bias)| Conv2dGeom {
+            batch: n,
+            in_channels: ci,
+            in_h: h,
+            in_w: w,
+            out_channels: co,
+            kernel_h: kh,
+            kernel_w: kw,
+            stride_h: s,
+            stride_w: if s > 1 { s - 1 } else { 1 },
+            pad_h: p,
+            pad_w: p.min(1),
+            bias,
+        })
+        .prop_filter("valid geometry", |g| g.validate().is_ok())
+}
+
+struct Outputs {
+    y: Vec<f32>,
+    dx: Vec<f32>,
+    dp: Vec<f32>,
+}
+
+fn run(be: &CpuBackend, g: &Conv2dGeom, x: &[f32], p: &[f32], dy: &[f32]) -> Outputs {
+    let xb = x.to_vec();
+    let pb = p.to_vec();
+    let dyb = dy.to_vec();
+    let mut ws = be.alloc(be.conv2d_workspace_len(g)).unwrap();
+    let mut y = be.alloc(g.output_len()).unwrap();
+    let mut dx = be.alloc(g.input_len()).unwrap();
+    let mut dp = be.alloc(g.params_len()).unwrap();
+    // Poison outputs and workspace: every op must overwrite what it writes.
+    y.fill(f32::NAN);
+    dx.fill(f32::NAN);
+    dp.fill(f32::NAN);
+    ws.fill(f32::NAN);
+    be.conv2d_forward(g, View::whole(&xb), View::whole(&pb), ViewMut::whole(&mut y), ViewMut::whole(&mut ws)).unwrap();
+    be.conv2d_backward_data(g, View::whole(&dyb), View::whole(&pb), ViewMut::whole(&mut dx), ViewMut::whole(&mut ws))
+        .unwrap();
+    be.conv2d_backward_params(g, View::whole(&xb), View::whole(&dyb), ViewMut::whole(&mut dp), ViewMut::whole(&mut ws))
+        .unwrap();
+    Outputs { y, dx, dp }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Forward vs naive f64 (bound 1e-5 rel + 1e-5 abs); backward vs central differences of
+    /// the f64 reference with h = 1e-3 (bound 2e-3 rel + 2e-4 abs: f32 accumulation against
+    /// an O(h^2)-exact difference of a linear function).
+    #[test]
+    fn conv2d_matches_reference_and_finite_differences(g in geom(), seed in any::<u64>()) {
+        let x = random_vec(seed, g.input_len(), 1.0);
+        let p = random_vec(seed ^ 7, g.params_len(), 0.5);
+        let dy = random_vec(seed ^ 9, g.output_len(), 1.0);
+        let (xd, pd, dyd) = (to_f64(&x), to_f64(&p), to_f64(&dy));
+        for gemm in [CpuGemm::MatrixMultiply, CpuGemm::Gemm] {
+            let be = CpuBackend::new(0).with_gemm(gemm);
+            let out = run(&be, &g, &x, &p, &dy);
+            assert_close(&out.y, &conv_ref(&g, &xd, &pd), Tolerance::new(1e-5, 1e-5), &format!("forward {g:?} {gemm:?}"));
+            let fdx = finite_difference(&xd, 1e-3, |xv| dot(&dyd, &conv_ref(&g, xv, &pd)));
+            assert_close(&out.dx, &fdx, Tolerance::GRAD, &format!("dx {g:?}"));
+            let fdp = finite_difference(&pd, 1e-3, |pv| dot(&dyd, &conv_ref(&g, &xd, pv)));
+            assert_close(&out.dp, &fdp, Tolerance::GRAD, &format!("dparams {g:?}"));
+        }
+    }
+
+    /// Splitting the batch over threads gives the same forward and data gradient bit for bit,
+    /// and the same weight gradient up to summation order.
+    #[test]
+    fn conv2d_threads_agree(g in geom(), threads in 2usize..4, seed in any::<u64>()) {
+        let x = random_vec(seed, g.input_len(), 1.0);
+        let p = random_vec(seed ^ 7, g.params_len(), 0.5);
+        let dy = random_vec(seed ^ 9, g.output_len(), 1.0);
+        let one = run(&CpuBackend::new(0), &g, &x, &p, &dy);
+        let many = run(&CpuBackend::with_threads(0, threads).unwrap(), &g, &x, &p, &dy);
+        prop_assert_eq!(&one.y, &many.y);
+        prop_assert_eq!(&one.dx, &many.dx);
+        assert_close(&many.dp, &to_f64(&one.dp), Tolerance::new(1e-5, 1e-5), "dparams");
+    }
+}
+
+#[test]
+fn conv2d_lenet_and_resnet_layer_shapes() {
+    // Real layer shapes, including a strided 3x3 and a 1x1 projection, forward vs reference.
+    let shapes = [
+        Conv2dGeom::square(2, 1, (28, 28), 6, 5, 1, 0, true),
+        Conv2dGeom::square(2, 16, (32, 32), 32, 3, 2, 1, false),
+        Conv2dGeom::square(2, 16, (32, 32), 32, 1, 2, 0, false),
+        Conv2dGeom::square(2, 8, (8, 8), 8, 1, 1, 0, true),
+    ];
+    for g in shapes {
+        let x = random_vec(1, g.input_len(), 1.0);
+        let p = random_vec(2, g.params_len(), 0.3);
+        let dy = random_vec(3, g.output_len(), 1.0);
+        let out = run(&CpuBackend::with_threads(0, 2).unwrap(), &g, &x, &p, &dy);
+        assert_close(&out.y, &conv_ref(&g, &to_f64(&x), &to_f64(&p)), Tolerance::new(1e-5, 1e-4), &format!("{g:?}"));
+    }
+}
+
+#[test]
+fn conv2d_bad_shapes_are_errors() {
+    let be = CpuBackend::new(0);
+    let g = Conv2dGeom::square(1, 2, (5, 5), 3, 3, 1, 1, true);
+    let x = vec![0.0; g.input_len()];
+    let p = vec![0.0; g.params_len()];
+    let mut y = vec![0.0; g.output_len() - 1];
+    let mut ws = vec![0.0; be.conv2d_workspace_len(&g)];
+    let e = be
+        .conv2d_forward(&g, View::whole(&x), View::whole(&p), ViewMut::whole(&mut y), ViewMut::whole(&mut ws))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("conv2d_forward") && e.contains("output"), "{e}");
+    let big = Conv2dGeom::square(1, 2, (2, 2), 3, 5, 1, 0, false);
+    assert!(big.validate().unwrap_err().to_string().contains("larger than the padded input"));
+    let zero = Conv2dGeom { stride_h: 0, ..g };
+    assert!(zero.validate().is_err());
+    let mut small_ws = vec![0.0; 0];
+    let g3 = Conv2dGeom::square(1, 2, (5, 5), 3, 3, 1, 1, true);
+    let mut y3 = vec![0.0; g3.output_len()];
+    let e = be
+        .conv2d_forward(&g3, View::whole(&x), View::whole(&p), ViewMut::whole(&mut y3), ViewMut::whole(&mut small_ws))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("workspace"), "{e}");
+}

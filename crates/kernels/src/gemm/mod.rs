@@ -1,0 +1,64 @@
+//! General matrix multiply, row-major.
+//!
+//! On the CPU two well-kept crates are available behind [`CpuGemm`]: `matrixmultiply` (the
+//! default) and `gemm`. Measured on this project's 2-core AVX2/AVX-512 machine, single
+//! threaded, at the im2col shapes of LeNet-5 and the CIFAR ResNets (`cargo bench -p
+//! crossbow-benches --bench gemm_conv -- gemm`), `matrixmultiply` 0.3 was 1.2–1.5× faster than
+//! `gemm` 0.19 on every shape (e.g. 67 vs 52 GFLOP/s at 16×144·144×1024, 97 vs 70 at
+//! 32×288·288×256), so it is the default; BENCHMARKS.md has the figures. Both run single
+//! threaded: parallelism comes from splitting the batch (one learner) or from running several
+//! learners at once.
+
+pub(crate) mod cpu;
+#[cfg(test)]
+mod tests;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{KernelError, Result};
+
+/// Row-major `C[m, n] = alpha * op(A)[m, k] * op(B)[k, n] + beta * C`.
+///
+/// `A` is stored `[m, k]` (or `[k, m]` when `trans_a`), `B` is stored `[k, n]` (or `[n, k]`
+/// when `trans_b`), `C` is `[m, n]`. With `beta == 0` the old `C` is not read.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GemmConfig {
+    pub trans_a: bool,
+    pub trans_b: bool,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub alpha: f32,
+    pub beta: f32,
+}
+
+impl GemmConfig {
+    /// `C = A * B` with no transposes.
+    pub fn new(m: usize, n: usize, k: usize) -> Self {
+        GemmConfig { trans_a: false, trans_b: false, m, n, k, alpha: 1.0, beta: 0.0 }
+    }
+
+    /// Element counts of A, B and C, checked for overflow.
+    pub fn lens(&self) -> Result<(usize, usize, usize)> {
+        let mul = |a: usize, b: usize| {
+            a.checked_mul(b).ok_or_else(|| KernelError::invalid("gemm", format!("{a} x {b} overflows")))
+        };
+        Ok((mul(self.m, self.k)?, mul(self.k, self.n)?, mul(self.m, self.n)?))
+    }
+
+    /// The FLOP count `2 m n k` (for benchmarks).
+    pub fn flops(&self) -> f64 {
+        2.0 * self.m as f64 * self.n as f64 * self.k as f64
+    }
+}
+
+/// Which CPU GEMM crate the CPU backend calls.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CpuGemm {
+    /// `matrixmultiply` (BLAS-like, small, fastest on our shapes).
+    #[default]
+    MatrixMultiply,
+    /// `gemm` (the candle / burn default).
+    Gemm,
+}

@@ -1,0 +1,18 @@
+use super::SgdConfig;
+
+pub(crate) fn sgd_step(cfg: &SgdConfig, p: &mut [f32], grad: &[f32], v: &mut [f32]) {
+    let (lr, mu, wd) = (cfg.lr, cfg.momentum, cfg.weight_decay);
+    if cfg.nesterov {
+        for ((pv, &gv), vv) in p.iter_mut().zip(grad).zip(v.iter_mut()) {
+            let g = gv + wd * *pv;
+            *vv = mu * *vv - lr * g;
+            *pv += mu * *vv - lr * g;
+        }
+    } else {
+        for ((pv, &gv), vv) in p.iter_mut().zip(grad).zip(v.iter_mut()) {
+            let g = gv + wd * *pv;
+            *vv = mu * *vv - lr * g;
+            *pv += *vv;
+        }
+    }
+}

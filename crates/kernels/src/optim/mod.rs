@@ -1,0 +1,59 @@
+//! The optimiser step learners take locally: SGD with weight decay and momentum (heavy ball
+//! or Nesterov), with the learning rate folded into the velocity as in Caffe and the original
+//! Crossbow (DESIGN.md §4):
+//!
+//! ```text
+//! g = grad + weight_decay * p
+//! v = momentum * v - lr * g
+//! p = p + v                              (heavy ball)
+//! p = p + momentum * v - lr * g          (Nesterov)
+//! ```
+//!
+//! With a constant learning rate this is exactly PyTorch's `SGD(momentum, weight_decay,
+//! nesterov)` (its velocity is `-v / lr`); when the rate steps down the old velocity keeps
+//! its scale instead of being rescaled by the new rate.
+
+pub(crate) mod cpu;
+#[cfg(test)]
+mod tests;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{KernelError, Result};
+
+/// Hyper-parameters of one SGD step.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SgdConfig {
+    pub lr: f32,
+    pub momentum: f32,
+    pub weight_decay: f32,
+    pub nesterov: bool,
+}
+
+impl SgdConfig {
+    /// Plain SGD with learning rate `lr`.
+    pub fn plain(lr: f32) -> Self {
+        SgdConfig { lr, momentum: 0.0, weight_decay: 0.0, nesterov: false }
+    }
+
+    /// Checks that the constants are finite and in range.
+    pub fn validate(&self) -> Result<()> {
+        let op = "sgd";
+        if !self.lr.is_finite() || self.lr < 0.0 {
+            return Err(KernelError::invalid(op, format!("learning rate must be finite and >= 0, got {}", self.lr)));
+        }
+        if !(0.0..1.0).contains(&self.momentum) {
+            return Err(KernelError::invalid(op, format!("momentum must be in [0, 1), got {}", self.momentum)));
+        }
+        if !self.weight_decay.is_finite() || self.weight_decay < 0.0 {
+            return Err(KernelError::invalid(
+                op,
+                format!("weight decay must be finite and >= 0, got {}", self.weight_decay),
+            ));
+        }
+        if self.nesterov && self.momentum == 0.0 {
+            return Err(KernelError::invalid(op, "Nesterov momentum needs momentum > 0"));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,6 @@
+//! Element-wise and vector ops: residual add, the dropout backward product, and the
+//! building blocks of synchronisers (axpy, weighted sums, scaling, differences, norms).
+
+pub(crate) mod cpu;
+#[cfg(test)]
+mod tests;
