@@ -1,7 +1,29 @@
 //! # crossbow-replica
 //!
-//! Models, replicas, learners and the engine (to be built): models as a layer graph with shape
-//! inference and a memory plan; the `Replica` whose parameters, gradients and momentum each
-//! live in one flat buffer; the `Learner` that binds a replica to a device stream or worker
-//! thread; the `Engine` that runs iterations over devices; and the `Synchroniser` trait that
-//! synchronisation crates such as `crossbow-sma` implement.
+//! Models, replicas, learners and the engine that trains them.
+//!
+//! * [`graph`] / [`models`] — a model is a layer graph with per-sample shape inference and a
+//!   flat parameter layout; the zoo has LeNet-5, CIFAR ResNets (6n+2), VGG-16 with batch norm
+//!   and ResNet-50.
+//! * [`program`] / [`plan`] / [`exec`] — a graph lowered at a batch size becomes a
+//!   straight-line program of kernel calls; a memory plan maps its activations and gradients
+//!   onto a few reused buffers; an [`exec::Executor`] runs it on any
+//!   [`crossbow_kernels::Backend`].
+//! * [`replica`] — a [`replica::Replica`]: parameters, gradients, momentum and batch-norm
+//!   statistics, each ONE flat buffer.
+//! * [`schedule`] — learning-rate schedules.
+
+pub mod error;
+pub mod exec;
+pub mod graph;
+pub mod models;
+pub mod plan;
+pub mod program;
+pub mod replica;
+pub mod schedule;
+
+pub use error::{ReplicaError, Result};
+pub use graph::{Graph, GraphBuilder, Layer, NodeId};
+pub use models::ModelKind;
+pub use replica::Replica;
+pub use schedule::Schedule;

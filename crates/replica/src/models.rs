@@ -1,0 +1,259 @@
+//! The model zoo: LeNet-5, CIFAR ResNets (6n+2), VGG-16 with batch norm, ResNet-50.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crossbow_tensor::Shape;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{ReplicaError, Result};
+use crate::graph::{Graph, GraphBuilder, NodeId};
+
+/// A model from the zoo, by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum ModelKind {
+    /// LeNet-5 (LeCun et al. 1998) with ReLU and max pooling: conv 6@5×5 (pad 2 on 28×28
+    /// inputs) → pool → conv 16@5×5 → pool → FC 120 → FC 84 → FC classes. 61.7 k
+    /// parameters on MNIST.
+    LeNet5,
+    /// A CIFAR ResNet of depth `6n + 2` (He et al. 2016, §4.2): conv 3×3 16 → 3 stages of n
+    /// basic blocks (16/32/64 channels, stride 2 at stages 2–3) → global average pool → FC.
+    /// Shortcuts are identities, or a 1×1 convolution + batch norm (projection) where the
+    /// shape changes.
+    ResNetCifar(usize),
+    /// VGG-16 with batch norm for 32×32 inputs: 13 conv3×3–BN–ReLU in stages
+    /// 64/128/256/512/512 with max pooling, then dropout → FC 512 → ReLU → BN → dropout → FC.
+    Vgg16Bn,
+    /// ResNet-50 v1.5 (stride on the 3×3 convolution of each bottleneck).
+    ResNet50,
+}
+
+impl ModelKind {
+    /// Every accepted name.
+    pub const NAMES: &'static [&'static str] =
+        &["lenet5", "resnet20", "resnet32", "resnet44", "resnet56", "resnet110", "vgg16", "resnet50"];
+
+    /// Builds the graph for a per-sample input shape `[c, h, w]` and a class count.
+    pub fn build(&self, input: &Shape, classes: usize) -> Result<Graph> {
+        if classes < 2 {
+            return Err(ReplicaError::Model(format!("{self}: need at least 2 classes, got {classes}")));
+        }
+        match *self {
+            ModelKind::LeNet5 => lenet5(input, classes),
+            ModelKind::ResNetCifar(depth) => resnet_cifar(depth, input, classes),
+            ModelKind::Vgg16Bn => vgg16_bn(input, classes),
+            ModelKind::ResNet50 => resnet50(input, classes),
+        }
+    }
+}
+
+impl fmt::Display for ModelKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ModelKind::LeNet5 => write!(f, "lenet5"),
+            ModelKind::ResNetCifar(d) => write!(f, "resnet{d}"),
+            ModelKind::Vgg16Bn => write!(f, "vgg16"),
+            ModelKind::ResNet50 => write!(f, "resnet50"),
+        }
+    }
+}
+
+impl FromStr for ModelKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let t = s.trim().to_ascii_lowercase().replace(['-', '_'], "");
+        match t.as_str() {
+            "lenet5" | "lenet" => Ok(ModelKind::LeNet5),
+            "vgg16" | "vgg16bn" => Ok(ModelKind::Vgg16Bn),
+            "resnet50" => Ok(ModelKind::ResNet50),
+            _ => {
+                if let Some(d) = t.strip_prefix("resnet").and_then(|d| d.parse::<usize>().ok())
+                    && d >= 8
+                    && (d - 2) % 6 == 0
+                {
+                    return Ok(ModelKind::ResNetCifar(d));
+                }
+                Err(format!(
+                    "unknown model '{s}' (known: {}; CIFAR ResNets take any depth 6n+2)",
+                    Self::NAMES.join(", ")
+                ))
+            }
+        }
+    }
+}
+
+impl TryFrom<String> for ModelKind {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
+    }
+}
+
+impl From<ModelKind> for String {
+    fn from(m: ModelKind) -> String {
+        m.to_string()
+    }
+}
+
+fn lenet5(input: &Shape, classes: usize) -> Result<Graph> {
+    let mut b = GraphBuilder::new("lenet5", input.clone())?;
+    // PyTorch's default initialisation for every layer.
+    b.set_conv_init(crossbow_tensor::Init::FanInUniform);
+    let x = b.input();
+    // 28×28 inputs are padded to 32×32 as in the original LeNet-5; larger inputs are not.
+    let pad = if b.shape(x).dims()[1] < 32 { 2 } else { 0 };
+    let x = b.conv2d("conv1", x, 6, 5, 1, pad, true)?;
+    let x = b.relu("relu1", x)?;
+    let x = b.max_pool("pool1", x, 2, 2, 0, false)?;
+    let x = b.conv2d("conv2", x, 16, 5, 1, 0, true)?;
+    let x = b.relu("relu2", x)?;
+    let x = b.max_pool("pool2", x, 2, 2, 0, false)?;
+    let x = b.linear("fc1", x, 120, true)?;
+    let x = b.relu("relu3", x)?;
+    let x = b.linear("fc2", x, 84, true)?;
+    let x = b.relu("relu4", x)?;
+    let x = b.linear("fc3", x, classes, true)?;
+    b.finish(x)
+}
+
+fn conv_bn(b: &mut GraphBuilder, name: &str, x: NodeId, out: usize, k: usize, s: usize, p: usize) -> Result<NodeId> {
+    let x = b.conv2d(&format!("{name}.conv"), x, out, k, s, p, false)?;
+    b.batch_norm(&format!("{name}.bn"), x)
+}
+
+fn basic_block(b: &mut GraphBuilder, name: &str, x: NodeId, out: usize, stride: usize) -> Result<NodeId> {
+    let cin = b.shape(x).dims()[0];
+    let y = conv_bn(b, &format!("{name}.1"), x, out, 3, stride, 1)?;
+    let y = b.relu(&format!("{name}.relu1"), y)?;
+    let y = conv_bn(b, &format!("{name}.2"), y, out, 3, 1, 1)?;
+    let shortcut =
+        if stride != 1 || cin != out { conv_bn(b, &format!("{name}.proj"), x, out, 1, stride, 0)? } else { x };
+    let s = b.add(&format!("{name}.add"), y, shortcut)?;
+    b.relu(&format!("{name}.relu2"), s)
+}
+
+fn resnet_cifar(depth: usize, input: &Shape, classes: usize) -> Result<Graph> {
+    if depth < 8 || !(depth - 2).is_multiple_of(6) {
+        return Err(ReplicaError::Model(format!("CIFAR ResNet depth must be 6n+2 (20, 32, 44, 56, 110), got {depth}")));
+    }
+    let n = (depth - 2) / 6;
+    let mut b = GraphBuilder::new(format!("resnet{depth}"), input.clone())?;
+    let x = b.input();
+    let x = conv_bn(&mut b, "stem", x, 16, 3, 1, 1)?;
+    let mut x = b.relu("stem.relu", x)?;
+    for (stage, width) in [16usize, 32, 64].into_iter().enumerate() {
+        for blk in 0..n {
+            let stride = if stage > 0 && blk == 0 { 2 } else { 1 };
+            x = basic_block(&mut b, &format!("stage{}.block{}", stage + 1, blk + 1), x, width, stride)?;
+        }
+    }
+    let x = b.global_avg_pool("pool", x)?;
+    let x = b.linear("fc", x, classes, true)?;
+    b.finish(x)
+}
+
+fn vgg16_bn(input: &Shape, classes: usize) -> Result<Graph> {
+    let mut b = GraphBuilder::new("vgg16", input.clone())?;
+    let mut x = b.input();
+    let stages: [&[usize]; 5] = [&[64, 64], &[128, 128], &[256, 256, 256], &[512, 512, 512], &[512, 512, 512]];
+    for (s, widths) in stages.iter().enumerate() {
+        for (i, &w) in widths.iter().enumerate() {
+            let name = format!("stage{}.conv{}", s + 1, i + 1);
+            x = conv_bn(&mut b, &name, x, w, 3, 1, 1)?;
+            x = b.relu(&format!("{name}.relu"), x)?;
+        }
+        // Pool while the map is at least 2×2 (inputs smaller than 32×32 stop pooling early).
+        if b.shape(x).dims()[1] >= 2 {
+            x = b.max_pool(&format!("stage{}.pool", s + 1), x, 2, 2, 0, false)?;
+        }
+    }
+    let x = b.dropout("drop1", x, 0.5)?;
+    let x = b.linear("fc1", x, 512, true)?;
+    let x = b.relu("fc1.relu", x)?;
+    let x = b.batch_norm("fc1.bn", x)?;
+    let x = b.dropout("drop2", x, 0.5)?;
+    let x = b.linear("fc2", x, classes, true)?;
+    b.finish(x)
+}
+
+fn bottleneck(b: &mut GraphBuilder, name: &str, x: NodeId, width: usize, stride: usize) -> Result<NodeId> {
+    let cin = b.shape(x).dims()[0];
+    let out = width * 4;
+    let y = conv_bn(b, &format!("{name}.1"), x, width, 1, 1, 0)?;
+    let y = b.relu(&format!("{name}.relu1"), y)?;
+    let y = conv_bn(b, &format!("{name}.2"), y, width, 3, stride, 1)?;
+    let y = b.relu(&format!("{name}.relu2"), y)?;
+    let y = conv_bn(b, &format!("{name}.3"), y, out, 1, 1, 0)?;
+    let shortcut =
+        if stride != 1 || cin != out { conv_bn(b, &format!("{name}.proj"), x, out, 1, stride, 0)? } else { x };
+    let s = b.add(&format!("{name}.add"), y, shortcut)?;
+    b.relu(&format!("{name}.relu3"), s)
+}
+
+fn resnet50(input: &Shape, classes: usize) -> Result<Graph> {
+    let mut b = GraphBuilder::new("resnet50", input.clone())?;
+    let x = b.input();
+    let x = conv_bn(&mut b, "stem", x, 64, 7, 2, 3)?;
+    let x = b.relu("stem.relu", x)?;
+    let mut x = b.max_pool("stem.pool", x, 3, 2, 1, false)?;
+    for (stage, (&blocks, &width)) in [3usize, 4, 6, 3].iter().zip(&[64usize, 128, 256, 512]).enumerate() {
+        for blk in 0..blocks {
+            let stride = if stage > 0 && blk == 0 { 2 } else { 1 };
+            x = bottleneck(&mut b, &format!("stage{}.block{}", stage + 1, blk + 1), x, width, stride)?;
+        }
+    }
+    let x = b.global_avg_pool("pool", x)?;
+    let x = b.linear("fc", x, classes, true)?;
+    b.finish(x)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameter_counts() {
+        let mnist = Shape::new(vec![1, 28, 28]);
+        let cifar = Shape::new(vec![3, 32, 32]);
+        assert_eq!(ModelKind::LeNet5.build(&mnist, 10).unwrap().num_params(), 61_706);
+        // He et al. count 464,154 for ResNet-32 with parameter-free (option A) shortcuts; our
+        // projection shortcuts add two 1×1 convolutions (16·32 + 32·64) and their batch norms
+        // (2·32 + 2·64): 2,752 more. Both round to 0.46–0.47 M.
+        let r32 = ModelKind::ResNetCifar(32).build(&cifar, 10).unwrap();
+        assert_eq!(r32.num_params(), 464_154 + 2_752);
+        let r20 = ModelKind::ResNetCifar(20).build(&cifar, 10).unwrap();
+        assert_eq!(r20.num_params(), 269_722 + 2_752);
+        let r50 = ModelKind::ResNet50.build(&Shape::new(vec![3, 224, 224]), 1000).unwrap();
+        assert_eq!(r50.num_params(), 25_557_032, "torchvision resnet50 count");
+        let vgg = ModelKind::Vgg16Bn.build(&cifar, 100).unwrap();
+        // 13 conv weights 14,710,464 + their BN 8,448; classifier 512·512+512, BN 1,024, 512·100+100.
+        assert_eq!(vgg.num_params(), 14_710_464 + 8_448 + 262_656 + 1_024 + 51_300);
+    }
+
+    #[test]
+    fn names_parse_and_print() {
+        assert_eq!("resnet32".parse::<ModelKind>().unwrap(), ModelKind::ResNetCifar(32));
+        assert_eq!("ResNet-110".parse::<ModelKind>().unwrap(), ModelKind::ResNetCifar(110));
+        assert_eq!("vgg16".parse::<ModelKind>().unwrap().to_string(), "vgg16");
+        let e = "resnet33".parse::<ModelKind>().unwrap_err();
+        assert!(e.contains("unknown model 'resnet33'") && e.contains("lenet5"), "{e}");
+        assert!("alexnet".parse::<ModelKind>().is_err());
+    }
+
+    #[test]
+    fn shapes_flow_through() {
+        let g = ModelKind::ResNetCifar(20).build(&Shape::new(vec![3, 32, 32]), 10).unwrap();
+        let pool = g.nodes.iter().find(|n| n.name == "pool").unwrap();
+        assert_eq!(pool.shape.dims(), &[64, 1, 1]);
+        let r50 = ModelKind::ResNet50.build(&Shape::new(vec![3, 224, 224]), 1000).unwrap();
+        let last = r50.nodes.iter().find(|n| n.name == "pool").unwrap();
+        assert_eq!(last.shape.dims(), &[2048, 1, 1]);
+        // LeNet on CIFAR-shaped input works too.
+        assert!(ModelKind::LeNet5.build(&Shape::new(vec![3, 32, 32]), 10).is_ok());
+        // A too-small input is an error naming the layer, not a panic.
+        let e = ModelKind::LeNet5.build(&Shape::new(vec![1, 4, 4]), 10).unwrap_err().to_string();
+        assert!(e.contains("conv"), "{e}");
+        assert!(ModelKind::LeNet5.build(&Shape::new(vec![1, 28, 28]), 1).is_err());
+    }
+}

@@ -1,0 +1,504 @@
+//! Lowering a [`Graph`] at a batch size into a straight-line program of kernel calls over
+//! numbered tensors: the training program (forward with batch statistics, fused loss and
+//! gradient, backward) and the evaluation program (forward with running statistics, loss and
+//! accuracy). The memory plan ([`crate::plan`]) then maps tensors to reusable buffers.
+
+use crossbow_kernels::batch_norm::BatchNormGeom;
+use crossbow_kernels::conv2d::Conv2dGeom;
+use crossbow_kernels::linear::LinearGeom;
+use crossbow_kernels::pool::Pool2dGeom;
+use crossbow_kernels::softmax_xent::SoftmaxXentGeom;
+
+use crate::error::{ReplicaError, Result};
+use crate::graph::{Graph, Layer, NodeId};
+
+/// A tensor of the program, by index.
+pub type TensorId = usize;
+
+/// What a tensor holds (for reports and debugging).
+#[derive(Clone, Debug, PartialEq)]
+pub enum TensorKind {
+    /// The input batch (uploaded before the program runs).
+    Input,
+    /// The output of a node.
+    Activation(NodeId),
+    /// The gradient of the loss with respect to a node's output.
+    Gradient(NodeId),
+    /// A dropout mask.
+    Mask(NodeId),
+    /// A partial gradient for a tensor with several consumers.
+    Partial(NodeId),
+}
+
+/// One tensor: its kind, its element count, and the tensor it shares storage with (an
+/// in-place op's output aliases its input).
+#[derive(Clone, Debug)]
+pub struct TensorInfo {
+    pub kind: TensorKind,
+    pub len: usize,
+    /// Storage root (itself unless aliased).
+    pub storage: TensorId,
+}
+
+/// A region of the flat parameter buffer (and of the gradient buffer).
+pub type ParamRange = std::ops::Range<usize>;
+
+/// One kernel call.
+#[derive(Clone, Debug)]
+pub enum Instr {
+    ConvFwd {
+        g: Conv2dGeom,
+        x: TensorId,
+        y: TensorId,
+        p: ParamRange,
+    },
+    ConvBwdData {
+        g: Conv2dGeom,
+        dy: TensorId,
+        dx: TensorId,
+        p: ParamRange,
+    },
+    ConvBwdParams {
+        g: Conv2dGeom,
+        x: TensorId,
+        dy: TensorId,
+        p: ParamRange,
+    },
+    LinearFwd {
+        g: LinearGeom,
+        x: TensorId,
+        y: TensorId,
+        p: ParamRange,
+    },
+    LinearBwdData {
+        g: LinearGeom,
+        dy: TensorId,
+        dx: TensorId,
+        p: ParamRange,
+    },
+    LinearBwdParams {
+        g: LinearGeom,
+        x: TensorId,
+        dy: TensorId,
+        p: ParamRange,
+    },
+    BnTrain {
+        g: BatchNormGeom,
+        x: TensorId,
+        y: TensorId,
+        p: ParamRange,
+        stats: usize,
+    },
+    BnInfer {
+        g: BatchNormGeom,
+        x: TensorId,
+        y: TensorId,
+        p: ParamRange,
+        stats: usize,
+    },
+    BnBwd {
+        g: BatchNormGeom,
+        x: TensorId,
+        dy: TensorId,
+        dx: TensorId,
+        p: ParamRange,
+        stats: usize,
+    },
+    Relu {
+        x: TensorId,
+        y: TensorId,
+    },
+    ReluInPlace {
+        y: TensorId,
+    },
+    ReluBwd {
+        y: TensorId,
+        dy: TensorId,
+        dx: TensorId,
+    },
+    ReluBwdInPlace {
+        y: TensorId,
+        d: TensorId,
+    },
+    MaxPool {
+        g: Pool2dGeom,
+        x: TensorId,
+        y: TensorId,
+    },
+    MaxPoolBwd {
+        g: Pool2dGeom,
+        x: TensorId,
+        y: TensorId,
+        dy: TensorId,
+        dx: TensorId,
+    },
+    AvgPool {
+        g: Pool2dGeom,
+        x: TensorId,
+        y: TensorId,
+    },
+    AvgPoolBwd {
+        g: Pool2dGeom,
+        dy: TensorId,
+        dx: TensorId,
+    },
+    Dropout {
+        p: f32,
+        node: NodeId,
+        x: TensorId,
+        y: TensorId,
+        mask: TensorId,
+    },
+    Mul {
+        a: TensorId,
+        b: TensorId,
+        y: TensorId,
+    },
+    Add {
+        a: TensorId,
+        b: TensorId,
+        y: TensorId,
+    },
+    Copy {
+        src: TensorId,
+        dst: TensorId,
+    },
+    /// `dst += src`.
+    Accumulate {
+        src: TensorId,
+        dst: TensorId,
+    },
+    /// Softmax cross-entropy; writes the loss statistics and, when `dlogits` is set, the
+    /// gradient of the mean loss.
+    Loss {
+        g: SoftmaxXentGeom,
+        logits: TensorId,
+        dlogits: Option<TensorId>,
+    },
+}
+
+impl Instr {
+    /// Tensors the instruction reads.
+    pub fn reads(&self) -> Vec<TensorId> {
+        use Instr::*;
+        match self {
+            ConvFwd { x, .. } | LinearFwd { x, .. } | BnTrain { x, .. } | BnInfer { x, .. } => vec![*x],
+            ConvBwdData { dy, .. } | LinearBwdData { dy, .. } | AvgPoolBwd { dy, .. } => vec![*dy],
+            ConvBwdParams { x, dy, .. } | LinearBwdParams { x, dy, .. } | BnBwd { x, dy, .. } => vec![*x, *dy],
+            Relu { x, .. } | MaxPool { x, .. } | AvgPool { x, .. } | Dropout { x, .. } => vec![*x],
+            ReluInPlace { y } => vec![*y],
+            ReluBwd { y, dy, .. } => vec![*y, *dy],
+            ReluBwdInPlace { y, d } => vec![*y, *d],
+            MaxPoolBwd { x, y, dy, .. } => vec![*x, *y, *dy],
+            Mul { a, b, .. } | Add { a, b, .. } => vec![*a, *b],
+            Copy { src, .. } => vec![*src],
+            Accumulate { src, dst } => vec![*src, *dst],
+            Loss { logits, .. } => vec![*logits],
+        }
+    }
+
+    /// Tensors the instruction writes.
+    pub fn writes(&self) -> Vec<TensorId> {
+        use Instr::*;
+        match self {
+            ConvFwd { y, .. } | LinearFwd { y, .. } | BnTrain { y, .. } | BnInfer { y, .. } => vec![*y],
+            ConvBwdData { dx, .. } | LinearBwdData { dx, .. } | BnBwd { dx, .. } => vec![*dx],
+            ConvBwdParams { .. } | LinearBwdParams { .. } => vec![],
+            Relu { y, .. } | MaxPool { y, .. } | AvgPool { y, .. } | Mul { y, .. } | Add { y, .. } => vec![*y],
+            ReluInPlace { y } => vec![*y],
+            ReluBwd { dx, .. } | MaxPoolBwd { dx, .. } | AvgPoolBwd { dx, .. } => vec![*dx],
+            ReluBwdInPlace { d, .. } => vec![*d],
+            Dropout { y, mask, .. } => vec![*y, *mask],
+            Copy { dst, .. } | Accumulate { dst, .. } => vec![*dst],
+            Loss { dlogits, .. } => dlogits.iter().copied().collect(),
+        }
+    }
+}
+
+/// Whether the program trains (batch statistics, dropout, gradients) or evaluates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Train,
+    Eval,
+}
+
+/// A lowered model at one batch size.
+#[derive(Clone, Debug)]
+pub struct Program {
+    pub mode: Mode,
+    pub batch: usize,
+    pub tensors: Vec<TensorInfo>,
+    pub instrs: Vec<Instr>,
+    /// The input tensor (always tensor 0).
+    pub input: TensorId,
+    /// Number of classes (labels are `batch` class indices).
+    pub classes: usize,
+}
+
+struct Lowering<'g> {
+    g: &'g Graph,
+    batch: usize,
+    tensors: Vec<TensorInfo>,
+    instrs: Vec<Instr>,
+    act: Vec<Option<TensorId>>,
+    grad: Vec<Option<TensorId>>,
+}
+
+impl Lowering<'_> {
+    fn new_tensor(&mut self, kind: TensorKind, len: usize) -> TensorId {
+        let id = self.tensors.len();
+        self.tensors.push(TensorInfo { kind, len, storage: id });
+        id
+    }
+
+    fn alias(&mut self, kind: TensorKind, of: TensorId) -> TensorId {
+        let id = self.tensors.len();
+        let storage = self.tensors[of].storage;
+        let len = self.tensors[of].len;
+        self.tensors.push(TensorInfo { kind, len, storage });
+        id
+    }
+
+    fn len(&self, n: NodeId) -> usize {
+        self.batch * self.g.per_sample(n)
+    }
+
+    fn act(&self, n: NodeId) -> TensorId {
+        self.act[n].unwrap_or_else(|| unreachable!("activation of node {n} used before it is defined"))
+    }
+}
+
+/// Whether the backward pass of node `n`'s own layer reads its output (so the output may not
+/// be overwritten in place by a consumer).
+fn backward_reads_output(layer: &Layer) -> bool {
+    matches!(layer, Layer::Relu | Layer::MaxPool { .. })
+}
+
+/// Lowers `graph` at `batch` in `mode`.
+pub fn lower(graph: &Graph, batch: usize, mode: Mode) -> Result<Program> {
+    if batch == 0 {
+        return Err(ReplicaError::Config("batch size must be at least 1".into()));
+    }
+    let n_nodes = graph.nodes.len();
+    let consumers: Vec<Vec<NodeId>> = (0..n_nodes).map(|n| graph.consumers(n)).collect();
+    let mut l = Lowering {
+        g: graph,
+        batch,
+        tensors: vec![],
+        instrs: vec![],
+        act: vec![None; n_nodes],
+        grad: vec![None; n_nodes],
+    };
+    let input = l.new_tensor(TensorKind::Input, l.len(0));
+    l.act[0] = Some(input);
+    let train = mode == Mode::Train;
+
+    // ---- forward --------------------------------------------------------------------------
+    for (n, node) in graph.nodes.iter().enumerate().skip(1) {
+        let x = l.act(node.inputs[0]);
+        let len = l.len(n);
+        let params = node.params.as_ref().map(|r| r.range());
+        let y = match &node.layer {
+            Layer::Input => unreachable!("only node 0 is an input"),
+            Layer::Conv2d { .. } => {
+                let y = l.new_tensor(TensorKind::Activation(n), len);
+                l.instrs.push(Instr::ConvFwd {
+                    g: graph.conv_geom(node, batch),
+                    x,
+                    y,
+                    p: params.clone().unwrap_or_default(),
+                });
+                y
+            }
+            Layer::Linear { .. } => {
+                let y = l.new_tensor(TensorKind::Activation(n), len);
+                l.instrs.push(Instr::LinearFwd {
+                    g: graph.linear_geom(node, batch),
+                    x,
+                    y,
+                    p: params.clone().unwrap_or_default(),
+                });
+                y
+            }
+            Layer::BatchNorm { .. } => {
+                let y = l.new_tensor(TensorKind::Activation(n), len);
+                let g = graph.bn_geom(node, batch);
+                let stats = node.stats.unwrap_or_default();
+                let p = params.clone().unwrap_or_default();
+                l.instrs.push(if train {
+                    Instr::BnTrain { g, x, y, p, stats }
+                } else {
+                    Instr::BnInfer { g, x, y, p, stats }
+                });
+                y
+            }
+            Layer::Relu => {
+                let src = node.inputs[0];
+                let in_place = consumers[src].len() == 1 && !backward_reads_output(&graph.nodes[src].layer) && src != 0;
+                if in_place {
+                    let y = l.alias(TensorKind::Activation(n), x);
+                    l.instrs.push(Instr::ReluInPlace { y });
+                    y
+                } else {
+                    let y = l.new_tensor(TensorKind::Activation(n), len);
+                    l.instrs.push(Instr::Relu { x, y });
+                    y
+                }
+            }
+            Layer::MaxPool { .. } => {
+                let y = l.new_tensor(TensorKind::Activation(n), len);
+                l.instrs.push(Instr::MaxPool { g: graph.pool_geom(node, batch), x, y });
+                y
+            }
+            Layer::AvgPool { .. } | Layer::GlobalAvgPool => {
+                let y = l.new_tensor(TensorKind::Activation(n), len);
+                l.instrs.push(Instr::AvgPool { g: graph.pool_geom(node, batch), x, y });
+                y
+            }
+            Layer::Dropout { p } => {
+                if train && *p > 0.0 {
+                    let y = l.new_tensor(TensorKind::Activation(n), len);
+                    let mask = l.new_tensor(TensorKind::Mask(n), len);
+                    l.instrs.push(Instr::Dropout { p: *p, node: n, x, y, mask });
+                    y
+                } else {
+                    // Identity at evaluation (inverted dropout needs no rescaling).
+                    l.alias(TensorKind::Activation(n), x)
+                }
+            }
+            Layer::Add => {
+                let b = l.act(node.inputs[1]);
+                let y = l.new_tensor(TensorKind::Activation(n), len);
+                l.instrs.push(Instr::Add { a: x, b, y });
+                y
+            }
+        };
+        l.act[n] = Some(y);
+    }
+
+    let out = graph.output;
+    let g = SoftmaxXentGeom::mean(batch, graph.classes);
+    let logits = l.act(out);
+    if !train {
+        l.instrs.push(Instr::Loss { g, logits, dlogits: None });
+        return Ok(Program { mode, batch, tensors: l.tensors, instrs: l.instrs, input, classes: graph.classes });
+    }
+    let dlogits = l.new_tensor(TensorKind::Gradient(out), l.len(out));
+    l.instrs.push(Instr::Loss { g, logits, dlogits: Some(dlogits) });
+    l.grad[out] = Some(dlogits);
+
+    // ---- backward -------------------------------------------------------------------------
+    // A tensor's first gradient contribution is written into its gradient tensor; later ones
+    // go to a partial tensor that is then accumulated.
+    for n in (1..n_nodes).rev() {
+        let Some(dy) = l.grad[n] else { continue };
+        let node = &graph.nodes[n];
+        let params = node.params.as_ref().map(|r| r.range()).unwrap_or_default();
+        // Parameter gradients first (they read dy before any in-place reuse of it).
+        match &node.layer {
+            Layer::Conv2d { .. } => {
+                let x = l.act(node.inputs[0]);
+                l.instrs.push(Instr::ConvBwdParams { g: graph.conv_geom(node, batch), x, dy, p: params.clone() });
+            }
+            Layer::Linear { .. } => {
+                let x = l.act(node.inputs[0]);
+                l.instrs.push(Instr::LinearBwdParams { g: graph.linear_geom(node, batch), x, dy, p: params.clone() });
+            }
+            _ => {}
+        }
+        let inputs = node.inputs.clone();
+        for (slot, &src) in inputs.iter().enumerate() {
+            if src == 0 {
+                continue; // no gradient for the input batch
+            }
+            let first = l.grad[src].is_none();
+            let len = l.len(src);
+            // Where this contribution is written.
+            let (target, partial) = if first {
+                (None, false)
+            } else {
+                let t = l.new_tensor(TensorKind::Partial(src), len);
+                (Some(t), true)
+            };
+            let x = l.act(src);
+            let fresh = |l: &mut Lowering<'_>| -> TensorId {
+                match target {
+                    Some(t) => t,
+                    None => {
+                        let t = l.new_tensor(TensorKind::Gradient(src), len);
+                        l.grad[src] = Some(t);
+                        t
+                    }
+                }
+            };
+            match &node.layer {
+                Layer::Conv2d { .. } => {
+                    let dx = fresh(&mut l);
+                    l.instrs.push(Instr::ConvBwdData { g: graph.conv_geom(node, batch), dy, dx, p: params.clone() });
+                }
+                Layer::Linear { .. } => {
+                    let dx = fresh(&mut l);
+                    l.instrs.push(Instr::LinearBwdData {
+                        g: graph.linear_geom(node, batch),
+                        dy,
+                        dx,
+                        p: params.clone(),
+                    });
+                }
+                Layer::BatchNorm { .. } => {
+                    let dx = fresh(&mut l);
+                    let g = graph.bn_geom(node, batch);
+                    l.instrs.push(Instr::BnBwd {
+                        g,
+                        x,
+                        dy,
+                        dx,
+                        p: params.clone(),
+                        stats: node.stats.unwrap_or_default(),
+                    });
+                }
+                Layer::Relu => {
+                    let y = l.act(n);
+                    if first {
+                        // dy is read only here: turn it into dx in place.
+                        let dx = l.alias(TensorKind::Gradient(src), dy);
+                        l.grad[src] = Some(dx);
+                        l.instrs.push(Instr::ReluBwdInPlace { y, d: dx });
+                    } else {
+                        let dx = fresh(&mut l);
+                        l.instrs.push(Instr::ReluBwd { y, dy, dx });
+                    }
+                }
+                Layer::MaxPool { .. } => {
+                    let dx = fresh(&mut l);
+                    let y = l.act(n);
+                    l.instrs.push(Instr::MaxPoolBwd { g: graph.pool_geom(node, batch), x, y, dy, dx });
+                }
+                Layer::AvgPool { .. } | Layer::GlobalAvgPool => {
+                    let dx = fresh(&mut l);
+                    l.instrs.push(Instr::AvgPoolBwd { g: graph.pool_geom(node, batch), dy, dx });
+                }
+                Layer::Dropout { p } => {
+                    if *p > 0.0 {
+                        let dx = fresh(&mut l);
+                        let mask = l.tensors.iter().position(|t| t.kind == TensorKind::Mask(n)).unwrap_or_default();
+                        l.instrs.push(Instr::Mul { a: dy, b: mask, y: dx });
+                    } else {
+                        let dx = fresh(&mut l);
+                        l.instrs.push(Instr::Copy { src: dy, dst: dx });
+                    }
+                }
+                Layer::Add => {
+                    let dx = fresh(&mut l);
+                    l.instrs.push(Instr::Copy { src: dy, dst: dx });
+                }
+                Layer::Input => {}
+            }
+            if partial && let (Some(t), Some(dst)) = (target, l.grad[src]) {
+                l.instrs.push(Instr::Accumulate { src: t, dst });
+            }
+            let _ = slot;
+        }
+    }
+    Ok(Program { mode, batch, tensors: l.tensors, instrs: l.instrs, input, classes: graph.classes })
+}
