@@ -1,0 +1,174 @@
+//! The tuner's configuration and its validation.
+
+use serde::{Deserialize, Serialize};
+
+/// How the tuner searches, measures and monitors. The same configuration applies to every
+/// device a [`Tuner`](crate::Tuner) manages.
+///
+/// Build one with [`TunerConfig::default()`] and struct-update syntax, or deserialize it (every
+/// field is optional; unknown fields are rejected so a misspelt key is an error, not a silent
+/// default). Nothing uses a configuration before [`TunerConfig::validate`] accepted it:
+/// [`Tuner::new`](crate::Tuner::new) and [`DeviceTuner::new`](crate::DeviceTuner::new) validate.
+///
+/// ```
+/// use crossbow_tuner::TunerConfig;
+///
+/// let config = TunerConfig { threshold: 0.08, max_learners: 8, ..TunerConfig::default() };
+/// assert!(config.validate().is_ok());
+///
+/// let bad = TunerConfig { min_learners: 4, max_learners: 2, ..TunerConfig::default() };
+/// assert!(bad.validate().is_err());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TunerConfig {
+    /// Learners per device the engine starts with (default 1). The first search round starts
+    /// here; if the first sample reports another count, the tuner starts from that one.
+    pub initial_learners: usize,
+    /// Fewest learners per device (default 1, at least 1). The tuner never asks to go below.
+    pub min_learners: usize,
+    /// Most learners per device (default 16). The tuner never asks to go above.
+    pub max_learners: usize,
+    /// Windows discarded after every change of the learner count, on top of the first window
+    /// at a new count, which is always discarded because it may span the change (default 2).
+    /// New learners are slow for a while (caches, allocation, kernel selection).
+    pub warmup_windows: usize,
+    /// Valid windows measured per learner count; the count's throughput is their median
+    /// (default 5, at least 1). The same number of windows forms the sliding median that is
+    /// watched once settled.
+    pub windows_per_count: usize,
+    /// Windows in the settled reference (measured right after settling) and in the sliding
+    /// median watched against it (default 10, at least 1). Longer than `windows_per_count`:
+    /// there is no hurry to re-tune, and a false alarm costs a whole search.
+    pub monitor_windows: usize,
+    /// Windows further than this fraction from their count's median are outliers (default
+    /// 0.25). When more than a quarter of a count's windows are outliers, the median is not
+    /// trusted yet and more windows are measured, up to `extra_windows` more.
+    pub outlier_band: f64,
+    /// The most windows added to a count whose windows disagree (default 10). After that the
+    /// median of all its windows is used as it is.
+    pub extra_windows: usize,
+    /// One more learner must raise the median throughput by more than this fraction to be kept
+    /// (default 0.05 = 5%). When two counts are within the threshold the smaller one wins: fewer
+    /// learners use less memory and keep the total batch smaller.
+    pub threshold: f64,
+    /// Extra learners tried after one that did not pay before the climb stops (default 1), so
+    /// one unlucky median cannot end the climb early. Every probe is compared with the best
+    /// count so far, not with its neighbour.
+    pub patience: usize,
+    /// Once settled, tuning re-opens when the sliding median falls below `1 - retune_drop` of
+    /// the settled reference (default 0.2 = 20%; in `(0, 1]`, `1` never re-opens). Keep it
+    /// well above the window-to-window noise: with ±10% noise a stable device practically never
+    /// re-opens, with ±20% it re-opens about once in 4000 windows (raise this or
+    /// `monitor_windows` there).
+    pub retune_drop: f64,
+    /// Optional cap on the bytes crossbow may use per device, applied on top of the budget the
+    /// engine reports in [`MemoryFigures`](crate::MemoryFigures) (the smaller one counts).
+    pub memory_budget_bytes: Option<u64>,
+    /// Refuse to add learners while the device's memory need is unknown (default `true`): no
+    /// per-learner figure, or no budget and no free-memory figure. Set it to `false` only for
+    /// devices whose memory cannot run out in practice.
+    pub require_memory_figures: bool,
+}
+
+impl Default for TunerConfig {
+    fn default() -> Self {
+        TunerConfig {
+            initial_learners: 1,
+            min_learners: 1,
+            max_learners: 16,
+            warmup_windows: 2,
+            windows_per_count: 5,
+            monitor_windows: 10,
+            outlier_band: 0.25,
+            extra_windows: 10,
+            threshold: 0.05,
+            patience: 1,
+            retune_drop: 0.2,
+            memory_budget_bytes: None,
+            require_memory_figures: true,
+        }
+    }
+}
+
+/// Why a [`TunerConfig`] was rejected.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    /// `min_learners` is zero.
+    #[error("min_learners must be at least 1 (got 0)")]
+    ZeroMinLearners,
+    /// `min_learners > max_learners`.
+    #[error("min_learners ({min}) is larger than max_learners ({max})")]
+    MinAboveMax {
+        /// The configured minimum.
+        min: usize,
+        /// The configured maximum.
+        max: usize,
+    },
+    /// `initial_learners` lies outside `[min_learners, max_learners]`.
+    #[error("initial_learners ({initial}) must lie in [min_learners, max_learners] = [{min}, {max}]")]
+    InitialOutOfRange {
+        /// The configured start.
+        initial: usize,
+        /// The configured minimum.
+        min: usize,
+        /// The configured maximum.
+        max: usize,
+    },
+    /// `windows_per_count` is zero.
+    #[error("windows_per_count must be at least 1 (got 0)")]
+    ZeroWindows,
+    /// `monitor_windows` is zero.
+    #[error("monitor_windows must be at least 1 (got 0)")]
+    ZeroMonitorWindows,
+    /// `outlier_band` is not a positive finite fraction.
+    #[error("outlier_band must be a finite fraction > 0 (got {0})")]
+    OutlierBand(f64),
+    /// `threshold` is negative, NaN or infinite.
+    #[error("threshold must be a finite fraction >= 0 (got {0})")]
+    Threshold(f64),
+    /// `retune_drop` is not in `(0, 1]`.
+    #[error("retune_drop must be a fraction in (0, 1] (got {0})")]
+    RetuneDrop(f64),
+    /// `memory_budget_bytes` is `Some(0)`.
+    #[error("memory_budget_bytes must be positive when set (got 0)")]
+    ZeroMemoryBudget,
+}
+
+impl TunerConfig {
+    /// Checks every field; the first problem found is returned. Never panics.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.min_learners == 0 {
+            return Err(ConfigError::ZeroMinLearners);
+        }
+        if self.min_learners > self.max_learners {
+            return Err(ConfigError::MinAboveMax { min: self.min_learners, max: self.max_learners });
+        }
+        if !(self.min_learners..=self.max_learners).contains(&self.initial_learners) {
+            return Err(ConfigError::InitialOutOfRange {
+                initial: self.initial_learners,
+                min: self.min_learners,
+                max: self.max_learners,
+            });
+        }
+        if self.windows_per_count == 0 {
+            return Err(ConfigError::ZeroWindows);
+        }
+        if self.monitor_windows == 0 {
+            return Err(ConfigError::ZeroMonitorWindows);
+        }
+        if !(self.outlier_band.is_finite() && self.outlier_band > 0.0) {
+            return Err(ConfigError::OutlierBand(self.outlier_band));
+        }
+        if !(self.threshold.is_finite() && self.threshold >= 0.0) {
+            return Err(ConfigError::Threshold(self.threshold));
+        }
+        if !(self.retune_drop > 0.0 && self.retune_drop <= 1.0) {
+            return Err(ConfigError::RetuneDrop(self.retune_drop));
+        }
+        if self.memory_budget_bytes == Some(0) {
+            return Err(ConfigError::ZeroMemoryBudget);
+        }
+        Ok(())
+    }
+}

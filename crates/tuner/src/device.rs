@@ -1,0 +1,650 @@
+//! The per-device state machine.
+
+use crate::report::{Comparison, DeviceStatus, Phase, Reason, Report, SampleUse, TableEntry};
+use crate::sample::{Fit, fit};
+use crate::stats::agreed_median;
+use crate::{ConfigError, Decision, MemoryFigures, Sample, TunerConfig};
+
+/// Which way the current round's search is moving.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Direction {
+    Up,
+    Down,
+}
+
+/// The search of one round.
+#[derive(Clone, Copy, Debug)]
+struct Search {
+    /// The best count so far: the one every probe is compared with.
+    best: usize,
+    direction: Direction,
+    /// Consecutive probes in this direction that did not move `best`.
+    misses: usize,
+}
+
+impl Search {
+    /// A round from `start`: downwards first when fewer learners are allowed.
+    fn at(start: usize, min: usize) -> Self {
+        Search { best: start, direction: if start > min { Direction::Down } else { Direction::Up }, misses: 0 }
+    }
+}
+
+/// Tunes the learner count of **one** device. [`Tuner`](crate::Tuner) holds one per device;
+/// use this type directly when devices are managed separately.
+///
+/// Feed it one [`Sample`] per measurement window with [`observe`](Self::observe) and apply the
+/// [`Decision`] of the returned [`Report`]. No call panics on caller input and the steady state
+/// allocates nothing.
+#[derive(Clone, Debug)]
+pub struct DeviceTuner {
+    config: TunerConfig,
+    /// Learner count of the last valid sample.
+    current: Option<usize>,
+    /// The count the tuner steers to.
+    target: usize,
+    /// The count of the step asked for and not yet seen applied (`current ± 1`).
+    in_flight: Option<usize>,
+    /// Valid windows seen at the old count while a step is in flight.
+    awaiting: usize,
+    phase: Phase,
+    search: Search,
+    /// Windows still to discard at the current count.
+    discard: usize,
+    /// Valid windows at the current count (a ring of `monitor_windows` when settled).
+    windows: Vec<f64>,
+    /// Next ring slot to overwrite when settled.
+    ring_next: usize,
+    scratch: Vec<f64>,
+    /// Median throughput per count measured in this round, sorted by count.
+    table: Vec<TableEntry>,
+    /// Median throughput measured after settling.
+    reference: Option<f64>,
+    memory: Option<MemoryFigures>,
+    /// Highest count reachable after the engine failed to add a learner.
+    ceiling: Option<usize>,
+    /// Why the standing decision holds.
+    reason: Reason,
+    round: u32,
+    last: Report,
+}
+
+impl DeviceTuner {
+    /// A tuner for one device, or the reason the configuration is invalid.
+    pub fn new(config: TunerConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let n = config.windows_per_count.max(config.monitor_windows).saturating_add(config.extra_windows).min(64);
+        let start = config.initial_learners;
+        Ok(DeviceTuner {
+            config,
+            current: None,
+            target: start,
+            in_flight: None,
+            awaiting: 0,
+            phase: Phase::Searching,
+            search: Search::at(start, config.min_learners),
+            discard: 0,
+            windows: Vec::with_capacity(n),
+            ring_next: 0,
+            scratch: Vec::with_capacity(n),
+            table: Vec::new(),
+            reference: None,
+            memory: None,
+            ceiling: None,
+            reason: Reason::Starting,
+            round: 0,
+            last: Report {
+                decision: Decision::Keep,
+                learners: None,
+                target: start,
+                reason: Reason::Starting,
+                sample: SampleUse::None,
+                round: 0,
+            },
+        })
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &TunerConfig {
+        &self.config
+    }
+
+    /// Takes one measurement window and answers what the device should do next.
+    ///
+    /// Memory figures in the sample replace the previous ones first. A missing sample (see
+    /// [`Sample`]) changes nothing else and repeats the standing decision.
+    pub fn observe(&mut self, sample: &Sample) -> Report {
+        if let Some(figures) = sample.memory {
+            self.apply_memory(figures);
+        }
+        let used = match sample.throughput() {
+            None => SampleUse::Missing,
+            Some(rate) => self.take(sample.learners, rate),
+        };
+        self.enforce_memory();
+        self.finish_report(used)
+    }
+
+    /// Replaces the device's memory figures and answers the (possibly changed) decision: if
+    /// the running learners no longer fit, the tuner asks to remove learners; a pending
+    /// addition that no longer fits is withdrawn.
+    pub fn set_memory(&mut self, figures: MemoryFigures) -> Report {
+        self.apply_memory(figures);
+        self.enforce_memory();
+        self.finish_report(SampleUse::None)
+    }
+
+    /// Tells the tuner the engine could not apply the pending change (for instance, creating
+    /// the learner failed to allocate). A failed addition caps the device at its current count
+    /// until the memory figures change; a failed removal settles the device where it is.
+    /// Without a pending change this only repeats the standing decision.
+    pub fn change_failed(&mut self) -> Report {
+        self.fail_in_flight();
+        self.finish_report(SampleUse::None)
+    }
+
+    fn fail_in_flight(&mut self) {
+        let (Some(cur), Some(step)) = (self.current, self.in_flight.take()) else {
+            return;
+        };
+        self.awaiting = 0;
+        let reason = Reason::ChangeFailed { learners: step };
+        if step > cur {
+            self.ceiling = Some(cur);
+            self.blocked_up(cur, reason);
+        } else {
+            self.stop_here(cur, reason);
+        }
+    }
+
+    /// Re-opens tuning now from the current count, as a throughput drop would.
+    pub fn retune(&mut self) -> Report {
+        if let Some(cur) = self.current {
+            self.round = self.round.saturating_add(1);
+            self.begin_round(cur, Reason::Requested);
+            self.discard = 0;
+            self.enforce_memory();
+        }
+        self.finish_report(SampleUse::None)
+    }
+
+    /// Learners running, as last reported.
+    pub fn learners(&self) -> Option<usize> {
+        self.current
+    }
+
+    /// Learners the tuner steers to.
+    pub fn target(&self) -> usize {
+        self.target
+    }
+
+    /// Where tuning stands.
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// Whether the search is over and the device runs its final count (the last report said
+    /// [`Decision::Settled`]).
+    pub fn is_settled(&self) -> bool {
+        self.last.decision == Decision::Settled
+    }
+
+    /// The last report.
+    pub fn last_report(&self) -> &Report {
+        &self.last
+    }
+
+    /// Median throughput per learner count measured in this round, sorted by count.
+    pub fn table(&self) -> &[TableEntry] {
+        &self.table
+    }
+
+    /// The settled reference throughput, once measured.
+    pub fn reference(&self) -> Option<f64> {
+        self.reference
+    }
+
+    /// A serializable snapshot of the device's state (allocates; for logs).
+    pub fn status(&self) -> DeviceStatus {
+        DeviceStatus {
+            phase: self.phase,
+            round: self.round,
+            learners: self.current,
+            target: self.target,
+            table: self.table.clone(),
+            reference: self.reference,
+            ceiling: self.ceiling,
+            memory: self.memory,
+            last: self.last,
+        }
+    }
+
+    // ---- sample handling ----------------------------------------------------------------
+
+    fn take(&mut self, count: usize, rate: f64) -> SampleUse {
+        let Some(cur) = self.current else {
+            // First valid sample: the run starts here, whatever was configured.
+            let warming = Reason::WarmingUp { remaining: self.config.warmup_windows };
+            self.begin_round(count, warming);
+            return SampleUse::SpansChange;
+        };
+        if count != cur {
+            self.awaiting = 0;
+            if self.is_progress(cur, count) {
+                self.in_flight = None;
+                self.arrive(count);
+            } else {
+                self.in_flight = None;
+                self.round = self.round.saturating_add(1);
+                let reason = Reason::ExternalChange { expected: self.target, reported: count };
+                self.begin_round(count, reason);
+            }
+            return SampleUse::SpansChange;
+        }
+        if self.in_flight.is_some() {
+            // This window ran the old count: the step asked for is not applied yet.
+            self.awaiting += 1;
+            if self.awaiting > self.change_timeout() {
+                if cur == self.target {
+                    // A withdrawn step the engine never applied: nothing to undo.
+                    self.in_flight = None;
+                } else {
+                    self.fail_in_flight();
+                }
+            }
+        }
+        if cur != self.target {
+            return SampleUse::AwaitingChange;
+        }
+        if self.discard > 0 {
+            self.discard -= 1;
+            if self.phase == Phase::Searching {
+                self.reason = Reason::WarmingUp { remaining: self.discard };
+            }
+            return SampleUse::WarmUp;
+        }
+        match self.phase {
+            Phase::Searching => {
+                self.windows.push(rate);
+                match self.measurement(self.config.windows_per_count) {
+                    Ok(m) => self.measured(cur, m),
+                    Err(needed) => {
+                        self.reason = Reason::Measuring { windows: self.windows.len(), needed };
+                    }
+                }
+                SampleUse::Measured
+            }
+            Phase::Settling | Phase::Returning => {
+                self.windows.push(rate);
+                if let Ok(m) = self.measurement(self.config.monitor_windows) {
+                    self.reference = Some(m);
+                    self.phase = Phase::Settled;
+                    self.windows.clear();
+                    self.ring_next = 0;
+                }
+                SampleUse::Measured
+            }
+            Phase::Settled => {
+                self.monitor(cur, rate);
+                SampleUse::Monitored
+            }
+        }
+    }
+
+    /// Whether `count` is the step asked for, or lies on the way from `cur` to the target
+    /// (the engine applied one or more of the steps asked for).
+    fn is_progress(&self, cur: usize, count: usize) -> bool {
+        self.in_flight == Some(count) || (cur < count && count <= self.target) || (self.target <= count && count < cur)
+    }
+
+    /// Valid windows at the old count after which an unapplied step counts as failed: the
+    /// time one count takes to measure.
+    fn change_timeout(&self) -> usize {
+        1 + self.config.warmup_windows + self.config.windows_per_count
+    }
+
+    /// The engine moved to `count` on the way to the target.
+    fn arrive(&mut self, count: usize) {
+        self.current = Some(count);
+        self.windows.clear();
+        self.discard = self.config.warmup_windows;
+        if count == self.target {
+            match self.phase {
+                Phase::Returning => self.phase = Phase::Settling,
+                Phase::Searching => {
+                    self.reason = Reason::WarmingUp { remaining: self.discard };
+                }
+                Phase::Settling | Phase::Settled => {}
+            }
+        }
+    }
+
+    /// Starts a search round at `count` (clamped into `[min, max]`), forgetting the table.
+    fn begin_round(&mut self, count: usize, reason: Reason) {
+        let (min, max) = (self.config.min_learners, self.config.max_learners);
+        let start = count.clamp(min, max);
+        self.current = Some(count);
+        self.target = start;
+        self.phase = Phase::Searching;
+        self.search = Search::at(start, min);
+        self.table.clear();
+        self.windows.clear();
+        self.reference = None;
+        self.discard = self.config.warmup_windows;
+        self.reason = if count > max {
+            Reason::MaxLearners { max }
+        } else if count < min {
+            Reason::MinLearners { min }
+        } else {
+            reason
+        };
+    }
+
+    /// The median of the current count's windows once it can be trusted: at least `n`
+    /// windows that agree (see [`TunerConfig::outlier_band`]), or as many more as
+    /// `extra_windows` allows. Otherwise the windows still needed.
+    fn measurement(&mut self, n: usize) -> Result<f64, usize> {
+        let have = self.windows.len();
+        if have < n {
+            return Err(n);
+        }
+        match agreed_median(&self.windows, &mut self.scratch, self.config.outlier_band) {
+            Some((m, agreed)) if agreed || have >= n.saturating_add(self.config.extra_windows) => Ok(m),
+            _ => Err(have + 1),
+        }
+    }
+
+    /// The median `m` of the windows at `count` is measured.
+    fn measured(&mut self, count: usize, m: f64) {
+        let windows = self.windows.len();
+        self.windows.clear();
+        let entry = TableEntry { learners: count, median: m, windows };
+        match self.table.binary_search_by_key(&count, |e| e.learners) {
+            Ok(i) => self.table[i] = entry,
+            Err(i) => self.table.insert(i, entry),
+        }
+        self.step(count, m);
+    }
+
+    fn median_of(&self, count: usize) -> Option<f64> {
+        self.table.binary_search_by_key(&count, |e| e.learners).ok().and_then(|i| self.table.get(i)).map(|e| e.median)
+    }
+
+    // ---- the search ---------------------------------------------------------------------
+
+    /// Decides the next move after measuring `count` (median `m`).
+    fn step(&mut self, count: usize, m: f64) {
+        let best = self.search.best;
+        let best_m = match self.median_of(best) {
+            Some(b) if best != count => b,
+            _ => {
+                // The round's first measurement (or a lost reference): search from here.
+                let min = self.config.min_learners;
+                self.search = Search::at(count, min);
+                self.next_probe(Reason::Explore { learners: count, median: m });
+                return;
+            }
+        };
+        // Every learner must pay the threshold: k learners more must beat the smaller count
+        // by (1 + threshold)^k - 1, so a lucky window two learners away is not a gain.
+        let k = i32::try_from(count.abs_diff(best)).unwrap_or(i32::MAX);
+        let needed = (1.0 + self.config.threshold).powi(k) - 1.0;
+        let patience = self.config.patience;
+        match self.search.direction {
+            Direction::Up => {
+                let cmp = Comparison::new((best, best_m), (count, m), needed);
+                if cmp.change > needed {
+                    self.search.best = count;
+                    self.search.misses = 0;
+                    self.next_probe(Reason::Improved(cmp));
+                } else {
+                    self.search.misses = self.search.misses.saturating_add(1);
+                    if self.search.misses > patience {
+                        self.finish(Reason::NoGain(cmp));
+                    } else {
+                        self.next_probe(Reason::NoGainTryingMore(cmp));
+                    }
+                }
+            }
+            Direction::Down => {
+                // `count` is below `best`: did the learners between them pay?
+                let cmp = Comparison::new((count, m), (best, best_m), needed);
+                if cmp.change > needed {
+                    self.search.misses = self.search.misses.saturating_add(1);
+                    if self.search.misses > patience {
+                        self.down_done(Reason::WorthKeeping(cmp));
+                    } else {
+                        self.next_probe(Reason::WorthKeepingTryingFewer(cmp));
+                    }
+                } else {
+                    self.search.best = count;
+                    self.search.misses = 0;
+                    self.next_probe(Reason::NotWorthKeeping(cmp));
+                }
+            }
+        }
+    }
+
+    /// Steers to the next probe of the search (`reason` says why), or ends that direction.
+    fn next_probe(&mut self, reason: Reason) {
+        let s = self.search;
+        let step = s.misses.saturating_add(1);
+        match s.direction {
+            Direction::Up => match s.best.checked_add(step) {
+                Some(probe) => match self.up_limit(probe) {
+                    None => self.steer(probe, reason),
+                    Some(limit) => self.finish(limit),
+                },
+                None => self.finish(Reason::MaxLearners { max: self.config.max_learners }),
+            },
+            Direction::Down => {
+                let min = self.config.min_learners;
+                match s.best.checked_sub(step).filter(|&p| p >= min) {
+                    Some(probe) => self.steer(probe, reason),
+                    None => {
+                        let reason = match reason {
+                            Reason::NotWorthKeeping(_) | Reason::Explore { .. } => Reason::MinLearners { min },
+                            other => other,
+                        };
+                        self.down_done(reason);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Moves the search to `probe`.
+    fn steer(&mut self, probe: usize, reason: Reason) {
+        self.target = probe;
+        self.phase = Phase::Searching;
+        self.reason = reason;
+    }
+
+    /// The downward search is over: climb from its best count. Even when learners were
+    /// removed, the climb re-measures the counts above, so one unlucky median on the way down
+    /// cannot strand the device below its best count.
+    fn down_done(&mut self, reason: Reason) {
+        self.search.direction = Direction::Up;
+        self.search.misses = 0;
+        self.next_probe(reason);
+    }
+
+    /// What stops the device from running `probe` learners (more than it runs now), if
+    /// anything.
+    fn up_limit(&self, probe: usize) -> Option<Reason> {
+        let max = self.config.max_learners;
+        if probe > max {
+            return Some(Reason::MaxLearners { max });
+        }
+        if let Some(ceiling) = self.ceiling.filter(|&c| probe > c) {
+            return Some(Reason::ChangeFailed { learners: ceiling + 1 });
+        }
+        let is_next = self.current.and_then(|c| c.checked_add(1)) == Some(probe);
+        match fit(self.memory.as_ref(), self.config.memory_budget_bytes, probe, is_next) {
+            Fit::Fits => None,
+            Fit::OverBudget { needed, budget } => {
+                Some(Reason::MemoryBudget { learners: probe, needed_bytes: needed, budget_bytes: budget })
+            }
+            Fit::OverFree { needed, free } => Some(Reason::MemoryFree { needed_bytes: needed, free_bytes: free }),
+            Fit::Unknown if self.config.require_memory_figures => Some(Reason::MemoryUnknown),
+            Fit::Unknown => None,
+        }
+    }
+
+    /// The search is over: steer to the best count and settle there.
+    fn finish(&mut self, reason: Reason) {
+        self.target = self.search.best;
+        self.reason = reason;
+        if self.current == Some(self.target) {
+            self.phase = Phase::Settling;
+        } else {
+            self.phase = Phase::Returning;
+        }
+    }
+
+    /// Stays at `cur` and settles there (a change failed or memory blocks the way).
+    fn stop_here(&mut self, cur: usize, reason: Reason) {
+        self.target = cur;
+        self.reason = reason;
+        if self.phase != Phase::Settled {
+            self.phase = Phase::Settling;
+        }
+    }
+
+    /// The way up from `cur` is blocked (`reason`): end the search at the best count if that
+    /// is not above `cur`, else stay at `cur`.
+    fn blocked_up(&mut self, cur: usize, reason: Reason) {
+        if self.phase == Phase::Searching && self.search.best <= cur {
+            self.finish(reason);
+        } else {
+            self.stop_here(cur, reason);
+        }
+    }
+
+    // ---- memory -------------------------------------------------------------------------
+
+    fn apply_memory(&mut self, figures: MemoryFigures) {
+        let same_plan = self.memory.is_some_and(|m| {
+            (m.bytes_per_learner, m.fixed_bytes, m.budget_bytes)
+                == (figures.bytes_per_learner, figures.fixed_bytes, figures.budget_bytes)
+        });
+        if !same_plan {
+            self.ceiling = None;
+        }
+        self.memory = Some(figures);
+    }
+
+    /// Never run more learners than fit; never ask for one that would not.
+    fn enforce_memory(&mut self) {
+        let Some(cur) = self.current else {
+            return;
+        };
+        let min = self.config.min_learners;
+        if cur > min {
+            let cap = self.config.memory_budget_bytes;
+            if let Fit::OverBudget { needed, budget } = fit(self.memory.as_ref(), cap, cur, false) {
+                let fitting = self
+                    .memory
+                    .map_or(0, |m| m.learners_within(budget))
+                    .min(cur - 1)
+                    .min(self.config.max_learners)
+                    .max(min);
+                if self.target > fitting {
+                    self.target = fitting;
+                    self.reason = Reason::MemoryBudget { learners: cur, needed_bytes: needed, budget_bytes: budget };
+                    if self.phase == Phase::Searching {
+                        // Search again from the largest count that fits.
+                        self.search = Search::at(fitting, min);
+                        self.table.retain(|e| e.learners <= fitting);
+                    } else {
+                        self.phase = Phase::Returning;
+                    }
+                }
+                return;
+            }
+        }
+        if self.target > cur {
+            if let Some(limit) = cur.checked_add(1).and_then(|next| self.up_limit(next)) {
+                self.blocked_up(cur, limit);
+            }
+        }
+    }
+
+    // ---- monitoring ---------------------------------------------------------------------
+
+    fn monitor(&mut self, cur: usize, rate: f64) {
+        let n = self.config.monitor_windows;
+        if self.windows.len() < n {
+            self.windows.push(rate);
+        } else if let Some(slot) = self.windows.get_mut(self.ring_next) {
+            *slot = rate;
+        }
+        self.ring_next = (self.ring_next + 1) % n;
+        if self.windows.len() < n {
+            return;
+        }
+        let band = self.config.outlier_band;
+        let (Some(reference), Some((m, agreed))) =
+            (self.reference, agreed_median(&self.windows, &mut self.scratch, band))
+        else {
+            return;
+        };
+        // A drop is believed when the windows agree on it, not when a run of outliers pulls
+        // the median down.
+        if agreed && m < reference * (1.0 - self.config.retune_drop) {
+            self.round = self.round.saturating_add(1);
+            let reason = Reason::ThroughputDrop { learners: cur, reference, median: m, drop: 1.0 - m / reference };
+            self.begin_round(cur, reason);
+            // Nothing changed on the device: no warm-up to sit out.
+            self.discard = 0;
+        }
+    }
+
+    // ---- reporting ----------------------------------------------------------------------
+
+    /// Builds the report, asking for the next one-learner step towards the target when none
+    /// is in flight (each step is asked for once).
+    fn finish_report(&mut self, sample: SampleUse) -> Report {
+        if let Some(cur) = self.current {
+            // Never steer below the minimum or above the maximum, whatever led here (for
+            // instance a withdrawn addition the engine applied anyway).
+            let (min, max) = (self.config.min_learners, self.config.max_learners);
+            if self.target < cur && self.target < min {
+                self.target = min.min(cur);
+            } else if self.target > cur && self.target > max {
+                self.target = max.max(cur);
+            }
+            if self.target == cur && self.phase == Phase::Returning {
+                self.phase = Phase::Settling;
+            }
+        }
+        let decision = match self.current {
+            None => Decision::Keep,
+            Some(cur) if self.target != cur => {
+                if self.in_flight.is_some() {
+                    Decision::Keep
+                } else if self.target > cur {
+                    self.in_flight = Some(cur + 1);
+                    self.awaiting = 0;
+                    Decision::AddLearner
+                } else {
+                    self.in_flight = Some(cur - 1);
+                    self.awaiting = 0;
+                    Decision::RemoveLearner
+                }
+            }
+            Some(_) => match self.phase {
+                Phase::Searching => Decision::Keep,
+                Phase::Returning | Phase::Settling | Phase::Settled => Decision::Settled,
+            },
+        };
+        self.last = Report {
+            decision,
+            learners: self.current,
+            target: self.target,
+            reason: self.reason,
+            sample,
+            round: self.round,
+        };
+        self.last
+    }
+}
