@@ -59,6 +59,15 @@ impl<B: Backend> Executor<B> {
         })
     }
 
+    /// Grows the conv workspace if `be` (e.g. a backend with more threads) needs more.
+    pub fn ensure_workspace(&mut self, be: &B) -> Result<()> {
+        let need = workspace_len(be, &self.program);
+        if B::buffer_len(&self.workspace) < need {
+            self.workspace = be.alloc(need)?;
+        }
+        Ok(())
+    }
+
     /// The program.
     pub fn program(&self) -> &Arc<Program> {
         &self.program

@@ -12,7 +12,12 @@
 //! * [`replica`] — a [`replica::Replica`]: parameters, gradients, momentum and batch-norm
 //!   statistics, each ONE flat buffer.
 //! * [`schedule`] — learning-rate schedules.
+//! * [`sync`] — the [`sync::Synchroniser`] trait the engine calls once per iteration (the
+//!   `crossbow-sma` crate implements SMA, S-SGD and EA-SGD with it), and the all-reduce.
+//! * [`engine`] — the [`engine::Engine`]: k learners over D devices, one batch each per
+//!   iteration, learners added and removed between iterations.
 
+pub mod engine;
 pub mod error;
 pub mod exec;
 pub mod graph;
@@ -21,9 +26,12 @@ pub mod plan;
 pub mod program;
 pub mod replica;
 pub mod schedule;
+pub mod sync;
 
+pub use engine::{Engine, EngineConfig};
 pub use error::{ReplicaError, Result};
 pub use graph::{Graph, GraphBuilder, Layer, NodeId};
 pub use models::ModelKind;
 pub use replica::Replica;
 pub use schedule::Schedule;
+pub use sync::Synchroniser;

@@ -562,10 +562,10 @@ impl DeviceTuner {
                 return;
             }
         }
-        if self.target > cur {
-            if let Some(limit) = cur.checked_add(1).and_then(|next| self.up_limit(next)) {
-                self.blocked_up(cur, limit);
-            }
+        if self.target > cur
+            && let Some(limit) = cur.checked_add(1).and_then(|next| self.up_limit(next))
+        {
+            self.blocked_up(cur, limit);
         }
     }
 

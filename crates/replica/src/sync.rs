@@ -1,0 +1,283 @@
+//! The [`Synchroniser`] trait: how learners are kept consistent. Implement it to plug your own
+//! algorithm into the engine (see `crates/sma` for SMA, S-SGD and EA-SGD, and
+//! `examples/custom_synchroniser.rs` for a small complete one).
+//!
+//! # What the engine calls, once per iteration
+//!
+//! ```text
+//! every learner j, on its own device stream / worker thread (concurrently):
+//!     forward + backward on its own batch           -> grads_j
+//!     learner_step(j)                               -> your local update (SGD, corrections)
+//! every device d (concurrently):
+//!     reduce_device(d, learners of d) -> out_d      -> the device's contribution
+//! all-reduce: every out_d becomes sum_d out_d       (in-process for CPU devices, staged
+//!                                                    through the host or NCCL for GPUs)
+//! every device d:
+//!     apply_device(d, total)                        -> update the device's copy of z
+//!     after_apply(j) for each learner j on d        -> e.g. copy z into the replica
+//! ```
+//!
+//! Every device holds a bit-identical copy of the central model `z`; because every device
+//! receives the same all-reduced total and runs the same arithmetic, the copies never drift.
+//! All buffers hold `len` = number of parameters `f32`s and are flat: a synchroniser is a few
+//! vector ops from [`crossbow_kernels::Backend`] (`sub`, `axpy`, `axpby`, `scale`, `copy`,
+//! `sgd_step`). Extra per-learner and per-device buffers are allocated by the engine
+//! ([`Synchroniser::learner_buffers`], [`Synchroniser::device_buffers`]) and start at zero.
+//!
+//! On a GPU the calls enqueue work on the learner's stream (learner calls) or the device's
+//! synchronisation stream (device calls); the engine orders them. On CPU devices they run
+//! when called.
+
+use crossbow_kernels::optim::SgdConfig;
+use crossbow_kernels::{Backend, View, ViewMut};
+
+use crate::error::Result;
+
+/// What a synchroniser knows about the current iteration.
+#[derive(Clone, Copy, Debug)]
+pub struct StepInfo {
+    /// Iteration number, from 0.
+    pub iteration: u64,
+    /// Training progress in epochs at the start of the iteration.
+    pub epoch: f64,
+    /// The local optimiser's hyper-parameters this iteration (learning rate from the schedule).
+    pub sgd: SgdConfig,
+    /// The base learning rate (before the schedule).
+    pub base_lr: f32,
+    /// Total learners on all devices.
+    pub learners: usize,
+    /// True in the first iteration after the schedule stepped the learning rate down.
+    pub lr_dropped: bool,
+}
+
+/// One learner's buffers, as a synchroniser's learner calls see them.
+pub struct LearnerBuffers<'a, B: Backend> {
+    /// Global learner index (0..k).
+    pub index: usize,
+    /// Parameters `w_j` (mutable).
+    pub params: &'a mut B::Buffer,
+    /// Gradient of the learner's last batch (without weight decay).
+    pub grads: &'a B::Buffer,
+    /// Momentum of the learner's local optimiser.
+    pub velocity: &'a mut B::Buffer,
+    /// The synchroniser's own per-learner buffers.
+    pub extra: &'a mut [B::Buffer],
+}
+
+/// One learner's buffers, read-only, for the device reduction.
+pub struct LearnerRef<'a, B: Backend> {
+    pub index: usize,
+    pub params: &'a B::Buffer,
+    pub grads: &'a B::Buffer,
+    pub extra: &'a [B::Buffer],
+}
+
+/// A device's copy of the central model and the synchroniser's per-device buffers.
+pub struct Central<B: Backend> {
+    /// The central (average) model `z`.
+    pub z: B::Buffer,
+    /// The synchroniser's own per-device buffers.
+    pub extra: Vec<B::Buffer>,
+}
+
+/// A synchronisation algorithm. See the module documentation for the call sequence.
+pub trait Synchroniser<B: Backend>: Send + Sync {
+    /// Short name (`sma`, `ssgd`, ...).
+    fn name(&self) -> &str;
+
+    /// The algorithm's parameters, for logs and metrics files.
+    fn settings(&self) -> serde_json::Value;
+
+    /// Number of extra `len`-sized buffers per learner.
+    fn learner_buffers(&self) -> usize {
+        0
+    }
+
+    /// Number of extra `len`-sized buffers per device.
+    fn device_buffers(&self) -> usize {
+        0
+    }
+
+    /// Told the total number of learners at the start and whenever it changes.
+    fn set_learners(&mut self, _k: usize) {}
+
+    /// Learner `j`'s update after its backward pass, on its own backend; `z` is its device's
+    /// central model as of the previous iteration.
+    fn learner_step(
+        &self,
+        be: &B,
+        info: &StepInfo,
+        learner: LearnerBuffers<'_, B>,
+        z: &B::Buffer,
+        len: usize,
+    ) -> Result<()>;
+
+    /// Writes this device's contribution (for example the sum of its learners' corrections)
+    /// into `out`, on the device's backend.
+    fn reduce_device(
+        &self,
+        be: &B,
+        info: &StepInfo,
+        learners: &[LearnerRef<'_, B>],
+        central: &Central<B>,
+        out: &mut B::Buffer,
+        len: usize,
+    ) -> Result<()>;
+
+    /// Updates the device's central model from `total`, the sum of every device's
+    /// contribution (it may be overwritten).
+    fn apply_device(
+        &self,
+        be: &B,
+        info: &StepInfo,
+        total: &mut B::Buffer,
+        central: &mut Central<B>,
+        len: usize,
+    ) -> Result<()>;
+
+    /// Learner `j`'s update after its device's central model was updated.
+    fn after_apply(
+        &self,
+        _be: &B,
+        _info: &StepInfo,
+        _learner: LearnerBuffers<'_, B>,
+        _z: &B::Buffer,
+        _len: usize,
+    ) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Learners train independently with plain SGD; the central model is their average. With one
+/// learner this is ordinary single-model training (the central model is the learner).
+#[derive(Clone, Debug, Default)]
+pub struct Independent {
+    k: usize,
+}
+
+impl<B: Backend> Synchroniser<B> for Independent {
+    fn name(&self) -> &str {
+        "independent"
+    }
+
+    fn settings(&self) -> serde_json::Value {
+        serde_json::json!({})
+    }
+
+    fn set_learners(&mut self, k: usize) {
+        self.k = k;
+    }
+
+    fn learner_step(
+        &self,
+        be: &B,
+        info: &StepInfo,
+        l: LearnerBuffers<'_, B>,
+        _z: &B::Buffer,
+        len: usize,
+    ) -> Result<()> {
+        sgd(be, &info.sgd, l.params, l.grads, l.velocity, len)
+    }
+
+    fn reduce_device(
+        &self,
+        be: &B,
+        _info: &StepInfo,
+        learners: &[LearnerRef<'_, B>],
+        _c: &Central<B>,
+        out: &mut B::Buffer,
+        len: usize,
+    ) -> Result<()> {
+        sum_into(be, learners.iter().map(|l| l.params), out, len)
+    }
+
+    fn apply_device(
+        &self,
+        be: &B,
+        info: &StepInfo,
+        total: &mut B::Buffer,
+        central: &mut Central<B>,
+        len: usize,
+    ) -> Result<()> {
+        be.axpby(
+            1.0 / info.learners.max(1) as f32,
+            View::new(total, 0..len)?,
+            0.0,
+            ViewMut::new(&mut central.z, 0..len)?,
+        )?;
+        Ok(())
+    }
+}
+
+/// One local SGD step over the first `len` elements.
+pub fn sgd<B: Backend>(
+    be: &B,
+    cfg: &SgdConfig,
+    params: &mut B::Buffer,
+    grads: &B::Buffer,
+    velocity: &mut B::Buffer,
+    len: usize,
+) -> Result<()> {
+    be.sgd_step(cfg, ViewMut::new(params, 0..len)?, View::new(grads, 0..len)?, ViewMut::new(velocity, 0..len)?)?;
+    Ok(())
+}
+
+/// `out = sum of parts` over the first `len` elements (`out = 0` when there are none).
+pub fn sum_into<'a, B: Backend>(
+    be: &B,
+    parts: impl IntoIterator<Item = &'a B::Buffer>,
+    out: &mut B::Buffer,
+    len: usize,
+) -> Result<()> {
+    let mut first = true;
+    for p in parts {
+        let src = View::new(p, 0..len)?;
+        if first {
+            be.copy(src, ViewMut::new(out, 0..len)?)?;
+            first = false;
+        } else {
+            be.axpy(1.0, src, ViewMut::new(out, 0..len)?)?;
+        }
+    }
+    if first {
+        be.fill(ViewMut::new(out, 0..len)?, 0.0)?;
+    }
+    Ok(())
+}
+
+/// Sums buffers across devices so that every device ends with the same total.
+pub trait AllReduce<B: Backend>: Send + Sync {
+    /// After the call every `parts[d].1` holds `sum_d parts[d].1` (first `len` elements),
+    /// bit-identical on every device.
+    fn all_reduce_sum(&self, parts: &mut [(&B, &mut B::Buffer)], len: usize) -> Result<()>;
+}
+
+/// All-reduce through host memory: download every part, sum in a fixed order (device 0
+/// first), upload the same total to every device. Works for any backend; for CPU devices it
+/// is a few memory copies.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HostAllReduce;
+
+impl<B: Backend> AllReduce<B> for HostAllReduce {
+    fn all_reduce_sum(&self, parts: &mut [(&B, &mut B::Buffer)], len: usize) -> Result<()> {
+        if parts.len() <= 1 {
+            return Ok(());
+        }
+        let mut total = vec![0.0f32; len];
+        let mut tmp = vec![0.0f32; len];
+        for (i, (be, buf)) in parts.iter().enumerate() {
+            if i == 0 {
+                be.download(View::new(&**buf, 0..len)?, &mut total)?;
+            } else {
+                be.download(View::new(&**buf, 0..len)?, &mut tmp)?;
+                for (t, v) in total.iter_mut().zip(&tmp) {
+                    *t += *v;
+                }
+            }
+        }
+        for (be, buf) in parts.iter_mut() {
+            be.upload(&total, ViewMut::new(&mut **buf, 0..len)?)?;
+        }
+        Ok(())
+    }
+}
