@@ -1,0 +1,278 @@
+use std::fmt;
+
+use rayon::prelude::*;
+
+use crate::DataError;
+
+/// Which part of a dataset: the training set or the test set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Split {
+    /// The training set (shuffled and augmented by the [`crate::Pipeline`]).
+    Train,
+    /// The test set (read in order by [`crate::EvalBatches`]).
+    Test,
+}
+
+impl fmt::Display for Split {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Split::Train => "train",
+            Split::Test => "test",
+        })
+    }
+}
+
+/// A labelled image dataset held in memory.
+///
+/// Pixels are `u8`, one image after another, each in CHW order (`[c, h, w]`, row-major); labels
+/// are class indices in `0..num_classes`. The per-channel mean and standard deviation of the
+/// pixels (in units of `pixel / 255`) are computed once, exactly, when the dataset is built; a
+/// test set must be normalised with the statistics of its *training* set
+/// ([`crate::Normalize::from_dataset`]`(&train)`).
+#[derive(Clone, PartialEq)]
+pub struct Dataset {
+    name: String,
+    split: Split,
+    shape: [usize; 3],
+    num_classes: usize,
+    pixels: Vec<u8>,
+    labels: Vec<u32>,
+    mean: Vec<f32>,
+    std: Vec<f32>,
+}
+
+impl fmt::Debug for Dataset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Dataset")
+            .field("name", &self.name)
+            .field("split", &self.split)
+            .field("len", &self.len())
+            .field("shape", &self.shape)
+            .field("num_classes", &self.num_classes)
+            .field("mean", &self.mean)
+            .field("std", &self.std)
+            .finish()
+    }
+}
+
+impl Dataset {
+    /// A dataset from its parts. `pixels` holds `labels.len()` images of shape `shape`
+    /// (`[c, h, w]`, CHW order); every label must be below `num_classes`.
+    ///
+    /// Errors: a zero dimension, no classes, a pixel buffer of the wrong length, a label out of
+    /// range, or more than `u32::MAX` images.
+    pub fn new(
+        name: impl Into<String>,
+        split: Split,
+        shape: [usize; 3],
+        num_classes: usize,
+        pixels: Vec<u8>,
+        labels: Vec<u32>,
+    ) -> Result<Self, DataError> {
+        let name = name.into();
+        if shape.contains(&0) {
+            return Err(DataError::config(format!("dataset {name}: image shape {shape:?} has a zero dimension")));
+        }
+        if num_classes == 0 || num_classes > 1 << 24 {
+            return Err(DataError::config(format!(
+                "dataset {name}: {num_classes} classes (need 1..=2^24, so that every label is \
+                 exact as f32)"
+            )));
+        }
+        if u32::try_from(labels.len()).is_err() {
+            return Err(DataError::config(format!(
+                "dataset {name}: {} images is more than the supported {}",
+                labels.len(),
+                u32::MAX
+            )));
+        }
+        let image_len = shape[0]
+            .checked_mul(shape[1])
+            .and_then(|v| v.checked_mul(shape[2]))
+            .ok_or_else(|| DataError::config(format!("dataset {name}: image shape {shape:?} overflows")))?;
+        let expected = image_len
+            .checked_mul(labels.len())
+            .ok_or_else(|| DataError::config(format!("dataset {name}: pixel count overflows")))?;
+        if pixels.len() != expected {
+            return Err(DataError::config(format!(
+                "dataset {name}: {} labels of {shape:?} images need {expected} pixel bytes, got {}",
+                labels.len(),
+                pixels.len()
+            )));
+        }
+        if let Some((i, &l)) = labels.iter().enumerate().find(|&(_, &l)| l as usize >= num_classes) {
+            return Err(DataError::config(format!(
+                "dataset {name}: label {l} of image {i} is out of range (expected 0..{num_classes})"
+            )));
+        }
+        let (mean, std) = channel_stats(&pixels, shape);
+        Ok(Dataset { name, split, shape, num_classes, pixels, labels, mean, std })
+    }
+
+    /// The dataset's name (`mnist`, `cifar10`, `synthetic-digits`, ...).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Training or test set.
+    pub fn split(&self) -> Split {
+        self.split
+    }
+
+    /// Number of images.
+    pub fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    /// True when the dataset holds no image.
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+
+    /// The image shape `[channels, height, width]`.
+    pub fn image_shape(&self) -> [usize; 3] {
+        self.shape
+    }
+
+    /// Number of values per image (`c * h * w`).
+    pub fn image_len(&self) -> usize {
+        self.shape[0] * self.shape[1] * self.shape[2]
+    }
+
+    /// Number of classes; every label is below it.
+    pub fn num_classes(&self) -> usize {
+        self.num_classes
+    }
+
+    /// The pixels of image `i` (CHW), or `None` past the end.
+    pub fn image(&self, i: usize) -> Option<&[u8]> {
+        let n = self.image_len();
+        self.pixels.get(i.checked_mul(n)?..i.checked_add(1)?.checked_mul(n)?)
+    }
+
+    /// The label of image `i`, or `None` past the end.
+    pub fn label(&self, i: usize) -> Option<u32> {
+        self.labels.get(i).copied()
+    }
+
+    /// All pixels, image after image.
+    pub fn pixels(&self) -> &[u8] {
+        &self.pixels
+    }
+
+    /// All labels.
+    pub fn labels(&self) -> &[u32] {
+        &self.labels
+    }
+
+    /// Per-channel mean of `pixel / 255` over this dataset.
+    pub fn mean(&self) -> &[f32] {
+        &self.mean
+    }
+
+    /// Per-channel (population) standard deviation of `pixel / 255` over this dataset.
+    pub fn std(&self) -> &[f32] {
+        &self.std
+    }
+
+    /// The first `n` images (all of them if `n >= len`), statistics recomputed.
+    pub fn truncated(mut self, n: usize) -> Self {
+        if n < self.len() {
+            self.labels.truncate(n);
+            self.pixels.truncate(n * self.image_len());
+            let (mean, std) = channel_stats(&self.pixels, self.shape);
+            self.mean = mean;
+            self.std = std;
+        }
+        self
+    }
+}
+
+/// Exact per-channel mean and std (of `p / 255`) from 256-bin histograms. Independent of the
+/// number of rayon threads (integer counts). A channel with zero variance gets std 1.
+fn channel_stats(pixels: &[u8], shape: [usize; 3]) -> (Vec<f32>, Vec<f32>) {
+    let [c, h, w] = shape;
+    let plane = h * w;
+    let image_len = c * plane;
+    let hist = pixels
+        .par_chunks(image_len.max(1) * 64)
+        .fold(
+            || vec![[0u64; 256]; c],
+            |mut acc, chunk| {
+                for image in chunk.chunks_exact(image_len) {
+                    for (ch, values) in image.chunks_exact(plane).enumerate() {
+                        let hch = &mut acc[ch];
+                        for &p in values {
+                            hch[p as usize] += 1;
+                        }
+                    }
+                }
+                acc
+            },
+        )
+        .reduce(
+            || vec![[0u64; 256]; c],
+            |mut a, b| {
+                for (x, y) in a.iter_mut().zip(&b) {
+                    for (u, v) in x.iter_mut().zip(y) {
+                        *u += v;
+                    }
+                }
+                a
+            },
+        );
+    let mut mean = Vec::with_capacity(c);
+    let mut std = Vec::with_capacity(c);
+    for h in &hist {
+        let count: u64 = h.iter().sum();
+        if count == 0 {
+            mean.push(0.0);
+            std.push(1.0);
+            continue;
+        }
+        let n = count as f64;
+        let s: f64 = h.iter().enumerate().map(|(v, &k)| v as f64 * k as f64).sum();
+        let m = s / n;
+        let var: f64 = h.iter().enumerate().map(|(v, &k)| (v as f64 - m).powi(2) * k as f64).sum::<f64>() / n;
+        let sd = var.sqrt() / 255.0;
+        mean.push((m / 255.0) as f32);
+        std.push(if sd > 1e-6 { sd as f32 } else { 1.0 });
+    }
+    (mean, std)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_are_exact() {
+        // Two 1x1x2 two-channel images: channel 0 = {0, 255, 0, 255}, channel 1 = 51 everywhere.
+        let ds =
+            Dataset::new("t", Split::Train, [2, 1, 2], 2, vec![0, 255, 51, 51, 0, 255, 51, 51], vec![0, 1]).unwrap();
+        assert!((ds.mean()[0] - 0.5).abs() < 1e-6);
+        assert!((ds.std()[0] - 0.5).abs() < 1e-6);
+        assert!((ds.mean()[1] - 0.2).abs() < 1e-6);
+        assert_eq!(ds.std()[1], 1.0, "constant channel gets std 1");
+    }
+
+    #[test]
+    fn invalid_parts_are_errors() {
+        let bad = [
+            Dataset::new("t", Split::Train, [1, 2, 2], 2, vec![0; 7], vec![0, 1]),
+            Dataset::new("t", Split::Train, [1, 2, 2], 2, vec![0; 8], vec![0, 2]),
+            Dataset::new("t", Split::Train, [0, 2, 2], 2, vec![], vec![]),
+            Dataset::new("t", Split::Train, [1, 2, 2], 0, vec![], vec![]),
+        ];
+        for r in bad {
+            assert!(matches!(r, Err(DataError::InvalidConfig(_))), "{r:?}");
+        }
+        let ds = Dataset::new("t", Split::Test, [1, 2, 2], 3, (0..8).collect(), vec![0, 2]).unwrap();
+        assert_eq!(ds.image(1), Some(&[4u8, 5, 6, 7][..]));
+        assert_eq!(ds.image(2), None);
+        assert_eq!(ds.image(usize::MAX), None);
+        assert_eq!(ds.label(1), Some(2));
+        let t = ds.truncated(1);
+        assert_eq!((t.len(), t.pixels().len()), (1, 4));
+    }
+}
