@@ -1,0 +1,353 @@
+//! The training configuration: a TOML file and command-line flags (flags win), validated into
+//! typed settings. Every bad value is an error naming the flag (or key) and the value.
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use crossbow_data::DatasetKind;
+use crossbow_replica::{ModelKind, Schedule};
+use crossbow_sma::SyncKind;
+use crossbow_tensor::DeviceSpec;
+use serde::{Deserialize, Serialize};
+
+use crate::error::CliError;
+
+/// How many learners each device runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum LearnersPerDevice {
+    /// Chosen at run time by the auto-tuner.
+    Auto,
+    /// A fixed count.
+    Fixed(usize),
+}
+
+impl FromStr for LearnersPerDevice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "auto" => Ok(LearnersPerDevice::Auto),
+            t => match t.parse::<usize>() {
+                Ok(n) if n >= 1 => Ok(LearnersPerDevice::Fixed(n)),
+                _ => Err(format!("--learners-per-device '{s}' must be 'auto' or a whole number >= 1")),
+            },
+        }
+    }
+}
+
+/// Every setting of `crossbow train`, as read from a TOML file (keys are the flag names without
+/// the leading dashes, e.g. `batch-size = 64`). Unset values take their defaults.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct TrainFile {
+    pub model: Option<String>,
+    pub dataset: Option<String>,
+    pub data_dir: Option<PathBuf>,
+    pub batch_size: Option<usize>,
+    pub lr: Option<f64>,
+    pub momentum: Option<f64>,
+    pub weight_decay: Option<f64>,
+    pub nesterov: Option<bool>,
+    pub schedule: Option<String>,
+    pub epochs: Option<f64>,
+    pub target_accuracy: Option<f64>,
+    pub seed: Option<u64>,
+    pub threads: Option<usize>,
+    pub metrics: Option<PathBuf>,
+    pub devices: Option<String>,
+    pub learners_per_device: Option<String>,
+    pub sync: Option<String>,
+    pub alpha: Option<f64>,
+    pub central_momentum: Option<f64>,
+    pub eval_every: Option<f64>,
+    pub eval_batch_size: Option<usize>,
+    pub train_size: Option<usize>,
+    pub test_size: Option<usize>,
+    pub workers: Option<usize>,
+    pub max_learners: Option<usize>,
+    pub tuner_threshold: Option<f64>,
+}
+
+impl TrainFile {
+    /// Reads a TOML config file; errors name the file.
+    pub fn read(path: &Path) -> Result<Self, CliError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| CliError::usage(format!("config file {}: {e}", path.display())))?;
+        toml::from_str(&text)
+            .map_err(|e| CliError::usage(format!("config file {}: {}", path.display(), e.to_string().trim())))
+    }
+
+    /// `other`'s values where set, else `self`'s.
+    pub fn overridden_by(self, other: TrainFile) -> TrainFile {
+        macro_rules! pick {
+            ($($f:ident),*) => { TrainFile { $($f: other.$f.or(self.$f)),* } };
+        }
+        pick!(
+            model,
+            dataset,
+            data_dir,
+            batch_size,
+            lr,
+            momentum,
+            weight_decay,
+            nesterov,
+            schedule,
+            epochs,
+            target_accuracy,
+            seed,
+            threads,
+            metrics,
+            devices,
+            learners_per_device,
+            sync,
+            alpha,
+            central_momentum,
+            eval_every,
+            eval_batch_size,
+            train_size,
+            test_size,
+            workers,
+            max_learners,
+            tuner_threshold
+        )
+    }
+}
+
+/// The validated settings of a training run.
+#[derive(Clone, Debug, Serialize)]
+pub struct TrainConfig {
+    pub model: ModelKind,
+    pub dataset: DatasetKind,
+    pub data_dir: PathBuf,
+    pub batch_size: usize,
+    pub lr: f64,
+    pub momentum: f64,
+    pub weight_decay: f64,
+    pub nesterov: bool,
+    pub schedule: Schedule,
+    pub epochs: f64,
+    pub target_accuracy: Option<f64>,
+    pub seed: u64,
+    /// Threads per CPU device (default: the machine's cores divided among the CPU devices).
+    pub threads: Option<usize>,
+    pub metrics: Option<PathBuf>,
+    #[serde(serialize_with = "ser_display")]
+    pub devices: DeviceSpec,
+    pub learners_per_device: LearnersPerDevice,
+    #[serde(skip)]
+    pub sync: SyncKind,
+    pub sync_name: String,
+    pub alpha: Option<f64>,
+    pub central_momentum: f64,
+    /// Evaluate every this many epochs.
+    pub eval_every: f64,
+    pub eval_batch_size: usize,
+    pub train_size: Option<usize>,
+    pub test_size: Option<usize>,
+    pub workers: usize,
+    pub max_learners: usize,
+    pub tuner_threshold: f64,
+}
+
+fn ser_display<S: serde::Serializer>(v: &DeviceSpec, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(v)
+}
+
+fn positive(name: &str, v: f64) -> Result<f64, CliError> {
+    if v.is_finite() && v > 0.0 {
+        Ok(v)
+    } else {
+        Err(CliError::usage(format!("--{name} must be a positive number, got {v}")))
+    }
+}
+
+fn non_negative(name: &str, v: f64) -> Result<f64, CliError> {
+    if v.is_finite() && v >= 0.0 {
+        Ok(v)
+    } else {
+        Err(CliError::usage(format!("--{name} must be a number >= 0, got {v}")))
+    }
+}
+
+impl TrainConfig {
+    /// Defaults for the built-in run (LeNet-5 on the synthetic digits), overridden by `f`.
+    pub fn from_file(f: TrainFile) -> Result<Self, CliError> {
+        let dataset: DatasetKind = match &f.dataset {
+            Some(d) => d.parse().map_err(|e: crossbow_data::DataError| CliError::usage(format!("--dataset: {e}")))?,
+            None => DatasetKind::SyntheticDigits,
+        };
+        let default_model = if dataset.image_shape()[0] == 1 { "lenet5" } else { "resnet20" };
+        let model: ModelKind = f
+            .model
+            .as_deref()
+            .unwrap_or(default_model)
+            .parse()
+            .map_err(|e: String| CliError::usage(format!("--model: {e}")))?;
+        let batch_size = f.batch_size.unwrap_or(32);
+        if batch_size == 0 {
+            return Err(CliError::usage("--batch-size must be at least 1"));
+        }
+        let lr = positive("lr", f.lr.unwrap_or(0.01))?;
+        let momentum = f.momentum.unwrap_or(0.9);
+        if !(0.0..1.0).contains(&momentum) {
+            return Err(CliError::usage(format!("--momentum must be in [0, 1), got {momentum}")));
+        }
+        let weight_decay = non_negative("weight-decay", f.weight_decay.unwrap_or(5e-4))?;
+        let nesterov = f.nesterov.unwrap_or(false);
+        if nesterov && momentum == 0.0 {
+            return Err(CliError::usage("--nesterov needs --momentum > 0"));
+        }
+        let epochs = positive("epochs", f.epochs.unwrap_or(4.0))?;
+        let mut schedule: Schedule = f
+            .schedule
+            .as_deref()
+            .unwrap_or("constant")
+            .parse()
+            .map_err(|e: String| CliError::usage(format!("--schedule: {e}")))?;
+        if let Schedule::Cosine { total, min_factor } = schedule
+            && total.is_nan()
+        {
+            schedule = Schedule::Cosine { total: epochs, min_factor };
+        }
+        let target_accuracy = match f.target_accuracy {
+            None => None,
+            Some(t) if (0.0..=1.0).contains(&t) => Some(t),
+            Some(t) if t > 1.0 && t <= 100.0 => Some(t / 100.0),
+            Some(t) => {
+                return Err(CliError::usage(format!("--target-accuracy must be in (0, 1] or a percentage, got {t}")));
+            }
+        };
+        if let Some(0) = f.threads {
+            return Err(CliError::usage("--threads must be at least 1"));
+        }
+        let devices: DeviceSpec = f
+            .devices
+            .as_deref()
+            .unwrap_or("auto")
+            .parse()
+            .map_err(|e: String| CliError::usage(format!("--devices: {e}")))?;
+        let learners_per_device: LearnersPerDevice =
+            f.learners_per_device.as_deref().unwrap_or("auto").parse().map_err(CliError::usage)?;
+        let central_momentum = f.central_momentum.unwrap_or(0.9);
+        let sync_name = f.sync.clone().unwrap_or_else(|| "sma".into());
+        let sync = SyncKind::parse(&sync_name, f.alpha.map(|a| a as f32), central_momentum as f32)
+            .map_err(|e| CliError::usage(format!("--sync: {e}")))?;
+        let eval_every = positive("eval-every", f.eval_every.unwrap_or(1.0))?;
+        let eval_batch_size = f.eval_batch_size.unwrap_or(500);
+        if eval_batch_size == 0 {
+            return Err(CliError::usage("--eval-batch-size must be at least 1"));
+        }
+        let workers = f.workers.unwrap_or(2);
+        if workers == 0 {
+            return Err(CliError::usage("--workers must be at least 1"));
+        }
+        let max_learners = f.max_learners.unwrap_or(8);
+        if max_learners == 0 {
+            return Err(CliError::usage("--max-learners must be at least 1"));
+        }
+        let tuner_threshold = non_negative("tuner-threshold", f.tuner_threshold.unwrap_or(0.05))?;
+        let data_dir = f.data_dir.clone().unwrap_or_else(|| PathBuf::from("data"));
+        if !dataset.is_synthetic() && !data_dir.is_dir() {
+            return Err(CliError::usage(format!(
+                "--data-dir {}: no such directory (dataset {} is read from files; the built-in datasets are synthetic-digits and synthetic-shapes)",
+                data_dir.display(),
+                dataset.name()
+            )));
+        }
+        if f.train_size == Some(0) || f.test_size == Some(0) {
+            return Err(CliError::usage("--train-size and --test-size must be at least 1"));
+        }
+        Ok(TrainConfig {
+            model,
+            dataset,
+            data_dir,
+            batch_size,
+            lr,
+            momentum,
+            weight_decay,
+            nesterov,
+            schedule,
+            epochs,
+            target_accuracy,
+            seed: f.seed.unwrap_or(1),
+            threads: f.threads,
+            metrics: f.metrics,
+            devices,
+            learners_per_device,
+            sync,
+            sync_name,
+            alpha: f.alpha,
+            central_momentum,
+            eval_every,
+            eval_batch_size,
+            train_size: f.train_size,
+            test_size: f.test_size,
+            workers,
+            max_learners,
+            tuner_threshold,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_built_in_run() {
+        let c = TrainConfig::from_file(TrainFile::default()).unwrap();
+        assert_eq!(c.model, ModelKind::LeNet5);
+        assert_eq!(c.dataset, DatasetKind::SyntheticDigits);
+        assert_eq!(c.learners_per_device, LearnersPerDevice::Auto);
+        assert_eq!(c.devices, DeviceSpec::Auto);
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let file: TrainFile = toml::from_str("model = \"resnet20\"\nbatch-size = 64\nlr = 0.1\n").unwrap();
+        let flags = TrainFile { batch_size: Some(16), ..Default::default() };
+        let c = TrainConfig::from_file(file.overridden_by(flags)).unwrap();
+        assert_eq!(c.model, ModelKind::ResNetCifar(20));
+        assert_eq!(c.batch_size, 16);
+        assert_eq!(c.lr, 0.1);
+    }
+
+    #[test]
+    fn bad_values_name_the_flag() {
+        let cases: Vec<(TrainFile, &str)> = vec![
+            (TrainFile { model: Some("alexnet".into()), ..Default::default() }, "--model"),
+            (TrainFile { dataset: Some("imagenet".into()), ..Default::default() }, "--dataset"),
+            (TrainFile { batch_size: Some(0), ..Default::default() }, "--batch-size"),
+            (TrainFile { lr: Some(-1.0), ..Default::default() }, "--lr"),
+            (TrainFile { momentum: Some(1.5), ..Default::default() }, "--momentum"),
+            (TrainFile { schedule: Some("steps".into()), ..Default::default() }, "--schedule"),
+            (TrainFile { devices: Some("tpu".into()), ..Default::default() }, "--devices"),
+            (TrainFile { learners_per_device: Some("0".into()), ..Default::default() }, "--learners-per-device"),
+            (TrainFile { sync: Some("hogwild".into()), ..Default::default() }, "--sync"),
+            (TrainFile { target_accuracy: Some(140.0), ..Default::default() }, "--target-accuracy"),
+            (
+                TrainFile {
+                    dataset: Some("mnist".into()),
+                    data_dir: Some("/nonexistent/x".into()),
+                    ..Default::default()
+                },
+                "--data-dir",
+            ),
+        ];
+        for (f, flag) in cases {
+            let e = TrainConfig::from_file(f).unwrap_err().to_string();
+            assert!(e.contains(flag), "{flag}: {e}");
+        }
+    }
+
+    #[test]
+    fn unknown_config_keys_are_errors() {
+        let dir = std::env::temp_dir().join(format!("crossbow-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("bad.toml");
+        std::fs::write(&p, "bach-size = 3\n").unwrap();
+        let e = TrainFile::read(&p).unwrap_err().to_string();
+        assert!(e.contains("bad.toml") && e.contains("bach-size"), "{e}");
+        assert!(TrainFile::read(&dir.join("missing.toml")).unwrap_err().to_string().contains("missing.toml"));
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

@@ -1,0 +1,93 @@
+//! `crossbow models`: what each model costs.
+
+use crossbow_kernels::CpuBackend;
+use crossbow_replica::exec::workspace_len;
+use crossbow_replica::plan::plan;
+use crossbow_replica::program::{Mode, lower};
+use crossbow_replica::{ModelKind, Replica};
+use crossbow_tensor::Shape;
+use serde::Serialize;
+
+use crate::error::CliError;
+
+/// One row of the model table.
+#[derive(Clone, Debug, Serialize)]
+pub struct ModelRow {
+    pub model: String,
+    pub input: String,
+    pub classes: usize,
+    pub parameters: usize,
+    /// Forward FLOPs per image (convolutions and linear layers, multiply-add = 2).
+    pub mflops_per_image: f64,
+    pub batch: usize,
+    /// Training activations + gradients per learner, with and without the memory plan.
+    pub planned_activation_bytes: usize,
+    pub unplanned_activation_bytes: usize,
+    /// Parameters, gradients, momentum and statistics.
+    pub replica_bytes: usize,
+    /// Conv workspace of a single-threaded CPU learner.
+    pub workspace_bytes: usize,
+}
+
+/// The default input shape and class count of a model.
+pub fn default_input(m: ModelKind) -> (Shape, usize) {
+    match m {
+        ModelKind::LeNet5 => (Shape::new(vec![1, 28, 28]), 10),
+        ModelKind::ResNetCifar(_) => (Shape::new(vec![3, 32, 32]), 10),
+        ModelKind::Vgg16Bn => (Shape::new(vec![3, 32, 32]), 100),
+        ModelKind::ResNet50 => (Shape::new(vec![3, 224, 224]), 1000),
+    }
+}
+
+/// Builds the table for `models` at `batch`.
+pub fn table(models: &[ModelKind], batch: usize) -> Result<Vec<ModelRow>, CliError> {
+    let mut rows = vec![];
+    for &m in models {
+        let (input, classes) = default_input(m);
+        let g = m.build(&input, classes)?;
+        let p = lower(&g, batch, Mode::Train)?;
+        let pl = plan(&p);
+        let ws = workspace_len(&CpuBackend::new(0), &p);
+        rows.push(ModelRow {
+            model: m.to_string(),
+            input: input.to_string(),
+            classes,
+            parameters: g.num_params(),
+            mflops_per_image: g.forward_flops() / 1e6,
+            batch,
+            planned_activation_bytes: pl.planned_bytes(),
+            unplanned_activation_bytes: pl.unplanned_bytes(),
+            replica_bytes: Replica::<CpuBackend>::bytes(&g),
+            workspace_bytes: ws * 4,
+        });
+    }
+    Ok(rows)
+}
+
+fn mib(b: usize) -> f64 {
+    b as f64 / (1024.0 * 1024.0)
+}
+
+/// Prints the table as markdown.
+pub fn print(rows: &[ModelRow]) {
+    println!(
+        "| model | input | params | MFLOP/image (fwd) | batch | activations planned | unplanned | saved | replica | workspace |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in rows {
+        println!(
+            "| {} | {} | {} ({:.3} M) | {:.1} | {} | {:.1} MiB | {:.1} MiB | {:.0}% | {:.1} MiB | {:.1} MiB |",
+            r.model,
+            r.input,
+            r.parameters,
+            r.parameters as f64 / 1e6,
+            r.mflops_per_image,
+            r.batch,
+            mib(r.planned_activation_bytes),
+            mib(r.unplanned_activation_bytes),
+            100.0 * (1.0 - r.planned_activation_bytes as f64 / r.unplanned_activation_bytes.max(1) as f64),
+            mib(r.replica_bytes),
+            mib(r.workspace_bytes)
+        );
+    }
+}

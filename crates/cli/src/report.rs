@@ -1,0 +1,182 @@
+//! What a training run shows and records: a progress bar on a terminal (plain lines
+//! otherwise), a final summary, and one JSON object per line in the metrics file.
+
+use std::fs::File;
+use std::io::{BufWriter, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::error::CliError;
+
+/// One evaluation of the central model.
+#[derive(Clone, Debug, Serialize)]
+pub struct EvalLine {
+    pub iteration: u64,
+    pub epoch: f64,
+    /// Training time so far (evaluation excluded), seconds.
+    pub train_seconds: f64,
+    /// Wall time since the start of training, seconds.
+    pub wall_seconds: f64,
+    pub lr: f64,
+    /// Mean training loss since the previous evaluation.
+    pub train_loss: f64,
+    pub train_accuracy: f64,
+    pub test_loss: f64,
+    pub test_accuracy: f64,
+    /// Training images per second since the previous evaluation.
+    pub images_per_sec: f64,
+    pub learners: Vec<usize>,
+}
+
+/// The outcome of a run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    pub model: String,
+    pub dataset: String,
+    pub devices: Vec<String>,
+    pub learners: Vec<usize>,
+    pub sync: String,
+    pub target_accuracy: Option<f64>,
+    pub reached_target: bool,
+    /// Training seconds (evaluation excluded) until the first evaluation at or above target.
+    pub time_to_target_seconds: Option<f64>,
+    pub epochs_to_target: Option<f64>,
+    pub best_accuracy: f64,
+    pub final_accuracy: f64,
+    pub epochs: f64,
+    pub iterations: u64,
+    pub train_seconds: f64,
+    pub wall_seconds: f64,
+    pub images_per_sec: f64,
+    pub evaluations: Vec<EvalLine>,
+}
+
+/// Prints progress and writes the metrics file.
+pub struct Reporter {
+    bar: ProgressBar,
+    tty: bool,
+    quiet: bool,
+    metrics: Option<(PathBuf, BufWriter<File>)>,
+    last_eval: Option<f64>,
+}
+
+impl Reporter {
+    /// A reporter; `metrics` is created (or truncated) now. `quiet` prints only the summary.
+    pub fn new(metrics: Option<&Path>, quiet: bool, epochs: f64) -> Result<Self, CliError> {
+        let metrics = match metrics {
+            Some(p) => {
+                let f = File::create(p).map_err(|e| CliError::usage(format!("--metrics {}: {e}", p.display())))?;
+                Some((p.to_path_buf(), BufWriter::new(f)))
+            }
+            None => None,
+        };
+        let tty = std::io::stderr().is_terminal() && !quiet;
+        let bar = if tty {
+            let b = ProgressBar::new((epochs * 1000.0).ceil() as u64);
+            b.set_style(
+                ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30.cyan/blue} {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            b.enable_steady_tick(Duration::from_millis(200));
+            b
+        } else {
+            ProgressBar::hidden()
+        };
+        Ok(Reporter { bar, tty, quiet, metrics, last_eval: None })
+    }
+
+    /// A reporter that prints nothing and writes no file (for benchmarks and experiments).
+    pub fn silent() -> Self {
+        Reporter { bar: ProgressBar::hidden(), tty: false, quiet: true, metrics: None, last_eval: None }
+    }
+
+    /// Prints a line (above the progress bar on a terminal).
+    pub fn say(&self, line: &str) {
+        if self.quiet {
+            return;
+        }
+        if self.tty {
+            self.bar.println(line);
+        } else {
+            eprintln!("{line}");
+        }
+    }
+
+    /// Writes one JSON object to the metrics file.
+    pub fn record(&mut self, event: &str, body: Value) -> Result<(), CliError> {
+        if let Some((path, w)) = &mut self.metrics {
+            let mut obj = json!({ "event": event });
+            if let (Some(o), Value::Object(b)) = (obj.as_object_mut(), body) {
+                o.extend(b);
+            }
+            writeln!(w, "{obj}")
+                .and_then(|_| w.flush())
+                .map_err(|e| CliError::run(format!("--metrics {}: cannot write: {e}", path.display())))?;
+        }
+        Ok(())
+    }
+
+    /// Progress after an iteration.
+    pub fn progress(&self, epoch: f64, images_per_sec: f64, loss: f64, learners: &[usize]) {
+        if !self.tty {
+            return;
+        }
+        self.bar.set_position((epoch * 1000.0) as u64);
+        let acc = self.last_eval.map(|a| format!("{:.2}%", 100.0 * a)).unwrap_or_else(|| "-".into());
+        self.bar.set_message(format!(
+            "epoch {epoch:.2} | {images_per_sec:.0} img/s | loss {loss:.4} | test acc {acc} | learners {learners:?}"
+        ));
+    }
+
+    /// An evaluation.
+    pub fn eval(&mut self, e: &EvalLine) -> Result<(), CliError> {
+        self.last_eval = Some(e.test_accuracy);
+        self.say(&format!(
+            "epoch {:6.2}  iter {:6}  {:7.1}s  lr {:.4}  train loss {:.4}  test loss {:.4}  test acc {:6.2}%  {:7.0} img/s  learners {:?}",
+            e.epoch,
+            e.iteration,
+            e.train_seconds,
+            e.lr,
+            e.train_loss,
+            e.test_loss,
+            100.0 * e.test_accuracy,
+            e.images_per_sec,
+            e.learners
+        ));
+        self.record("eval", serde_json::to_value(e).unwrap_or(Value::Null))
+    }
+
+    /// The end of the run.
+    pub fn finish(&mut self, s: &Summary) -> Result<(), CliError> {
+        self.bar.finish_and_clear();
+        let tta = match (s.target_accuracy, s.time_to_target_seconds, s.epochs_to_target) {
+            (Some(t), Some(secs), Some(ep)) => format!("reached {:.2}% in {secs:.1} s ({ep:.2} epochs)", 100.0 * t),
+            (Some(t), _, _) => format!("did not reach {:.2}%", 100.0 * t),
+            _ => "no target set".into(),
+        };
+        println!(
+            "{} on {}: best test accuracy {:.2}% (final {:.2}%), {tta}; {:.2} epochs, {} iterations, {:.1} s training ({:.1} s wall), {:.0} images/s; learners {:?} on {}, sync {}",
+            s.model,
+            s.dataset,
+            100.0 * s.best_accuracy,
+            100.0 * s.final_accuracy,
+            s.epochs,
+            s.iterations,
+            s.train_seconds,
+            s.wall_seconds,
+            s.images_per_sec,
+            s.learners,
+            s.devices.join(","),
+            s.sync
+        );
+        let mut body = serde_json::to_value(s).unwrap_or(Value::Null);
+        if let Some(o) = body.as_object_mut() {
+            o.remove("evaluations");
+        }
+        self.record("end", body)
+    }
+}

@@ -1,0 +1,118 @@
+//! End-to-end: the trainer learns the built-in digits, is deterministic, and rejects bad
+//! input with one line and exit code 2.
+
+use std::process::Command;
+
+use crossbow_cli::config::{TrainConfig, TrainFile};
+use crossbow_cli::report::Reporter;
+use crossbow_cli::train::train;
+
+fn config(extra: TrainFile) -> TrainConfig {
+    let base = TrainFile {
+        devices: Some("cpu".into()),
+        train_size: Some(6000),
+        test_size: Some(1000),
+        epochs: Some(2.0),
+        eval_every: Some(0.5),
+        ..TrainFile::default()
+    };
+    TrainConfig::from_file(base.overridden_by(extra)).expect("valid config")
+}
+
+#[test]
+fn lenet_learns_the_synthetic_digits() {
+    let cfg = config(TrainFile { learners_per_device: Some("1".into()), ..TrainFile::default() });
+    let s = train(&cfg, &mut Reporter::silent()).expect("training runs");
+    assert!(s.final_accuracy > 0.90, "test accuracy {:.4} after {} epochs", s.final_accuracy, s.epochs);
+    assert_eq!(s.evaluations.len(), 4);
+    assert!((s.epochs - 2.0).abs() < 0.01);
+}
+
+#[test]
+fn same_seed_same_metrics() {
+    // Two learners with SMA: the multi-learner path is deterministic too.
+    let cfg = config(TrainFile { learners_per_device: Some("2".into()), epochs: Some(1.0), seed: Some(7), ..TrainFile::default() });
+    let a = train(&cfg, &mut Reporter::silent()).unwrap();
+    let b = train(&cfg, &mut Reporter::silent()).unwrap();
+    let key = |s: &crossbow_cli::report::Summary| {
+        s.evaluations.iter().map(|e| (e.iteration, e.epoch.to_bits(), e.train_loss.to_bits(), e.test_loss.to_bits(), e.test_accuracy.to_bits())).collect::<Vec<_>>()
+    };
+    assert_eq!(key(&a), key(&b));
+    let c = train(&config(TrainFile { learners_per_device: Some("2".into()), epochs: Some(1.0), seed: Some(8), ..TrainFile::default() }), &mut Reporter::silent()).unwrap();
+    assert_ne!(key(&a), key(&c), "a different seed should change the run");
+}
+
+#[test]
+fn target_accuracy_stops_early_and_reports_time_to_accuracy() {
+    let cfg = config(TrainFile { learners_per_device: Some("1".into()), target_accuracy: Some(0.8), epochs: Some(5.0), ..TrainFile::default() });
+    let s = train(&cfg, &mut Reporter::silent()).unwrap();
+    assert!(s.reached_target);
+    assert!(s.epochs < 5.0 && s.epochs_to_target.is_some() && s.time_to_target_seconds.is_some());
+    assert!(s.evaluations.last().unwrap().test_accuracy >= 0.8);
+}
+
+#[test]
+fn metrics_file_has_one_json_line_per_evaluation() {
+    let dir = std::env::temp_dir().join(format!("crossbow-metrics-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("m.jsonl");
+    let cfg = config(TrainFile { learners_per_device: Some("1".into()), epochs: Some(1.0), metrics: Some(path.clone()), ..TrainFile::default() });
+    let mut rep = Reporter::new(cfg.metrics.as_deref(), true, cfg.epochs).unwrap();
+    train(&cfg, &mut rep).unwrap();
+    drop(rep);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let events: Vec<&str> = lines.iter().map(|v| v["event"].as_str().unwrap()).collect();
+    assert_eq!(events, ["start", "eval", "eval", "end"]);
+    assert_eq!(lines[0]["learners"], serde_json::json!([1]));
+    assert_eq!(lines[0]["sync"]["name"], "sma");
+    assert!(lines[1]["test_accuracy"].as_f64().unwrap() > 0.0);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+fn crossbow(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_crossbow")).args(args).output().expect("run crossbow");
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_code_2() {
+    for (args, needle) in [
+        (vec!["train", "--model", "alexnet"], "unknown model 'alexnet'"),
+        (vec!["train", "--dataset", "imagenet"], "imagenet"),
+        (vec!["train", "--dataset", "mnist", "--data-dir", "/nonexistent/mnist"], "/nonexistent/mnist"),
+        (vec!["train", "--batch-size", "0"], "--batch-size"),
+        (vec!["train", "--lr", "abc"], "--lr"),
+        (vec!["train", "--schedule", "multistep:9,3"], "--schedule"),
+        (vec!["train", "--config", "/nonexistent/c.toml"], "/nonexistent/c.toml"),
+        (vec!["train", "--devices", "cpu:0"], "--devices"),
+    ] {
+        let (code, _out, err) = crossbow(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        // One line (clap adds a "For more information, try '--help'" hint to its own errors).
+        let lines = err.lines().filter(|l| !l.trim().is_empty() && !l.starts_with("For more information")).count();
+        assert_eq!(lines, 1, "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn corrupt_dataset_files_are_reported_with_their_name() {
+    let dir = std::env::temp_dir().join(format!("crossbow-bad-mnist-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"] {
+        std::fs::write(dir.join(f), [0u8, 0, 8, 3, 0, 0]).unwrap();
+    }
+    let (code, _out, err) = crossbow(&["train", "--dataset", "mnist", "--data-dir", dir.to_str().unwrap(), "--devices", "cpu"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("train-images-idx3-ubyte") || err.contains("idx"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn models_command_prints_resnet32_parameters() {
+    let (code, out, err) = crossbow(&["models", "--model", "resnet32"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("466906 (0.467 M)"), "{out}");
+}
