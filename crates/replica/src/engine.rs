@@ -487,18 +487,24 @@ impl<B: Backend> Engine<B> {
 
         // Phase A: every learner computes and steps; every device reduces.
         let sync = &*self.sync;
-        let results: Vec<Result<()>> = std::thread::scope(|s| {
-            let handles: Vec<_> = self
-                .devices
-                .iter_mut()
-                .zip(per_device)
-                .map(|(dev, bs)| s.spawn(move || dev.run_learners(sync, &info, bs, seed, len)))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err(ReplicaError::Config("a device thread panicked".into()))))
-                .collect()
-        });
+        let results: Vec<Result<()>> = if self.devices.len() == 1 {
+            // One device: run it on this thread.
+            let bs = per_device.pop().unwrap_or_default();
+            vec![self.devices[0].run_learners(sync, &info, bs, seed, len)]
+        } else {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = self
+                    .devices
+                    .iter_mut()
+                    .zip(per_device)
+                    .map(|(dev, bs)| s.spawn(move || dev.run_learners(sync, &info, bs, seed, len)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_else(|_| Err(ReplicaError::Config("a device thread panicked".into()))))
+                    .collect()
+            })
+        };
         results.into_iter().collect::<Result<Vec<()>>>()?;
 
         // Phase B: all-reduce the contributions.

