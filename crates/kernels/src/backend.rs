@@ -4,6 +4,7 @@ use std::ops::Range;
 
 use crossbow_tensor::Device;
 
+use crate::augment::CropFlipGeom;
 use crate::batch_norm::BatchNormGeom;
 use crate::conv2d::Conv2dGeom;
 use crate::dropout::DropoutConfig;
@@ -256,6 +257,40 @@ pub trait Backend: Send + Sync + 'static {
         dlogits: Option<ViewMut<'_, Self>>,
         stats: ViewMut<'_, Self>,
     ) -> Result<()>;
+
+    // ---- augmentation ---------------------------------------------------------------------
+
+    /// Random crop with zero padding and horizontal flip of a batch of images (see
+    /// [`crate::augment`]): `params` holds 3 `f32`s per image (`dy`, `dx`, `flip`), drawn
+    /// on the host. The default implementation downloads `x` and `params`, runs the CPU
+    /// kernel and uploads `y`; backends override it with a device kernel.
+    fn crop_flip(
+        &self,
+        g: &CropFlipGeom,
+        x: View<'_, Self>,
+        params: View<'_, Self>,
+        y: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        default_crop_flip(self, g, x, params, y)
+    }
+}
+
+/// [`Backend::crop_flip`] through host memory, for any backend.
+pub(crate) fn default_crop_flip<B: Backend + ?Sized>(
+    be: &B,
+    g: &CropFlipGeom,
+    x: View<'_, B>,
+    params: View<'_, B>,
+    y: ViewMut<'_, B>,
+) -> Result<()> {
+    g.check("crop_flip", x.len(), params.len(), y.len())?;
+    let mut hx = vec![0.0; x.len()];
+    be.download(x, &mut hx)?;
+    let mut hp = vec![0.0; params.len()];
+    be.download(params, &mut hp)?;
+    let mut hy = vec![0.0; hx.len()];
+    crate::augment::cpu::crop_flip(g, &hx, &hp, &mut hy)?;
+    be.upload(&hy, y)
 }
 
 /// A read-only region of a backend buffer: `(buffer, offset, len)`.

@@ -7,6 +7,8 @@
 //! mode uses the running statistics. Reductions accumulate in f64 on the CPU.
 
 pub(crate) mod cpu;
+#[cfg(feature = "cuda")]
+pub(crate) mod cuda;
 #[cfg(test)]
 mod tests;
 

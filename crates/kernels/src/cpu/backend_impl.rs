@@ -3,6 +3,7 @@
 use crossbow_tensor::Device;
 
 use super::CpuBackend;
+use crate::augment::CropFlipGeom;
 use crate::backend::{Backend, View, ViewMut};
 use crate::batch_norm::BatchNormGeom;
 use crate::conv2d::Conv2dGeom;
@@ -13,7 +14,7 @@ use crate::linear::LinearGeom;
 use crate::optim::SgdConfig;
 use crate::pool::Pool2dGeom;
 use crate::softmax_xent::SoftmaxXentGeom;
-use crate::{activation, batch_norm, conv2d, dropout, gemm, linear, optim, pool, softmax_xent, vector};
+use crate::{activation, augment, batch_norm, conv2d, dropout, gemm, linear, optim, pool, softmax_xent, vector};
 
 fn sl<'a>(v: View<'a, CpuBackend>) -> &'a [f32] {
     &v.buffer()[v.range()]
@@ -359,6 +360,17 @@ impl Backend for CpuBackend {
     ) -> Result<()> {
         g.check(logits.len(), labels.len(), dlogits.as_ref().map(|d| d.len()), stats.len())?;
         softmax_xent::cpu::forward(g, sl(logits), sl(labels), dlogits.map(sm), sm(stats))
+    }
+
+    fn crop_flip(
+        &self,
+        g: &CropFlipGeom,
+        x: View<'_, Self>,
+        params: View<'_, Self>,
+        y: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        g.check("crop_flip", x.len(), params.len(), y.len())?;
+        augment::cpu::crop_flip(g, sl(x), sl(params), sm(y))
     }
 }
 

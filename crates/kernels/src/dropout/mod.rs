@@ -5,6 +5,8 @@
 //! and a learner's mask is reproducible from its seed without storing generator state.
 
 pub(crate) mod cpu;
+#[cfg(feature = "cuda")]
+pub(crate) mod cuda;
 #[cfg(test)]
 mod tests;
 

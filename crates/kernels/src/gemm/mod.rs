@@ -10,6 +10,8 @@
 //! learners at once.
 
 pub(crate) mod cpu;
+#[cfg(feature = "cuda")]
+pub(crate) mod cuda;
 #[cfg(test)]
 mod tests;
 

@@ -4,6 +4,8 @@
 //! features (weight gradient), so no reduction across threads is needed.
 
 pub(crate) mod cpu;
+#[cfg(feature = "cuda")]
+pub(crate) mod cuda;
 #[cfg(test)]
 mod tests;
 

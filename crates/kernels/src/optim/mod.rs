@@ -14,6 +14,8 @@
 //! its scale instead of being rescaled by the new rate.
 
 pub(crate) mod cpu;
+#[cfg(feature = "cuda")]
+pub(crate) mod cuda;
 #[cfg(test)]
 mod tests;
 

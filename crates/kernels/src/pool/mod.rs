@@ -3,6 +3,8 @@
 //! average pooling with the kernel equal to the input size.
 
 pub(crate) mod cpu;
+#[cfg(feature = "cuda")]
+pub(crate) mod cuda;
 #[cfg(test)]
 mod tests;
 

@@ -2,6 +2,8 @@
 //! loss, the number of correct arg-max predictions and (optionally) the logits' gradient.
 
 pub(crate) mod cpu;
+#[cfg(feature = "cuda")]
+pub(crate) mod cuda;
 #[cfg(test)]
 mod tests;
 

@@ -139,6 +139,30 @@ pub fn to_f64(v: &[f32]) -> Vec<f64> {
     v.iter().map(|&x| x as f64).collect()
 }
 
+/// The gate every GPU test starts with: device 0 opened with `options`, or `None` after
+/// printing `<test>: skipped: <why>` (`skipped: no CUDA driver` where there is none). With
+/// `CROSSBOW_REQUIRE_GPU=1` a skip is a failure instead (`scripts/gpu-check.sh` sets it).
+/// Never panics otherwise: the driver is looked for before any driver call.
+#[cfg(feature = "cuda")]
+pub fn cuda_device_or_skip(test: &str, options: &crate::cuda::CudaOptions) -> Option<crate::cuda::CudaDevice> {
+    use crate::cuda::{CudaDevice, DriverStatus, driver_status, env};
+    let skip = |why: String| -> Option<CudaDevice> {
+        assert!(!env::flag(env::REQUIRE_GPU), "{test}: {why}, but {} is set", env::REQUIRE_GPU);
+        println!("{test}: skipped: {why}");
+        None
+    };
+    match driver_status() {
+        DriverStatus::Ready { devices, .. } if devices > 0 => {}
+        DriverStatus::Ready { .. } => return skip("no CUDA device".into()),
+        DriverStatus::NoDriver { .. } | DriverStatus::NotCompiled => return skip("no CUDA driver".into()),
+        other => return skip(other.describe()),
+    }
+    match CudaDevice::open_with(0, options) {
+        Ok(d) => Some(d),
+        Err(e) => skip(format!("cuda:0 is not usable: {e}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

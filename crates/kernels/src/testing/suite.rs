@@ -11,6 +11,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
 use super::{Tolerance, random_distinct_vec, random_labels, random_vec, random_vec_away_from_zero};
+use crate::augment::{CropFlip, CropFlipGeom};
 use crate::batch_norm::BatchNormGeom;
 use crate::conv2d::Conv2dGeom;
 use crate::dropout::DropoutConfig;
@@ -37,6 +38,7 @@ pub const OPS: &[&str] = &[
     "avg_pool",
     "dropout",
     "softmax_xent",
+    "crop_flip",
 ];
 
 /// Runs the named op's check for `cases` random cases; `Err` describes the first failure.
@@ -82,6 +84,9 @@ pub fn check<B: Backend>(be: &B, op: &str, cases: u32) -> Result<(), String> {
             .run(&(1usize..65, 1usize..120, 0.1f32..30.0, any::<u64>()), |(n, c, sc, s)| {
                 xent_case(be, &cpu, SoftmaxXentGeom::mean(n, c), sc, s)
             })
+            .map_err(|e| e.to_string()),
+        "crop_flip" => runner
+            .run(&(crop_flip_strategy(), any::<u64>()), |((g, items), s)| crop_flip_case(be, &cpu, g, &items, s))
             .map_err(|e| e.to_string()),
         other => return Err(format!("unknown op '{other}' (known: {})", OPS.join(", "))),
     };
@@ -564,6 +569,30 @@ fn xent_case<B: Backend>(be: &B, cpu: &CpuBackend, g: SoftmaxXentGeom, scale: f3
     .map_err(fail)?;
     compare(&down(be, &sb)?, &sc, GPU_TOLERANCE, &format!("softmax_xent stats {g:?}"))?;
     compare(&down(be, &db)?, &dc, Tolerance::new(1e-4, 1e-6), &format!("softmax_xent dlogits {g:?}"))
+}
+
+fn crop_flip_strategy() -> impl Strategy<Value = (CropFlipGeom, Vec<CropFlip>)> {
+    (1usize..9, 1usize..4, 1usize..20, 1usize..20, 0usize..5).prop_flat_map(|(n, c, h, w, pad)| {
+        let g = CropFlipGeom { batch: n, channels: c, height: h, width: w, pad };
+        let item = (0..=2 * pad, 0..=2 * pad, any::<bool>()).prop_map(|(dy, dx, flip)| CropFlip { dy, dx, flip });
+        (Just(g), proptest::collection::vec(item, n))
+    })
+}
+
+fn crop_flip_case<B: Backend>(be: &B, cpu: &CpuBackend, g: CropFlipGeom, items: &[CropFlip], seed: u64) -> CaseResult {
+    let x = random_vec(seed, g.len(), 1.0);
+    let params = CropFlip::pack(items);
+    // Copies and zeros only: identical on every backend.
+    same(
+        be,
+        cpu,
+        &[&x, &params],
+        g.len(),
+        Tolerance::EXACT,
+        &format!("crop_flip {g:?} {items:?}"),
+        |k, i, o| k.crop_flip(&g, View::whole(&i[0]), View::whole(&i[1]), ViewMut::whole(o)),
+        |k, i, o| k.crop_flip(&g, View::whole(&i[0]), View::whole(&i[1]), ViewMut::whole(o)),
+    )
 }
 
 #[cfg(test)]

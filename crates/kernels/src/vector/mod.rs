@@ -2,5 +2,7 @@
 //! building blocks of synchronisers (axpy, weighted sums, scaling, differences, norms).
 
 pub(crate) mod cpu;
+#[cfg(feature = "cuda")]
+pub(crate) mod cuda;
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,182 @@
+//! Types shared by the real CUDA module and the stub compiled without the `cuda` feature,
+//! so callers need no `cfg`.
+
+use std::path::PathBuf;
+
+/// Environment variables the CUDA backend and its tests read.
+pub mod env {
+    /// `1`: never use cuDNN (convolution and batch norm run on the crate's own kernels).
+    pub const DISABLE_CUDNN: &str = "CROSSBOW_DISABLE_CUDNN";
+    /// Directory of the on-disk kernel cache; empty, `0` or `off` disables it.
+    pub const KERNEL_CACHE: &str = "CROSSBOW_KERNEL_CACHE";
+    /// `1`: behave as if no CUDA driver were installed (tests the CPU-only paths on a GPU
+    /// machine).
+    pub const FORCE_NO_CUDA: &str = "CROSSBOW_FORCE_NO_CUDA";
+    /// `1`: synchronise after every kernel launch, so an asynchronous fault names its kernel
+    /// (slow; for debugging).
+    pub const SYNC_LAUNCHES: &str = "CROSSBOW_CUDA_SYNC";
+    /// `1`: GPU tests fail instead of printing `skipped: ...` (set by `scripts/gpu-check.sh`).
+    pub const REQUIRE_GPU: &str = "CROSSBOW_REQUIRE_GPU";
+    /// `1`: the NVRTC compile tests fail instead of skipping when libnvrtc is absent (CI).
+    pub const REQUIRE_NVRTC: &str = "CROSSBOW_REQUIRE_NVRTC";
+
+    /// True when the variable is set to `1`, `true` or `yes`.
+    pub fn flag(name: &str) -> bool {
+        matches!(std::env::var(name).as_deref().map(str::trim), Ok("1" | "true" | "yes" | "TRUE" | "YES"))
+    }
+}
+
+/// Whether CUDA can be used on this machine; from [`super::driver_status`], which never
+/// panics (the driver library is looked for before the first driver call).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DriverStatus {
+    /// Built without the `cuda` feature.
+    NotCompiled,
+    /// No loadable `libcuda.so` (or [`env::FORCE_NO_CUDA`] is set).
+    NoDriver { reason: String },
+    /// The driver library loaded but could not be initialised.
+    Failed { reason: String },
+    /// The driver works; `devices` may be 0.
+    Ready { devices: usize, driver_version: i32 },
+}
+
+impl DriverStatus {
+    /// Number of usable GPUs (0 unless [`DriverStatus::Ready`]).
+    pub fn devices(&self) -> usize {
+        match self {
+            DriverStatus::Ready { devices, .. } => *devices,
+            _ => 0,
+        }
+    }
+
+    /// One line for logs and `--devices auto` reports.
+    pub fn describe(&self) -> String {
+        match self {
+            DriverStatus::NotCompiled => "built without CUDA support".into(),
+            DriverStatus::NoDriver { reason } => format!("no CUDA driver found ({reason})"),
+            DriverStatus::Failed { reason } => format!("the CUDA driver failed to initialise ({reason})"),
+            DriverStatus::Ready { devices, driver_version } => format!(
+                "CUDA driver {}.{} with {devices} device{}",
+                driver_version / 1000,
+                (driver_version % 1000) / 10,
+                if *devices == 1 { "" } else { "s" }
+            ),
+        }
+    }
+}
+
+/// A GPU as the driver reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    pub ordinal: usize,
+    pub name: String,
+    /// `(major, minor)`, e.g. `(9, 0)` for an H100/H200.
+    pub compute_capability: (i32, i32),
+    /// Bytes of device memory.
+    pub total_memory: usize,
+}
+
+impl DeviceInfo {
+    /// The NVRTC architecture of the device, e.g. `sm_90`.
+    pub fn arch(&self) -> String {
+        format!("sm_{}{}", self.compute_capability.0, self.compute_capability.1)
+    }
+}
+
+/// Free and total device memory in bytes (for the tuner's memory check).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemInfo {
+    pub free: usize,
+    pub total: usize,
+}
+
+/// How convolution and batch norm run on a device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CudnnStatus {
+    /// Through cuDNN (`version` as `cudnnGetVersion` reports it, e.g. 90100).
+    Enabled { version: usize },
+    /// Through the crate's own kernels (im2col + cuBLAS, batch-norm kernels), and why.
+    Disabled { reason: String },
+}
+
+impl CudnnStatus {
+    /// True for [`CudnnStatus::Enabled`].
+    pub fn is_enabled(&self) -> bool {
+        matches!(self, CudnnStatus::Enabled { .. })
+    }
+}
+
+/// Options of a [`super::CudaDevice`]; [`CudaOptions::from_env`] is what
+/// `CudaDevice::open` uses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CudaOptions {
+    /// Use cuDNN when its library is present (default true; [`env::DISABLE_CUDNN`] clears it).
+    pub cudnn: bool,
+    /// Synchronise after every launch (default false; [`env::SYNC_LAUNCHES`]).
+    pub sync_launches: bool,
+    /// On-disk kernel cache directory, `None` for none ([`kernel_cache_dir`]).
+    pub kernel_cache: Option<PathBuf>,
+}
+
+impl Default for CudaOptions {
+    fn default() -> Self {
+        CudaOptions { cudnn: true, sync_launches: false, kernel_cache: kernel_cache_dir() }
+    }
+}
+
+impl CudaOptions {
+    /// Defaults adjusted by [`env::DISABLE_CUDNN`] and [`env::SYNC_LAUNCHES`].
+    pub fn from_env() -> Self {
+        CudaOptions {
+            cudnn: !env::flag(env::DISABLE_CUDNN),
+            sync_launches: env::flag(env::SYNC_LAUNCHES),
+            ..CudaOptions::default()
+        }
+    }
+}
+
+/// Where compiled kernels are cached on disk: `$CROSSBOW_KERNEL_CACHE` (empty, `0` or
+/// `off` = no disk cache), else `$XDG_CACHE_HOME/crossbow/kernels`, else
+/// `$HOME/.cache/crossbow/kernels`, else none.
+pub fn kernel_cache_dir() -> Option<PathBuf> {
+    let non_empty = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    if let Some(v) = std::env::var_os(env::KERNEL_CACHE) {
+        let s = v.to_string_lossy();
+        if s.is_empty() || s == "0" || s.eq_ignore_ascii_case("off") || s.eq_ignore_ascii_case("none") {
+            return None;
+        }
+        return Some(PathBuf::from(v));
+    }
+    if let Some(x) = non_empty("XDG_CACHE_HOME") {
+        return Some(PathBuf::from(x).join("crossbow").join("kernels"));
+    }
+    non_empty("HOME").map(|h| PathBuf::from(h).join(".cache").join("crossbow").join("kernels"))
+}
+
+/// Counters of the kernel module cache (process-wide).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelCacheStats {
+    /// Sources compiled with NVRTC.
+    pub compiled: u64,
+    /// Images read back from the disk cache.
+    pub disk_hits: u64,
+    /// Disk cache files that were corrupt, stale or unloadable (ignored and rewritten).
+    pub disk_rejected: u64,
+    /// Disk cache writes that failed (never fatal).
+    pub disk_write_errors: u64,
+    /// Modules found already loaded in this process.
+    pub memory_hits: u64,
+}
+
+/// One kernel source compiled by [`super::compile_all_for_arch`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CompiledSource {
+    /// The op folder / module name (`vector`, `conv2d`, ...).
+    pub module: &'static str,
+    /// Bytes of PTX.
+    pub ptx_len: usize,
+    /// Bytes of CUBIN (0 when compiled for a virtual `compute_XX` architecture).
+    pub cubin_len: usize,
+    /// The NVRTC log (warnings); empty for a clean compile.
+    pub log: String,
+}

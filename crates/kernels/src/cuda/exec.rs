@@ -1,0 +1,235 @@
+//! The executor interface behind [`super::GpuBackend`]: what an op's GPU code needs (launch
+//! a named kernel, a column-major GEMM, copies, and optionally cuDNN), implemented by
+//! [`super::CudaExec`] on a real GPU and by the host emulator of the CPU tests
+//! (`cuda::emu`). Op code (each op's `cuda.rs`) is written once against it, so the CPU
+//! tests run the very launch sequences, arguments and GEMM calls the GPU runs.
+//!
+//! Device memory is addressed by raw `u64` addresses (a CUDA device pointer, or a host
+//! pointer under the emulator) in [`Dv`]s built from range-checked views, so every address
+//! an op computes lies inside a buffer whose length was checked against the geometry.
+
+use crossbow_tensor::Device;
+
+use crate::batch_norm::BatchNormGeom;
+use crate::conv2d::Conv2dGeom;
+use crate::error::{KernelError, Result};
+
+/// Threads per block of every launch (`CB_BLOCK` in `prelude.cuh`).
+pub const BLOCK: u32 = 256;
+/// Most blocks a grid-stride launch uses.
+pub const MAX_GRID: usize = 8192;
+
+/// The prelude prepended to every kernel source.
+pub const PRELUDE: &str = include_str!("prelude.cuh");
+
+/// One `.cu` source: its module name, text, kernels, and which of them use shared memory
+/// and `__syncthreads()` (launched with exactly [`BLOCK`] threads; the emulator runs their
+/// threads concurrently).
+#[derive(Debug)]
+pub struct KernelSource {
+    pub module: &'static str,
+    pub code: &'static str,
+    pub kernels: &'static [&'static str],
+    pub cooperative: &'static [&'static str],
+}
+
+impl KernelSource {
+    /// The text that is compiled: the prelude, then the source with its own line numbers.
+    pub fn full_text(&self) -> String {
+        format!("{PRELUDE}\n#line 1 \"{}.cu\"\n{}", self.module, self.code)
+    }
+
+    /// True when `kernel` is cooperative.
+    pub fn is_cooperative(&self, kernel: &str) -> bool {
+        self.cooperative.contains(&kernel)
+    }
+}
+
+/// Every kernel source, one per op folder.
+pub const SOURCES: &[&KernelSource] = &[
+    &crate::vector::cuda::SOURCE,
+    &crate::activation::cuda::SOURCE,
+    &crate::optim::cuda::SOURCE,
+    &crate::dropout::cuda::SOURCE,
+    &crate::softmax_xent::cuda::SOURCE,
+    &crate::batch_norm::cuda::SOURCE,
+    &crate::pool::cuda::SOURCE,
+    &crate::conv2d::cuda::SOURCE,
+    &crate::augment::cuda::SOURCE,
+];
+
+/// The source that defines `kernel`.
+pub fn source_of(kernel: &str) -> Option<&'static KernelSource> {
+    SOURCES.iter().copied().find(|s| s.kernels.contains(&kernel))
+}
+
+/// A region of device memory: address of its first `f32` and its length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dv {
+    pub addr: u64,
+    pub len: usize,
+}
+
+impl Dv {
+    /// Address of element `i`.
+    pub fn at(&self, i: usize) -> u64 {
+        self.addr + 4 * i as u64
+    }
+
+    /// The sub-region `[off, off + len)` (callers stay inside; checked in debug builds).
+    pub fn sub(&self, off: usize, len: usize) -> Dv {
+        debug_assert!(off + len <= self.len, "sub-view {off}+{len} of {}", self.len);
+        Dv { addr: self.at(off), len }
+    }
+}
+
+/// A kernel argument, in the kernel's parameter order.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum KArg {
+    /// A `float*` / `const float*` (0 = null).
+    Ptr(u64),
+    /// An `i64` (`long long`).
+    I64(i64),
+    /// A `u64` (`unsigned long long`).
+    U64(u64),
+    /// A `float`.
+    F32(f32),
+    /// An `int`.
+    I32(i32),
+}
+
+/// `KArg::Ptr` of a region.
+pub fn ptr(d: Dv) -> KArg {
+    KArg::Ptr(d.addr)
+}
+
+/// `KArg::I64` of a size.
+pub fn int(n: usize) -> KArg {
+    KArg::I64(n as i64)
+}
+
+/// Blocks of a grid-stride launch over `n` elements.
+pub fn grid_for(n: usize) -> u32 {
+    n.div_ceil(BLOCK as usize).clamp(1, MAX_GRID) as u32
+}
+
+/// A grid-stride launch over `n` elements; nothing is launched when `n == 0`.
+pub fn launch_n<E: Exec>(e: &E, kernel: &'static str, n: usize, args: &[KArg]) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    e.launch(kernel, grid_for(n), args)
+}
+
+/// A launch of exactly `blocks` blocks (one per channel, ...).
+pub fn launch_blocks<E: Exec>(e: &E, kernel: &'static str, blocks: usize, args: &[KArg]) -> Result<()> {
+    if blocks == 0 {
+        return Ok(());
+    }
+    let grid = u32::try_from(blocks)
+        .ok()
+        .filter(|&g| g <= i32::MAX as u32)
+        .ok_or_else(|| KernelError::invalid("cuda launch", format!("{kernel}: {blocks} blocks is too many")))?;
+    e.launch(kernel, grid, args)
+}
+
+/// A (strided-batched) GEMM with cuBLAS's column-major semantics:
+/// `C_i = alpha * op(A_i) * op(B_i) + beta * C_i` for `i < batch`, `op(A)` is `m × k`,
+/// `op(B)` is `k × n`, `C` is `m × n`, all column-major with leading dimensions `ld*`;
+/// `X_i` starts `i * stride_x` elements after `X`. With `beta == 0`, `C` is not read.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ColGemm {
+    pub trans_a: bool,
+    pub trans_b: bool,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub alpha: f32,
+    pub a: u64,
+    pub lda: usize,
+    pub b: u64,
+    pub ldb: usize,
+    pub beta: f32,
+    pub c: u64,
+    pub ldc: usize,
+    pub batch: usize,
+    pub stride_a: usize,
+    pub stride_b: usize,
+    pub stride_c: usize,
+}
+
+/// Which convolution pass a cuDNN call computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConvPass {
+    /// `(x, weights) -> y`
+    Forward,
+    /// `(dy, weights) -> dx`
+    BackwardData,
+    /// `(x, dy) -> dweights`
+    BackwardFilter,
+}
+
+/// A batch-norm call offered to cuDNN (views as in [`crate::Backend`]).
+#[derive(Clone, Copy, Debug)]
+pub enum BnCall {
+    Train { x: Dv, params: Dv, y: Dv, saved: Dv, running: Dv },
+    Infer { x: Dv, params: Dv, running: Dv, y: Dv },
+    Backward { x: Dv, dy: Dv, params: Dv, saved: Dv, dx: Dv, dparams: Dv },
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+pub(crate) use sealed::Sealed;
+
+/// What a [`super::GpuBackend`] runs on. Implemented in this crate only (sealed).
+pub trait Exec: Sealed + Send + Sync + 'static {
+    /// Device memory holding `f32`s.
+    type Buffer: Send + Sync + 'static;
+    /// Number of `f32`s in a buffer.
+    fn buffer_len(buf: &Self::Buffer) -> usize;
+    /// Address of the first element of a buffer (an error for a buffer of another device).
+    fn addr(&self, buf: &Self::Buffer) -> Result<u64>;
+    /// Address of the first element of a buffer that will be written.
+    fn addr_mut(&self, buf: &mut Self::Buffer) -> Result<u64>;
+    /// The device.
+    fn device(&self) -> Device;
+    /// A description for logs.
+    fn describe(&self) -> String;
+    /// A zero-filled buffer.
+    fn alloc(&self, len: usize) -> Result<Self::Buffer>;
+    /// Host → device, `src.len()` elements to `dst`.
+    fn upload(&self, src: &[f32], dst: u64) -> Result<()>;
+    /// Device → host after all pending work, `dst.len()` elements from `src`.
+    fn download(&self, src: u64, dst: &mut [f32]) -> Result<()>;
+    /// Device → device, `len` elements.
+    fn copy(&self, src: u64, dst: u64, len: usize) -> Result<()>;
+    /// Waits for all pending work.
+    fn synchronize(&self) -> Result<()>;
+    /// Launches `kernel` with `grid` blocks of [`BLOCK`] threads.
+    fn launch(&self, kernel: &'static str, grid: u32, args: &[KArg]) -> Result<()>;
+    /// Runs a column-major GEMM.
+    fn gemm(&self, g: &ColGemm) -> Result<()>;
+
+    /// Most `f32`s of im2col workspace the conv2d fallback uses per chunk of images.
+    fn conv_col_budget(&self) -> usize {
+        crate::conv2d::cuda::COL_BUDGET
+    }
+
+    /// Workspace `f32`s cuDNN needs for all three passes of `g`, or `None` when cuDNN does
+    /// not handle this geometry here (then the fallback runs).
+    fn conv2d_cudnn_workspace(&self, _g: &Conv2dGeom) -> Option<usize> {
+        None
+    }
+    /// Runs one convolution pass through cuDNN (no bias) if it handles `g`: `Ok(true)` when
+    /// done, `Ok(false)` when the caller must run the fallback. `(a, b) -> out` is
+    /// `(x, weights) -> y` forward, `(dy, weights) -> dx` for the data gradient, and
+    /// `(x, dy) -> dweights` for the filter gradient.
+    fn conv2d_cudnn(&self, _pass: ConvPass, _g: &Conv2dGeom, _a: Dv, _b: Dv, _out: Dv, _ws: Dv) -> Result<bool> {
+        Ok(false)
+    }
+    /// Runs a batch-norm call through cuDNN if it handles `g`; as [`Exec::conv2d_cudnn`].
+    fn batch_norm_cudnn(&self, _g: &BatchNormGeom, _call: BnCall) -> Result<bool> {
+        Ok(false)
+    }
+}

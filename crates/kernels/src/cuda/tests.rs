@@ -1,0 +1,306 @@
+//! CPU-only tests of the CUDA backend: driver detection, NVRTC compilation of every source
+//! (tests named `nvrtc_*`, which CI runs with the PyPI NVRTC), the disk cache, and the
+//! whole GPU backend through the conformance suite on the kernel emulator (`emu_*`).
+
+use std::path::PathBuf;
+
+use super::cache::{self, Origin, Target};
+use super::common::env;
+use super::emu::{emu_backend, emu_backend_with_col_budget};
+use super::exec::{KernelSource, SOURCES};
+use super::*;
+use crate::KernelError;
+use crate::testing::suite;
+
+/// NVRTC present, or skip (a failure when `CROSSBOW_REQUIRE_NVRTC=1`).
+fn nvrtc_or_skip(test: &str) -> bool {
+    if nvrtc_available() {
+        return true;
+    }
+    assert!(!env::flag(env::REQUIRE_NVRTC), "{test}: libnvrtc not found but {} is set", env::REQUIRE_NVRTC);
+    println!("{test}: skipped: no NVRTC library");
+    false
+}
+
+#[test]
+fn driver_detection_never_panics() {
+    let status = driver_status();
+    println!("driver: {}", status.describe());
+    match device_count() {
+        Ok(n) => assert_eq!(n, status.devices()),
+        Err(KernelError::NoCudaDriver(reason)) => {
+            let msg = KernelError::NoCudaDriver(reason).to_string();
+            assert!(msg.starts_with("no CUDA driver found"), "{msg}");
+            assert!(matches!(CudaDevice::open(0), Err(KernelError::NoCudaDriver(_))));
+            assert!(devices().is_err());
+        }
+        Err(e) => println!("driver present but failing: {e}"),
+    }
+}
+
+#[test]
+fn every_kernel_is_listed_once_and_named_cb() {
+    let mut seen = std::collections::HashSet::new();
+    for s in SOURCES {
+        for k in s.kernels {
+            assert!(k.starts_with("cb_"), "{k}");
+            assert!(seen.insert(*k), "{k} listed twice");
+            assert!(s.code.contains(&format!("void {k}(")), "{k} not defined in {}.cu", s.module);
+        }
+        for k in s.cooperative {
+            assert!(s.kernels.contains(k), "cooperative {k} not in the kernel list");
+        }
+        // A kernel using shared memory must be launched as cooperative by the emulator.
+        for chunk in s.code.split("extern \"C\" __global__ void ").skip(1) {
+            let name = chunk.split('(').next().unwrap_or_default();
+            if chunk.contains("__shared__") || chunk.contains("cb_block_sum") {
+                assert!(s.is_cooperative(name), "{name} uses shared memory but is not listed as cooperative");
+            }
+        }
+    }
+}
+
+fn compile_all(test: &str, arch: &str) {
+    if !nvrtc_or_skip(test) {
+        return;
+    }
+    let t = std::time::Instant::now();
+    let out = compile_all_for_arch(arch).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(out.len(), SOURCES.len());
+    for c in &out {
+        assert!(c.ptx_len > 0, "{}: empty PTX", c.module);
+        assert!(c.cubin_len > 0, "{}: no CUBIN for {arch}", c.module);
+        assert!(c.log.is_empty(), "{}.cu compiled with warnings for {arch}:\n{}", c.module, c.log);
+        println!("{arch} {:>13}: PTX {:>6} B, CUBIN {:>6} B", c.module, c.ptx_len, c.cubin_len);
+    }
+    println!("{test}: {} sources in {:.2?} with NVRTC {:?}", out.len(), t.elapsed(), nvrtc_version());
+}
+
+#[test]
+fn nvrtc_compiles_every_kernel_sm80() {
+    compile_all("nvrtc_compiles_every_kernel_sm80", "sm_80");
+}
+
+#[test]
+fn nvrtc_compiles_every_kernel_sm90() {
+    compile_all("nvrtc_compiles_every_kernel_sm90", "sm_90");
+}
+
+#[test]
+fn nvrtc_compiles_ptx_for_a_virtual_arch_and_rejects_bad_archs() {
+    if !nvrtc_or_skip("nvrtc_compiles_ptx_for_a_virtual_arch") {
+        return;
+    }
+    let out = compile_all_for_arch("compute_90").unwrap_or_else(|e| panic!("{e}"));
+    assert!(out.iter().all(|c| c.ptx_len > 0 && c.cubin_len == 0));
+    assert!(compile_all_for_arch("90").is_err());
+    assert!(compile_all_for_arch("sm_").is_err());
+}
+
+#[test]
+fn nvrtc_target_selection() {
+    if !nvrtc_or_skip("nvrtc_target_selection") {
+        return;
+    }
+    // A known architecture gets a CUBIN (no JIT at load); an unknown newer one the newest
+    // PTX this NVRTC knows; an older-than-supported one is an error, not a panic.
+    assert_eq!(Target::for_device((9, 0)).unwrap(), Target::Cubin("sm_90".into()));
+    assert_eq!(Target::for_device((8, 0)).unwrap(), Target::Cubin("sm_80".into()));
+    match Target::for_device((99, 9)).unwrap() {
+        Target::Ptx(a) => assert!(a.starts_with("compute_"), "{a}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(Target::for_device((1, 0)).is_err());
+}
+
+const BROKEN: KernelSource = KernelSource {
+    module: "broken",
+    code: "extern \"C\" __global__ void cb_broken(float* y) { y[0] = undefined_name; }\n",
+    kernels: &["cb_broken"],
+    cooperative: &[],
+};
+
+#[test]
+fn nvrtc_compile_errors_carry_the_log() {
+    if !nvrtc_or_skip("nvrtc_compile_errors_carry_the_log") {
+        return;
+    }
+    let e = nvrtc::compile(&BROKEN, "sm_90").unwrap_err().to_string();
+    assert!(e.contains("broken.cu") && e.contains("undefined_name"), "{e}");
+    // Line numbers refer to the .cu file, not the prelude.
+    assert!(e.contains("broken.cu(1)"), "{e}");
+}
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let d = std::env::temp_dir().join(format!("crossbow-kcache-{tag}-{}-{nanos}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn only_file(dir: &std::path::Path) -> PathBuf {
+    let files: Vec<PathBuf> =
+        std::fs::read_dir(dir).map(|r| r.filter_map(|e| e.ok().map(|e| e.path())).collect()).unwrap_or_default();
+    assert_eq!(files.len(), 1, "{files:?}");
+    files[0].clone()
+}
+
+#[test]
+fn nvrtc_disk_cache_hits_and_survives_corruption() {
+    if !nvrtc_or_skip("nvrtc_disk_cache_hits_and_survives_corruption") {
+        return;
+    }
+    let dir = temp_dir("cache");
+    let src = &crate::dropout::cuda::SOURCE;
+    let target = Target::Cubin("sm_90".into());
+    let (img, origin, key) = cache::image(src, &target, Some(&dir), false).unwrap();
+    assert_eq!(origin, Origin::Compiled);
+    assert!(img.cubin && !img.bytes.is_empty());
+    let file = only_file(&dir);
+    assert!(file.file_name().is_some_and(|n| n.to_string_lossy().starts_with("dropout-sm_90-")));
+
+    let (again, origin, _) = cache::image(src, &target, Some(&dir), false).unwrap();
+    assert_eq!((origin, &again), (Origin::Disk, &img));
+
+    // Flip one payload byte, truncate, replace with garbage, or empty: ignored, recompiled,
+    // rewritten.
+    let good = std::fs::read(&file).unwrap();
+    let mut flipped = good.clone();
+    flipped[40] ^= 0x55;
+    for bad in [flipped, good[..good.len() / 2].to_vec(), b"not a cache file".to_vec(), Vec::new()] {
+        assert!(cache::decode(key, &bad).is_none());
+        std::fs::write(&file, &bad).unwrap();
+        let before = kernel_cache_stats().disk_rejected;
+        let (img2, origin, _) = cache::image(src, &target, Some(&dir), false).unwrap();
+        assert_eq!((origin, &img2), (Origin::Compiled, &img));
+        assert!(kernel_cache_stats().disk_rejected > before);
+        assert_eq!(std::fs::read(&file).unwrap(), good, "the entry was rewritten");
+    }
+    // Another key never matches.
+    assert!(cache::decode(key ^ 1, &good).is_none());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn nvrtc_unwritable_cache_dir_is_not_fatal() {
+    if !nvrtc_or_skip("nvrtc_unwritable_cache_dir_is_not_fatal") {
+        return;
+    }
+    // A regular file where the directory should be.
+    let blocker = temp_dir("blocker");
+    std::fs::write(&blocker, b"x").unwrap();
+    let before = kernel_cache_stats().disk_write_errors;
+    let (img, origin, _) =
+        cache::image(&crate::augment::cuda::SOURCE, &Target::Ptx("compute_80".into()), Some(&blocker), false).unwrap();
+    assert_eq!(origin, Origin::Compiled);
+    assert!(!img.cubin && img.bytes.starts_with(b"//"));
+    assert!(kernel_cache_stats().disk_write_errors > before);
+    let _ = std::fs::remove_file(&blocker);
+}
+
+#[test]
+fn kernel_cache_dir_follows_the_environment() {
+    // Only reads the environment; the default depends on HOME / XDG_CACHE_HOME.
+    match std::env::var_os(env::KERNEL_CACHE) {
+        Some(v) if v.is_empty() || v == "0" || v == "off" => assert_eq!(kernel_cache_dir(), None),
+        Some(v) => assert_eq!(kernel_cache_dir(), Some(PathBuf::from(v))),
+        None => {
+            if let Some(d) = kernel_cache_dir() {
+                assert!(d.ends_with("crossbow/kernels"), "{}", d.display());
+            }
+        }
+    }
+}
+
+// ---- the GPU backend on the kernel emulator --------------------------------------------
+
+fn emu_or_skip(test: &str, col_budget: Option<usize>) -> Option<emu::EmuBackend> {
+    let be = match col_budget {
+        Some(b) => emu_backend_with_col_budget(b),
+        None => emu_backend(),
+    };
+    match be {
+        Ok(Some(be)) => Some(be),
+        Ok(None) => {
+            println!("{test}: skipped: no C++ compiler for the CUDA kernel emulator");
+            None
+        }
+        Err(e) => panic!("{test}: {e}"),
+    }
+}
+
+fn emu_check(op: &str, cases: u32) {
+    let test = format!("emu_{op}");
+    if let Some(be) = emu_or_skip(&test, None) {
+        suite::check(&be, op, cases).unwrap_or_else(|e| panic!("{test}: {e}"));
+    }
+}
+
+macro_rules! emu_tests {
+    ($($name:ident => $op:literal, $cases:literal;)*) => {$(
+        #[test]
+        fn $name() {
+            emu_check($op, $cases);
+        }
+    )*};
+}
+
+emu_tests! {
+    emu_gemm => "gemm", 24;
+    emu_vector => "vector", 24;
+    emu_sgd => "sgd", 24;
+    emu_relu => "relu", 24;
+    emu_conv2d => "conv2d", 24;
+    emu_linear => "linear", 24;
+    emu_batch_norm => "batch_norm", 12;
+    emu_max_pool => "max_pool", 24;
+    emu_avg_pool => "avg_pool", 24;
+    emu_dropout => "dropout", 24;
+    emu_softmax_xent => "softmax_xent", 12;
+    emu_crop_flip => "crop_flip", 24;
+}
+
+#[test]
+fn emu_suite_covers_every_op() {
+    let tested = [
+        "gemm",
+        "vector",
+        "sgd",
+        "relu",
+        "conv2d",
+        "linear",
+        "batch_norm",
+        "max_pool",
+        "avg_pool",
+        "dropout",
+        "softmax_xent",
+        "crop_flip",
+    ];
+    assert_eq!(suite::OPS, tested);
+}
+
+/// The conv2d fallback with a tiny im2col budget: several chunks per batch, one image per
+/// chunk at the limit.
+#[test]
+fn emu_conv2d_in_several_chunks() {
+    if let Some(be) = emu_or_skip("emu_conv2d_in_several_chunks", Some(300)) {
+        suite::check(&be, "conv2d", 24).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+/// Errors from the backend are the CPU's errors, and nothing is launched for them.
+#[test]
+fn emu_argument_errors_match_the_cpu() {
+    use crate::{Backend, View, ViewMut};
+    let Some(be) = emu_or_skip("emu_argument_errors_match_the_cpu", None) else { return };
+    let a = be.alloc(4).unwrap();
+    let mut y = be.alloc(3).unwrap();
+    let e = be.add(View::whole(&a), View::whole(&a), ViewMut::whole(&mut y)).unwrap_err();
+    assert!(matches!(e, KernelError::Length { op: "add", arg: "y", expected: 4, actual: 3 }), "{e}");
+    let z = be.alloc(0).unwrap();
+    let mut out = vec![1.0f32];
+    let mut o = be.alloc(1).unwrap();
+    be.sum_squares(View::whole(&z), ViewMut::whole(&mut o)).unwrap();
+    be.download(View::whole(&o), &mut out).unwrap();
+    assert_eq!(out, [0.0]);
+}
