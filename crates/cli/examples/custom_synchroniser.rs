@@ -27,7 +27,7 @@ struct PeriodicAveraging {
 
 impl PeriodicAveraging {
     fn averaging_now(&self, info: &StepInfo) -> bool {
-        (info.iteration + 1) % self.period == 0
+        (info.iteration + 1).is_multiple_of(self.period)
     }
 }
 
@@ -41,17 +41,39 @@ impl<B: Backend> Synchroniser<B> for PeriodicAveraging {
     }
 
     /// Each learner: one plain SGD step (momentum, weight decay, learning-rate schedule).
-    fn learner_step(&self, be: &B, info: &StepInfo, l: LearnerBuffers<'_, B>, _z: &B::Buffer, len: usize) -> Result<()> {
+    fn learner_step(
+        &self,
+        be: &B,
+        info: &StepInfo,
+        l: LearnerBuffers<'_, B>,
+        _z: &B::Buffer,
+        len: usize,
+    ) -> Result<()> {
         sgd(be, &info.sgd, l.params, l.grads, l.velocity, len)
     }
 
     /// Each device contributes the sum of its learners' weights (only when averaging).
-    fn reduce_device(&self, be: &B, info: &StepInfo, ls: &[LearnerRef<'_, B>], _c: &Central<B>, out: &mut B::Buffer, len: usize) -> Result<()> {
+    fn reduce_device(
+        &self,
+        be: &B,
+        info: &StepInfo,
+        ls: &[LearnerRef<'_, B>],
+        _c: &Central<B>,
+        out: &mut B::Buffer,
+        len: usize,
+    ) -> Result<()> {
         if self.averaging_now(info) { sum_into(be, ls.iter().map(|l| l.params), out, len) } else { Ok(()) }
     }
 
     /// The all-reduced total is the sum over every learner: z = total / k.
-    fn apply_device(&self, be: &B, info: &StepInfo, total: &mut B::Buffer, c: &mut Central<B>, len: usize) -> Result<()> {
+    fn apply_device(
+        &self,
+        be: &B,
+        info: &StepInfo,
+        total: &mut B::Buffer,
+        c: &mut Central<B>,
+        len: usize,
+    ) -> Result<()> {
         if self.averaging_now(info) {
             let k = info.learners as f32;
             be.axpby(1.0 / k, View::new(&*total, 0..len)?, 0.0, ViewMut::new(&mut c.z, 0..len)?)?;

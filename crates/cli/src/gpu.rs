@@ -1,48 +1,112 @@
-//! GPU wiring for the CLI: which GPUs exist, and training / benchmarking on them.
+//! GPU wiring for the CLI: which GPUs exist, and training / benchmarking on them through the
+//! same engine as the CPU. Without the `cuda` feature the kernels crate's stub answers
+//! "built without CUDA support" and every function here returns that as an error.
 
-use crossbow_replica::{Graph, ModelKind};
+use crossbow_kernels::cuda::{self, CudaBackend, CudaDevice};
+use crossbow_replica::engine::DeviceFactory;
+use crossbow_replica::{Graph, ModelKind, ReplicaError};
+use crossbow_tensor::Device;
 
-use crate::bench::{BenchRow, TunerRow};
+use crate::bench::{BenchRow, TunerRow, measure, tune};
 use crate::config::TrainConfig;
 use crate::error::CliError;
 use crate::report::{Reporter, Summary};
-use crate::train::Data;
+use crate::train::{Data, train_with};
 
-/// GPUs usable on this machine (ordinals), or why none can be used.
+/// GPUs usable on this machine (ordinals), or why none can be used. Never panics, also
+/// without a driver.
 pub fn available_gpus() -> Result<Vec<usize>, CliError> {
-    Err(CliError::usage("crossbow was built without CUDA support (build crossbow-cli with the 'cuda' feature)"))
+    let n = cuda::device_count()?;
+    Ok((0..n).collect())
 }
 
-/// A description of the GPUs.
+/// A description of the GPUs (names and memory).
 pub fn describe(ordinals: &[usize]) -> String {
-    ordinals.iter().map(|o| format!("cuda:{o}")).collect::<Vec<_>>().join(", ")
+    ordinals
+        .iter()
+        .map(|&o| match cuda::device_info(o) {
+            Ok(i) => format!("cuda:{o} {} ({:.0} GiB)", i.name, i.total_memory as f64 / (1u64 << 30) as f64),
+            Err(_) => format!("cuda:{o}"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// GPUs as engine devices: every learner gets its own stream (a [`CudaBackend`]), the device
+/// its own stream for synchronisation and evaluation; one host thread enqueues a device's
+/// learners (they run concurrently on their streams).
+pub struct CudaDevices {
+    devices: Vec<CudaDevice>,
+}
+
+impl CudaDevices {
+    /// Opens the GPUs (compiles or loads the kernels, probes cuDNN).
+    pub fn open(ordinals: &[usize]) -> Result<Self, CliError> {
+        let devices = ordinals.iter().map(|&o| CudaDevice::open(o)).collect::<Result<Vec<_>, _>>()?;
+        Ok(CudaDevices { devices })
+    }
+
+    /// One line per device.
+    pub fn describe(&self) -> Vec<String> {
+        self.devices.iter().map(|d| d.describe()).collect()
+    }
+}
+
+impl DeviceFactory<CudaBackend> for CudaDevices {
+    fn devices(&self) -> Vec<Device> {
+        self.devices.iter().map(|d| Device::Cuda(d.ordinal())).collect()
+    }
+
+    fn learner_backend(&self, d: usize, _learners: usize) -> Result<CudaBackend, ReplicaError> {
+        Ok(self.devices[d].new_backend()?)
+    }
+
+    fn device_backend(&self, d: usize) -> Result<CudaBackend, ReplicaError> {
+        Ok(self.devices[d].new_backend()?)
+    }
+
+    fn host_threads(&self, _d: usize) -> usize {
+        1
+    }
+
+    /// 90% of the free device memory when asked (the rest for cuBLAS/cuDNN workspaces).
+    fn memory_budget(&self, d: usize) -> Option<u64> {
+        self.devices[d].mem_info().ok().map(|m| m.free as u64 / 10 * 9)
+    }
 }
 
 /// Trains on GPUs.
 pub fn train_cuda(
-    _cfg: &TrainConfig,
-    _data: &Data,
-    _graph: Graph,
-    _ordinals: &[usize],
-    _r: &mut Reporter,
+    cfg: &TrainConfig,
+    data: &Data,
+    graph: Graph,
+    ordinals: &[usize],
+    r: &mut Reporter,
 ) -> Result<Summary, CliError> {
-    Err(CliError::usage("crossbow was built without CUDA support"))
+    let devs = CudaDevices::open(ordinals)?;
+    for line in devs.describe() {
+        r.say(&line);
+    }
+    let sync = cfg.sync.build::<CudaBackend>();
+    train_with(cfg, data, graph, Box::new(devs), sync, r)
 }
 
 /// Measures throughput on GPUs.
 pub fn measure_cuda(
-    _m: ModelKind,
-    _g: &Graph,
-    _b: usize,
-    _l: usize,
-    _o: &[usize],
-    _w: usize,
-    _i: usize,
+    m: ModelKind,
+    g: &Graph,
+    b: usize,
+    l: usize,
+    o: &[usize],
+    warmup: usize,
+    iters: usize,
 ) -> Result<BenchRow, CliError> {
-    Err(CliError::usage("crossbow was built without CUDA support"))
+    measure(m, g, b, l, Box::new(CudaDevices::open(o)?), warmup, iters)
 }
 
-/// Runs the tuner on GPUs.
-pub fn tune_cuda(_m: ModelKind, _g: &Graph, _b: usize, _o: &[usize], _max: usize) -> Result<TunerRow, CliError> {
-    Err(CliError::usage("crossbow was built without CUDA support"))
+/// Runs the tuner on GPUs (memory budget: free device memory).
+pub fn tune_cuda(m: ModelKind, g: &Graph, b: usize, o: &[usize], max: usize) -> Result<TunerRow, CliError> {
+    let devs = CudaDevices::open(o)?;
+    let budget = devs.memory_budget(0).unwrap_or(u64::MAX);
+    tune(m, g, b, Box::new(devs), max, budget, 400)
 }

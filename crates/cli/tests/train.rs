@@ -31,20 +31,50 @@ fn lenet_learns_the_synthetic_digits() {
 #[test]
 fn same_seed_same_metrics() {
     // Two learners with SMA: the multi-learner path is deterministic too.
-    let cfg = config(TrainFile { learners_per_device: Some("2".into()), epochs: Some(1.0), seed: Some(7), ..TrainFile::default() });
+    let cfg = config(TrainFile {
+        learners_per_device: Some("2".into()),
+        epochs: Some(1.0),
+        seed: Some(7),
+        ..TrainFile::default()
+    });
     let a = train(&cfg, &mut Reporter::silent()).unwrap();
     let b = train(&cfg, &mut Reporter::silent()).unwrap();
     let key = |s: &crossbow_cli::report::Summary| {
-        s.evaluations.iter().map(|e| (e.iteration, e.epoch.to_bits(), e.train_loss.to_bits(), e.test_loss.to_bits(), e.test_accuracy.to_bits())).collect::<Vec<_>>()
+        s.evaluations
+            .iter()
+            .map(|e| {
+                (
+                    e.iteration,
+                    e.epoch.to_bits(),
+                    e.train_loss.to_bits(),
+                    e.test_loss.to_bits(),
+                    e.test_accuracy.to_bits(),
+                )
+            })
+            .collect::<Vec<_>>()
     };
     assert_eq!(key(&a), key(&b));
-    let c = train(&config(TrainFile { learners_per_device: Some("2".into()), epochs: Some(1.0), seed: Some(8), ..TrainFile::default() }), &mut Reporter::silent()).unwrap();
+    let c = train(
+        &config(TrainFile {
+            learners_per_device: Some("2".into()),
+            epochs: Some(1.0),
+            seed: Some(8),
+            ..TrainFile::default()
+        }),
+        &mut Reporter::silent(),
+    )
+    .unwrap();
     assert_ne!(key(&a), key(&c), "a different seed should change the run");
 }
 
 #[test]
 fn target_accuracy_stops_early_and_reports_time_to_accuracy() {
-    let cfg = config(TrainFile { learners_per_device: Some("1".into()), target_accuracy: Some(0.8), epochs: Some(5.0), ..TrainFile::default() });
+    let cfg = config(TrainFile {
+        learners_per_device: Some("1".into()),
+        target_accuracy: Some(0.8),
+        epochs: Some(5.0),
+        ..TrainFile::default()
+    });
     let s = train(&cfg, &mut Reporter::silent()).unwrap();
     assert!(s.reached_target);
     assert!(s.epochs < 5.0 && s.epochs_to_target.is_some() && s.time_to_target_seconds.is_some());
@@ -56,7 +86,12 @@ fn metrics_file_has_one_json_line_per_evaluation() {
     let dir = std::env::temp_dir().join(format!("crossbow-metrics-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("m.jsonl");
-    let cfg = config(TrainFile { learners_per_device: Some("1".into()), epochs: Some(1.0), metrics: Some(path.clone()), ..TrainFile::default() });
+    let cfg = config(TrainFile {
+        learners_per_device: Some("1".into()),
+        epochs: Some(1.0),
+        metrics: Some(path.clone()),
+        ..TrainFile::default()
+    });
     let mut rep = Reporter::new(cfg.metrics.as_deref(), true, cfg.epochs).unwrap();
     train(&cfg, &mut rep).unwrap();
     drop(rep);
@@ -72,7 +107,11 @@ fn metrics_file_has_one_json_line_per_evaluation() {
 
 fn crossbow(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_crossbow")).args(args).output().expect("run crossbow");
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
 
 #[test]
@@ -101,10 +140,12 @@ fn bad_input_is_one_line_and_exit_code_2() {
 fn corrupt_dataset_files_are_reported_with_their_name() {
     let dir = std::env::temp_dir().join(format!("crossbow-bad-mnist-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    for f in ["train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"] {
+    for f in ["train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]
+    {
         std::fs::write(dir.join(f), [0u8, 0, 8, 3, 0, 0]).unwrap();
     }
-    let (code, _out, err) = crossbow(&["train", "--dataset", "mnist", "--data-dir", dir.to_str().unwrap(), "--devices", "cpu"]);
+    let (code, _out, err) =
+        crossbow(&["train", "--dataset", "mnist", "--data-dir", dir.to_str().unwrap(), "--devices", "cpu"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("train-images-idx3-ubyte") || err.contains("idx"), "{err}");
     std::fs::remove_dir_all(&dir).ok();

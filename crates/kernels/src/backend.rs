@@ -68,6 +68,19 @@ pub trait Backend: Send + Sync + 'static {
     /// Waits until all work issued on this backend has finished.
     fn synchronize(&self) -> Result<()>;
 
+    /// A point in this backend's queue of work (a CUDA event; nothing on the CPU).
+    type Event: Send + Sync;
+
+    /// Marks the current end of this backend's queue: an event that completes when all work
+    /// issued so far has finished.
+    fn record(&self) -> Result<Self::Event>;
+
+    /// Makes work issued on this backend from now on wait until `event` (recorded on any
+    /// backend of this kind) has completed. This is how work on one learner's stream is
+    /// ordered after work on another stream that touched the same buffers. CPU ops finish
+    /// before they return, so there it does nothing.
+    fn wait(&self, event: &Self::Event) -> Result<()>;
+
     // ---- dense linear algebra -------------------------------------------------------------
 
     /// Row-major `C = alpha * op(A) * op(B) + beta * C` (see [`GemmConfig`]).

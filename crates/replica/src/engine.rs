@@ -41,6 +41,12 @@ pub trait DeviceFactory<B: Backend>: Send + Sync {
     fn memory_budget(&self, _d: usize) -> Option<u64> {
         None
     }
+    /// Whether a learner's backend depends on how many learners share the device (a CPU
+    /// device splits its threads among them), so learners get new backends when the count
+    /// changes.
+    fn rebind_on_change(&self) -> bool {
+        false
+    }
 }
 
 /// CPU devices: `count` devices of `threads` threads each. A device's learners share its
@@ -67,6 +73,10 @@ impl DeviceFactory<CpuBackend> for CpuDevices {
 
     fn host_threads(&self, _d: usize) -> usize {
         self.threads.max(1)
+    }
+
+    fn rebind_on_change(&self) -> bool {
+        true
     }
 }
 
@@ -412,6 +422,9 @@ impl<B: Backend> Engine<B> {
             return Err(ReplicaError::Config(format!("{} has one learner left; it cannot be removed", dev.device)));
         }
         let newest = dev.learners.iter().enumerate().max_by_key(|(_, l)| l.id).map(|(i, _)| i).unwrap_or(0);
+        // Its buffers may still be in use by its stream or read by the device's: wait first.
+        dev.learners[newest].backend.synchronize()?;
+        dev.backend.synchronize()?;
         dev.learners.remove(newest);
         self.rebind(d)?;
         let k = self.learners();
@@ -423,10 +436,14 @@ impl<B: Backend> Engine<B> {
     /// are: the device is the same, only the thread split (CPU) changes; executor workspaces
     /// grow if the new backend needs more.
     fn rebind(&mut self, d: usize) -> Result<()> {
+        if !self.factory.rebind_on_change() {
+            return Ok(());
+        }
         let n = self.devices[d].learners.len();
         for j in 0..n {
             let be = self.factory.learner_backend(d, n)?;
             let l = &mut self.devices[d].learners[j];
+            l.backend.synchronize()?;
             l.exec.ensure_workspace(&be)?;
             l.backend = be;
         }
@@ -514,10 +531,13 @@ impl<B: Backend> Engine<B> {
             self.allreduce.all_reduce_sum(&mut parts, len)?;
         }
 
-        // Phase C: every device updates its central model, then its learners.
+        // Phase C: every device updates its central model, then its learners (on their own
+        // streams, after the update).
         for dev in &mut self.devices {
             sync.apply_device(&dev.backend, &info, &mut dev.contribution, &mut dev.central, len)?;
+            let z_new = dev.backend.record()?;
             for l in &mut dev.learners {
+                l.backend.wait(&z_new)?;
                 let lb = LearnerBuffers {
                     index: l.id,
                     params: &mut l.replica.params,
@@ -617,7 +637,11 @@ impl<B: Backend> DeviceState<B> {
         len: usize,
     ) -> Result<()> {
         let z = &self.central.z;
-        let work = |(l, b): (&mut Learner<B>, T)| -> Result<()> {
+        // On a GPU every learner has its own stream: forward and backward need nothing from
+        // other streams; the learner step reads z (written on the device's stream) and the
+        // device reduction reads what the learner steps wrote. Events order exactly that.
+        let z_ready = self.backend.record()?;
+        let work = |(l, b): (&mut Learner<B>, T)| -> Result<B::Event> {
             l.exec.upload_batch(&l.backend, b.images(), b.labels())?;
             l.exec.run(
                 &l.backend,
@@ -626,6 +650,7 @@ impl<B: Backend> DeviceState<B> {
                 &mut l.replica.state,
                 mix(seed, l.id as u64),
             )?;
+            l.backend.wait(&z_ready)?;
             let lb = LearnerBuffers {
                 index: l.id,
                 params: &mut l.replica.params,
@@ -633,13 +658,17 @@ impl<B: Backend> DeviceState<B> {
                 velocity: &mut l.replica.velocity,
                 extra: &mut l.extra,
             };
-            sync.learner_step(&l.backend, info, lb, z, len)
+            sync.learner_step(&l.backend, info, lb, z, len)?;
+            Ok(l.backend.record()?)
         };
         let items: Vec<(&mut Learner<B>, T)> = self.learners.iter_mut().zip(batches).collect();
-        match &self.pool {
-            Some(p) if items.len() > 1 => p.install(|| items.into_par_iter().map(work).collect::<Result<Vec<()>>>())?,
-            _ => items.into_iter().map(work).collect::<Result<Vec<()>>>()?,
+        let done = match &self.pool {
+            Some(p) if items.len() > 1 => p.install(|| items.into_par_iter().map(work).collect::<Result<Vec<_>>>())?,
+            _ => items.into_iter().map(work).collect::<Result<Vec<_>>>()?,
         };
+        for e in &done {
+            self.backend.wait(e)?;
+        }
         let refs: Vec<LearnerRef<'_, B>> = self
             .learners
             .iter()

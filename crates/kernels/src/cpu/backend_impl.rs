@@ -88,6 +88,16 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    type Event = ();
+
+    fn record(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn wait(&self, _event: &()) -> Result<()> {
+        Ok(())
+    }
+
     fn gemm(&self, cfg: &GemmConfig, a: View<'_, Self>, b: View<'_, Self>, c: ViewMut<'_, Self>) -> Result<()> {
         let (la, lb, lc) = cfg.lens()?;
         check_len("gemm", "a", la, a.len())?;

@@ -389,6 +389,16 @@ impl Exec for CudaExec {
             .map_err(|e| drv(format!("synchronizing cuda:{} stream {}", self.dev.ordinal(), self.index), e))
     }
 
+    type Event = CudaEvent;
+
+    fn record(&self) -> Result<CudaEvent> {
+        self.stream.record_event(None).map_err(|e| drv("cuEventRecord", e))
+    }
+
+    fn wait(&self, event: &CudaEvent) -> Result<()> {
+        self.stream.wait(event).map_err(|e| drv("cuStreamWaitEvent", e))
+    }
+
     fn launch(&self, kernel: &'static str, grid: u32, args: &[KArg]) -> Result<()> {
         let f = self.dev.inner.functions.get(kernel).ok_or_else(|| KernelError::Cuda {
             context: "kernel launch".into(),

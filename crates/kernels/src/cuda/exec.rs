@@ -206,6 +206,12 @@ pub trait Exec: Sealed + Send + Sync + 'static {
     fn copy(&self, src: u64, dst: u64, len: usize) -> Result<()>;
     /// Waits for all pending work.
     fn synchronize(&self) -> Result<()>;
+    /// A point in the executor's queue.
+    type Event: Send + Sync + 'static;
+    /// Records the current end of the queue.
+    fn record(&self) -> Result<Self::Event>;
+    /// Makes later work wait for `event`.
+    fn wait(&self, event: &Self::Event) -> Result<()>;
     /// Launches `kernel` with `grid` blocks of [`BLOCK`] threads.
     fn launch(&self, kernel: &'static str, grid: u32, args: &[KArg]) -> Result<()>;
     /// Runs a column-major GEMM.

@@ -20,6 +20,7 @@ use crate::{activation, augment, batch_norm, conv2d, dropout, gemm, linear, opti
 /// A backend that runs this crate's GPU kernels (the `.cu` sources next to each op) and
 /// GEMMs on an executor: [`super::CudaExec`] on a real GPU — [`super::CudaBackend`] is
 /// `GpuBackend<CudaExec>` — or the host emulator the CPU-only tests use.
+#[derive(Clone)]
 pub struct GpuBackend<E> {
     pub(crate) exec: E,
 }
@@ -115,6 +116,16 @@ impl<E: Exec> Backend for GpuBackend<E> {
 
     fn synchronize(&self) -> Result<()> {
         self.exec.synchronize()
+    }
+
+    type Event = E::Event;
+
+    fn record(&self) -> Result<E::Event> {
+        self.exec.record()
+    }
+
+    fn wait(&self, event: &E::Event) -> Result<()> {
+        self.exec.wait(event)
     }
 
     fn gemm(&self, cfg: &GemmConfig, a: View<'_, Self>, b: View<'_, Self>, c: ViewMut<'_, Self>) -> Result<()> {

@@ -185,6 +185,16 @@ impl Backend for CudaBackend {
         match self.0 {}
     }
 
+    type Event = CudaEvent;
+
+    fn record(&self) -> Result<CudaEvent> {
+        match self.0 {}
+    }
+
+    fn wait(&self, _event: &CudaEvent) -> Result<()> {
+        match self.0 {}
+    }
+
     fn gemm(&self, _cfg: &GemmConfig, _a: View<'_, Self>, _b: View<'_, Self>, _c: ViewMut<'_, Self>) -> Result<()> {
         match self.0 {}
     }
