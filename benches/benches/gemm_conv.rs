@@ -103,5 +103,28 @@ fn conv2d(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, gemm, conv2d);
+/// The peak these figures are compared with, in the same run: AVX2 FMA on 1 and 2 threads.
+fn peak(c: &mut Criterion) {
+    if !crossbow_benches::has_avx2_fma() {
+        return;
+    }
+    let mut g = c.benchmark_group("peak_fma");
+    g.warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2)).sample_size(20);
+    let iters = 1_000_000u64;
+    for threads in [1usize, 2] {
+        g.throughput(Throughput::Elements((crossbow_benches::fma_loop_flops(iters) * threads as f64) as u64));
+        g.bench_function(BenchmarkId::new(format!("{threads}t"), "avx2-fma"), |b| {
+            b.iter(|| {
+                std::thread::scope(|s| {
+                    let hs: Vec<_> =
+                        (0..threads).map(|_| s.spawn(move || crossbow_benches::fma_loop_guarded(iters))).collect();
+                    hs.into_iter().map(|h| h.join().unwrap_or(0.0)).sum::<f32>()
+                })
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, peak, gemm, conv2d);
 criterion_main!(benches);

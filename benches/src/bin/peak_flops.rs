@@ -4,47 +4,12 @@
 
 use std::time::Instant;
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn fma_loop(iters: u64) -> f32 {
-    use std::arch::x86_64::*;
-    // 12 independent accumulators hide the FMA latency on both ports.
-    let mut acc = [_mm256_set1_ps(0.0); 12];
-    let a = _mm256_set1_ps(0.999_999);
-    let b = _mm256_set1_ps(1e-7);
-    for _ in 0..iters {
-        for v in acc.iter_mut() {
-            *v = _mm256_fmadd_ps(*v, a, b);
-        }
-    }
-    let mut s = 0.0;
-    for v in acc {
-        let mut o = [0f32; 8];
-        // SAFETY: `o` has room for 8 floats.
-        unsafe { _mm256_storeu_ps(o.as_mut_ptr(), v) };
-        s += o[0];
-    }
-    s
-}
+use crossbow_benches::{fma_loop_guarded, has_avx2_fma};
 
 fn measure(threads: usize) -> f64 {
     let iters = 100_000_000u64;
     let t = Instant::now();
-    let handles: Vec<_> = (0..threads)
-        .map(|_| {
-            std::thread::spawn(move || {
-                #[cfg(target_arch = "x86_64")]
-                {
-                    // SAFETY: main() checked that the CPU has AVX2 and FMA.
-                    unsafe { fma_loop(iters) }
-                }
-                #[cfg(not(target_arch = "x86_64"))]
-                {
-                    0.0f32
-                }
-            })
-        })
-        .collect();
+    let handles: Vec<_> = (0..threads).map(|_| std::thread::spawn(move || fma_loop_guarded(iters))).collect();
     let mut sink = 0.0;
     for h in handles {
         sink += h.join().unwrap_or(0.0);
@@ -55,11 +20,7 @@ fn measure(threads: usize) -> f64 {
 }
 
 fn main() {
-    #[cfg(target_arch = "x86_64")]
-    let ok = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
-    #[cfg(not(target_arch = "x86_64"))]
-    let ok = false;
-    if !ok {
+    if !has_avx2_fma() {
         eprintln!("peak-flops: this CPU has no AVX2+FMA; nothing to measure");
         std::process::exit(2);
     }

@@ -98,6 +98,43 @@ fn valid_range(ow: usize, s: usize, k: usize, p: usize, w: usize) -> (usize, usi
     (lo.min(ow), hi.max(lo.min(ow)))
 }
 
+/// `y[m, n] = W[m, k] * col[k, n] (+ beta * y)`, row-major. With few output channels the
+/// product is computed transposed (`y^T = col^T W^T`, written through strides), which puts
+/// the long pixel dimension on the GEMM's M side: matrixmultiply's kernels are then ~25%
+/// faster at 16 channels (`cargo bench -p crossbow-benches --bench gemm_conv`).
+#[allow(clippy::too_many_arguments)]
+fn weights_times_col(ctx: CpuCtx<'_>, m: usize, n: usize, k: usize, w: &[f32], col: &[f32], beta: f32, y: &mut [f32]) {
+    if m < 32 && n >= 4 * m {
+        gemm_strided(
+            ctx.gemm,
+            n,
+            m,
+            k,
+            1.0,
+            Mat { data: col, rs: 1, cs: n as isize },
+            Mat { data: w, rs: 1, cs: k as isize },
+            beta,
+            y,
+            1,
+            n as isize,
+        );
+    } else {
+        gemm_strided(
+            ctx.gemm,
+            m,
+            n,
+            k,
+            1.0,
+            Mat { data: w, rs: k as isize, cs: 1 },
+            Mat { data: col, rs: n as isize, cs: 1 },
+            beta,
+            y,
+            n as isize,
+            1,
+        );
+    }
+}
+
 pub(crate) fn forward(ctx: CpuCtx<'_>, g: &Conv2dGeom, x: &[f32], params: &[f32], y: &mut [f32], ws: &mut [f32]) {
     let groups = ctx.groups(g.batch);
     let ranges = split_ranges(g.batch, groups);
@@ -127,19 +164,7 @@ pub(crate) fn forward(ctx: CpuCtx<'_>, g: &Conv2dGeom, x: &[f32], params: &[f32]
                 0.0
             };
             let (m, nn, k) = (g.out_channels, g.col_cols(), g.col_rows());
-            gemm_strided(
-                ctx.gemm,
-                m,
-                nn,
-                k,
-                1.0,
-                Mat { data: w, rs: k as isize, cs: 1 },
-                Mat { data: src, rs: nn as isize, cs: 1 },
-                beta,
-                yi,
-                nn as isize,
-                1,
-            );
+            weights_times_col(ctx, m, nn, k, w, src, beta, yi);
         }
     });
 }
