@@ -17,9 +17,9 @@ pub(crate) fn relu_backward(y: &[f32], dy: &[f32], dx: &mut [f32]) {
 }
 
 pub(crate) fn relu_backward_inplace(y: &[f32], d: &mut [f32]) {
+    // A select, not a conditional store: this vectorises (a branchy loop was 10% of a
+    // ResNet-20 training step).
     for (o, &v) in d.iter_mut().zip(y) {
-        if v <= 0.0 {
-            *o = 0.0;
-        }
+        *o = if v > 0.0 { *o } else { 0.0 };
     }
 }

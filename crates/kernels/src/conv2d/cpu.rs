@@ -13,8 +13,69 @@ pub(crate) fn workspace_len(g: &Conv2dGeom, threads: usize) -> usize {
     groups * (col + partial)
 }
 
+/// True for a stride-1 convolution whose output has the input's size (3×3 with padding 1,
+/// 5×5 with padding 2, ...): then every im2col row is the input plane shifted by a constant
+/// offset, so it is one block copy plus a few zeroed columns ([`im2col`], [`col2im`]).
+fn is_same_stride1(g: &Conv2dGeom) -> bool {
+    g.stride_h == 1 && g.stride_w == 1 && g.out_h() == g.in_h && g.out_w() == g.in_w
+}
+
+/// For a same-size stride-1 convolution: the flat offset of im2col row (ki, kj), the valid
+/// destination range `j0..j1`, and the column shift.
+fn same_shift(g: &Conv2dGeom, ki: usize, kj: usize) -> (isize, usize, usize, isize) {
+    let (h, w) = (g.in_h as isize, g.in_w as isize);
+    let hw = h * w;
+    let s = kj as isize - g.pad_w as isize;
+    let off = (ki as isize - g.pad_h as isize) * w + s;
+    let j0 = (-off).clamp(0, hw) as usize;
+    let j1 = (hw - off).clamp(0, hw) as usize;
+    (off, j0, j1.max(j0), s)
+}
+
+/// Zeroes, in every row of a `[h, w]` plane, the columns whose source column `ox + s` falls
+/// outside `0..w` (they wrapped into the neighbouring row in a flat shifted copy).
+fn zero_wrapped_columns(plane: &mut [f32], h: usize, w: usize, s: isize) {
+    let k = s.unsigned_abs().min(w);
+    for oy in 0..h {
+        let row = &mut plane[oy * w..(oy + 1) * w];
+        if s < 0 {
+            row[..k].iter_mut().for_each(|v| *v = 0.0);
+        } else if s > 0 {
+            row[w - k..].iter_mut().for_each(|v| *v = 0.0);
+        }
+    }
+}
+
 /// Unfolds one image `[c_in, h, w]` into `col[c_in*kh*kw, oh*ow]`.
 pub(crate) fn im2col(g: &Conv2dGeom, x: &[f32], col: &mut [f32]) {
+    if is_same_stride1(g) { im2col_same(g, x, col) } else { im2col_general(g, x, col) }
+}
+
+/// [`im2col`] for same-size stride-1 convolutions: one block copy per row.
+pub(crate) fn im2col_same(g: &Conv2dGeom, x: &[f32], col: &mut [f32]) {
+    let (h, w) = (g.in_h, g.in_w);
+    let hw = h * w;
+    for c in 0..g.in_channels {
+        let xc = &x[c * hw..(c + 1) * hw];
+        for ki in 0..g.kernel_h {
+            for kj in 0..g.kernel_w {
+                let row = (c * g.kernel_h + ki) * g.kernel_w + kj;
+                let dst = &mut col[row * hw..(row + 1) * hw];
+                let (off, j0, j1, s) = same_shift(g, ki, kj);
+                dst[..j0].fill(0.0);
+                dst[j1..].fill(0.0);
+                if j0 < j1 {
+                    let src0 = (j0 as isize + off) as usize;
+                    dst[j0..j1].copy_from_slice(&xc[src0..src0 + (j1 - j0)]);
+                }
+                zero_wrapped_columns(dst, h, w, s);
+            }
+        }
+    }
+}
+
+/// [`im2col`] for any geometry, row segment by row segment.
+pub(crate) fn im2col_general(g: &Conv2dGeom, x: &[f32], col: &mut [f32]) {
     let (oh, ow) = (g.out_h(), g.out_w());
     let (h, w) = (g.in_h, g.in_w);
     let plane = oh * ow;
@@ -50,9 +111,48 @@ pub(crate) fn im2col(g: &Conv2dGeom, x: &[f32], col: &mut [f32]) {
     }
 }
 
-/// Folds `col[c_in*kh*kw, oh*ow]` back into an image, accumulating into `dx` (which the
-/// caller zeroes first).
-pub(crate) fn col2im(g: &Conv2dGeom, col: &[f32], dx: &mut [f32]) {
+/// Folds `col[c_in*kh*kw, oh*ow]` back into an image, overwriting `dx`. `col` is scratch:
+/// the same-size fast path zeroes its wrapped columns.
+pub(crate) fn col2im(g: &Conv2dGeom, col: &mut [f32], dx: &mut [f32]) {
+    if is_same_stride1(g) {
+        col2im_same(g, col, dx)
+    } else {
+        dx.fill(0.0);
+        col2im_general(g, col, dx)
+    }
+}
+
+/// [`col2im`] for same-size stride-1 convolutions, overwriting `dx`: the centre tap (offset
+/// 0, nothing wraps) is copied, the other taps are added.
+pub(crate) fn col2im_same(g: &Conv2dGeom, col: &mut [f32], dx: &mut [f32]) {
+    let (h, w) = (g.in_h, g.in_w);
+    let hw = h * w;
+    for c in 0..g.in_channels {
+        let xc = &mut dx[c * hw..(c + 1) * hw];
+        let centre = (c * g.kernel_h + g.pad_h) * g.kernel_w + g.pad_w;
+        xc.copy_from_slice(&col[centre * hw..(centre + 1) * hw]);
+        for ki in 0..g.kernel_h {
+            for kj in 0..g.kernel_w {
+                if (ki, kj) == (g.pad_h, g.pad_w) {
+                    continue;
+                }
+                let row = (c * g.kernel_h + ki) * g.kernel_w + kj;
+                let src = &mut col[row * hw..(row + 1) * hw];
+                let (off, j0, j1, s) = same_shift(g, ki, kj);
+                zero_wrapped_columns(src, h, w, s);
+                if j0 < j1 {
+                    let d0 = (j0 as isize + off) as usize;
+                    for (d, v) in xc[d0..d0 + (j1 - j0)].iter_mut().zip(&src[j0..j1]) {
+                        *d += *v;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// [`col2im`] for any geometry.
+pub(crate) fn col2im_general(g: &Conv2dGeom, col: &[f32], dx: &mut [f32]) {
     let (oh, ow) = (g.out_h(), g.out_w());
     let (h, w) = (g.in_h, g.in_w);
     let plane = oh * ow;
@@ -198,7 +298,6 @@ pub(crate) fn backward_data(
                 gemm_strided(ctx.gemm, m, nn, k, 1.0, a, b, 0.0, dxi, nn as isize, 1);
             } else {
                 gemm_strided(ctx.gemm, m, nn, k, 1.0, a, b, 0.0, col, nn as isize, 1);
-                dxi.fill(0.0);
                 col2im(g, col, dxi);
             }
         }

@@ -166,3 +166,26 @@ fn conv2d_bad_shapes_are_errors() {
         .to_string();
     assert!(e.contains("workspace"), "{e}");
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+    /// The block-copy im2col/col2im of same-size stride-1 convolutions equal the general
+    /// segment-by-segment ones exactly.
+    #[test]
+    fn same_size_fast_path_equals_the_general_path(c in 1usize..4, h in 1usize..9, w in 1usize..9,
+                                                   k in prop_oneof![Just(1usize), Just(3), Just(5)], seed in any::<u64>()) {
+        let g = Conv2dGeom { kernel_w: k, pad_w: k / 2, ..Conv2dGeom::square(1, c, (h, w), 2, k, 1, k / 2, false) };
+        prop_assume!(g.validate().is_ok() && g.out_h() == h && g.out_w() == w);
+        let x = random_vec(seed, g.input_len() , 1.0);
+        let n = g.col_rows() * g.col_cols();
+        let (mut a, mut b) = (vec![f32::NAN; n], vec![f32::NAN; n]);
+        super::cpu::im2col_same(&g, &x, &mut a);
+        super::cpu::im2col_general(&g, &x, &mut b);
+        prop_assert_eq!(&a, &b);
+        let col = random_vec(seed ^ 5, n, 1.0);
+        let (mut da, mut db) = (vec![f32::NAN; g.input_len()], vec![0.0; g.input_len()]);
+        super::cpu::col2im_same(&g, &mut col.clone(), &mut da);
+        super::cpu::col2im_general(&g, &col, &mut db);
+        assert_close(&da, &to_f64(&db), Tolerance::new(1e-6, 1e-6), "col2im");
+    }
+}
