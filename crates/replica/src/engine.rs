@@ -535,6 +535,9 @@ impl<B: Backend> Engine<B> {
         // streams, after the update).
         for dev in &mut self.devices {
             sync.apply_device(&dev.backend, &info, &mut dev.contribution, &mut dev.central, len)?;
+            if !sync.after_apply_needed(&info) {
+                continue;
+            }
             let z_new = dev.backend.record()?;
             for l in &mut dev.learners {
                 l.backend.wait(&z_new)?;

@@ -135,6 +135,14 @@ pub trait Synchroniser<B: Backend>: Send + Sync {
         len: usize,
     ) -> Result<()>;
 
+    /// Whether [`Synchroniser::after_apply`] does anything this iteration. When it does not,
+    /// a learner's next forward pass need not wait for the central update (on a GPU its
+    /// stream runs ahead while the all-reduce and the update of `z` proceed); only its next
+    /// learner step waits for `z`. Default: always.
+    fn after_apply_needed(&self, _info: &StepInfo) -> bool {
+        true
+    }
+
     /// Learner `j`'s update after its device's central model was updated.
     fn after_apply(
         &self,
@@ -189,6 +197,10 @@ impl<B: Backend> Synchroniser<B> for Independent {
         len: usize,
     ) -> Result<()> {
         sum_into(be, learners.iter().map(|l| l.params), out, len)
+    }
+
+    fn after_apply_needed(&self, _info: &StepInfo) -> bool {
+        false
     }
 
     fn apply_device(

@@ -1,6 +1,6 @@
 use crossbow_kernels::{Backend, View, ViewMut};
 use crossbow_replica::Result;
-use crossbow_replica::sync::{Central, LearnerBuffers, LearnerRef, StepInfo, Synchroniser, sgd, sum_into};
+use crossbow_replica::sync::{Central, LearnerBuffers, LearnerRef, StepInfo, Synchroniser, sum_into};
 
 /// Synchronous elastic averaging SGD (Zhang, Choromanska, LeCun 2015) with communication
 /// period τ = 1:
@@ -56,12 +56,7 @@ impl<B: Backend> Synchroniser<B> for EaSgd {
     }
 
     fn learner_step(&self, be: &B, info: &StepInfo, l: LearnerBuffers<'_, B>, z: &B::Buffer, len: usize) -> Result<()> {
-        let e = &mut l.extra[0];
-        be.sub(View::new(&*l.params, 0..len)?, View::new(z, 0..len)?, ViewMut::new(e, 0..len)?)?;
-        be.scale(self.alpha_at(info), ViewMut::new(e, 0..len)?)?;
-        sgd(be, &info.sgd, l.params, l.grads, l.velocity, len)?;
-        be.axpy(-1.0, View::new(&*e, 0..len)?, ViewMut::new(l.params, 0..len)?)?;
-        Ok(())
+        crate::sma::corrected_step(be, info, l, z, self.alpha_at(info), len)
     }
 
     fn reduce_device(
@@ -74,6 +69,10 @@ impl<B: Backend> Synchroniser<B> for EaSgd {
         len: usize,
     ) -> Result<()> {
         sum_into(be, learners.iter().map(|l| &l.extra[0]), out, len)
+    }
+
+    fn after_apply_needed(&self, _info: &StepInfo) -> bool {
+        false
     }
 
     fn apply_device(

@@ -50,14 +50,7 @@ impl<B: Backend> Synchroniser<B> for Sma {
     }
 
     fn learner_step(&self, be: &B, info: &StepInfo, l: LearnerBuffers<'_, B>, z: &B::Buffer, len: usize) -> Result<()> {
-        let c = &mut l.extra[0];
-        // c = alpha (w - z), from the replica before its step.
-        be.sub(View::new(&*l.params, 0..len)?, View::new(z, 0..len)?, ViewMut::new(c, 0..len)?)?;
-        be.scale(self.alpha(), ViewMut::new(c, 0..len)?)?;
-        // Local step, then the correction.
-        sgd(be, &info.sgd, l.params, l.grads, l.velocity, len)?;
-        be.axpy(-1.0, View::new(&*c, 0..len)?, ViewMut::new(l.params, 0..len)?)?;
-        Ok(())
+        corrected_step(be, info, l, z, self.alpha(), len)
     }
 
     fn reduce_device(
@@ -92,6 +85,12 @@ impl<B: Backend> Synchroniser<B> for Sma {
         Ok(())
     }
 
+    /// Only when the learning rate dropped (the reset to z): otherwise a learner's next
+    /// forward pass does not wait for the all-reduce.
+    fn after_apply_needed(&self, info: &StepInfo) -> bool {
+        info.lr_dropped
+    }
+
     fn after_apply(&self, be: &B, info: &StepInfo, l: LearnerBuffers<'_, B>, z: &B::Buffer, len: usize) -> Result<()> {
         if info.lr_dropped {
             be.copy(View::new(z, 0..len)?, ViewMut::new(l.params, 0..len)?)?;
@@ -99,6 +98,25 @@ impl<B: Backend> Synchroniser<B> for Sma {
         }
         Ok(())
     }
+}
+
+/// The learner side of SMA and EA-SGD: `c = alpha (w - z)` from the replica before its step
+/// (kept in the learner's first extra buffer for the device reduction), the local SGD step,
+/// then `w -= c`.
+pub(crate) fn corrected_step<B: Backend>(
+    be: &B,
+    info: &StepInfo,
+    l: LearnerBuffers<'_, B>,
+    z: &B::Buffer,
+    alpha: f32,
+    len: usize,
+) -> Result<()> {
+    let c = &mut l.extra[0];
+    be.sub(View::new(&*l.params, 0..len)?, View::new(z, 0..len)?, ViewMut::new(c, 0..len)?)?;
+    be.scale(alpha, ViewMut::new(c, 0..len)?)?;
+    sgd(be, &info.sgd, l.params, l.grads, l.velocity, len)?;
+    be.axpy(-1.0, View::new(&*c, 0..len)?, ViewMut::new(l.params, 0..len)?)?;
+    Ok(())
 }
 
 /// An f32 setting as the f64 a reader expects (0.9, not 0.8999999761581421).

@@ -1,13 +1,14 @@
 //! General matrix multiply, row-major.
 //!
 //! On the CPU two well-kept crates are available behind [`CpuGemm`]: `matrixmultiply` (the
-//! default) and `gemm`. Measured on this project's 2-core AVX2/AVX-512 machine, single
+//! default) and `gemm`. Measured on this project's 2-core machine (AVX2 + AVX-512), single
 //! threaded, at the im2col shapes of LeNet-5 and the CIFAR ResNets (`cargo bench -p
-//! crossbow-benches --bench gemm_conv -- gemm`), `matrixmultiply` 0.3 was 1.2–1.5× faster than
-//! `gemm` 0.19 on every shape (e.g. 67 vs 52 GFLOP/s at 16×144·144×1024, 97 vs 70 at
-//! 32×288·288×256), so it is the default; BENCHMARKS.md has the figures. Both run single
-//! threaded: parallelism comes from splitting the batch (one learner) or from running several
-//! learners at once.
+//! crossbow-benches --bench gemm_conv -- gemm`), `matrixmultiply` 0.3 was faster than `gemm`
+//! 0.19 on 5 of 7 shapes, by up to 2× (e.g. 106 vs 74 GFLOP/s at 32×288·288×256, 131 vs 66 at
+//! 256³) and lost only on products with a tiny M (LeNet's 6×25·25×576), which the conv code
+//! avoids by computing few-output-channel products transposed. So it is the default;
+//! BENCHMARKS.md has the table. Both run single threaded: parallelism comes from splitting the
+//! batch (one learner) or from running several learners at once.
 
 pub(crate) mod cpu;
 #[cfg(feature = "cuda")]
