@@ -59,6 +59,7 @@ pub struct TrainFile {
     pub alpha: Option<f64>,
     pub central_momentum: Option<f64>,
     pub eval_every: Option<f64>,
+    pub eval_every_iterations: Option<u64>,
     pub eval_batch_size: Option<usize>,
     pub train_size: Option<usize>,
     pub test_size: Option<usize>,
@@ -102,6 +103,7 @@ impl TrainFile {
             alpha,
             central_momentum,
             eval_every,
+            eval_every_iterations,
             eval_batch_size,
             train_size,
             test_size,
@@ -140,6 +142,8 @@ pub struct TrainConfig {
     pub central_momentum: f64,
     /// Evaluate every this many epochs.
     pub eval_every: f64,
+    /// Evaluate every this many iterations instead (when set).
+    pub eval_every_iterations: Option<u64>,
     pub eval_batch_size: usize,
     pub train_size: Option<usize>,
     pub test_size: Option<usize>,
@@ -232,6 +236,9 @@ impl TrainConfig {
         let sync = SyncKind::parse(&sync_name, f.alpha.map(|a| a as f32), central_momentum as f32)
             .map_err(|e| CliError::usage(format!("--sync: {e}")))?;
         let eval_every = positive("eval-every", f.eval_every.unwrap_or(1.0))?;
+        if f.eval_every_iterations == Some(0) {
+            return Err(CliError::usage("--eval-every-iterations must be at least 1"));
+        }
         let eval_batch_size = f.eval_batch_size.unwrap_or(500);
         if eval_batch_size == 0 {
             return Err(CliError::usage("--eval-batch-size must be at least 1"));
@@ -278,6 +285,7 @@ impl TrainConfig {
             alpha: f.alpha,
             central_momentum,
             eval_every,
+            eval_every_iterations: f.eval_every_iterations,
             eval_batch_size,
             train_size: f.train_size,
             test_size: f.test_size,

@@ -106,9 +106,12 @@ struct TrainArgs {
     /// SMA central momentum [default: 0.9]
     #[arg(long)]
     central_momentum: Option<f64>,
-    /// Evaluate the central model every this many epochs [default: 1]
+    /// Evaluate the central model every this many epochs (fractions allowed) [default: 1]
     #[arg(long)]
     eval_every: Option<f64>,
+    /// Evaluate every this many iterations instead of by epochs
+    #[arg(long)]
+    eval_every_iterations: Option<u64>,
     /// Batch size of evaluation [default: 500]
     #[arg(long)]
     eval_batch_size: Option<usize>,
@@ -158,6 +161,7 @@ impl TrainArgs {
             alpha: self.alpha,
             central_momentum: self.central_momentum,
             eval_every: self.eval_every,
+            eval_every_iterations: self.eval_every_iterations,
             eval_batch_size: self.eval_batch_size,
             train_size: self.train_size,
             test_size: self.test_size,

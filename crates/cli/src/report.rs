@@ -60,6 +60,8 @@ pub struct Reporter {
     bar: ProgressBar,
     tty: bool,
     quiet: bool,
+    /// Print the final summary line (false for [`Reporter::silent`]).
+    summary: bool,
     metrics: Option<(PathBuf, BufWriter<File>)>,
     last_eval: Option<f64>,
 }
@@ -86,12 +88,12 @@ impl Reporter {
         } else {
             ProgressBar::hidden()
         };
-        Ok(Reporter { bar, tty, quiet, metrics, last_eval: None })
+        Ok(Reporter { bar, tty, quiet, summary: true, metrics, last_eval: None })
     }
 
     /// A reporter that prints nothing and writes no file (for benchmarks and experiments).
     pub fn silent() -> Self {
-        Reporter { bar: ProgressBar::hidden(), tty: false, quiet: true, metrics: None, last_eval: None }
+        Reporter { bar: ProgressBar::hidden(), tty: false, quiet: true, summary: false, metrics: None, last_eval: None }
     }
 
     /// Prints a line (above the progress bar on a terminal).
@@ -158,6 +160,9 @@ impl Reporter {
             (Some(t), _, _) => format!("did not reach {:.2}%", 100.0 * t),
             _ => "no target set".into(),
         };
+        if !self.summary {
+            return self.record_end(s);
+        }
         println!(
             "{} on {}: best test accuracy {:.2}% (final {:.2}%), {tta}; {:.2} epochs, {} iterations, {:.1} s training ({:.1} s wall), {:.0} images/s; learners {:?} on {}, sync {}",
             s.model,
@@ -173,6 +178,10 @@ impl Reporter {
             s.devices.join(","),
             s.sync
         );
+        self.record_end(s)
+    }
+
+    fn record_end(&mut self, s: &Summary) -> Result<(), CliError> {
         let mut body = serde_json::to_value(s).unwrap_or(Value::Null);
         if let Some(o) = body.as_object_mut() {
             o.remove("evaluations");

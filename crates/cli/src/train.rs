@@ -269,7 +269,11 @@ pub fn train_with<B: Backend>(
         }
 
         let done = rec.epoch >= cfg.epochs - 1e-9;
-        if rec.epoch >= next_eval - 1e-9 || done {
+        let due = match cfg.eval_every_iterations {
+            Some(n) => rec.iteration.is_multiple_of(n),
+            None => rec.epoch >= next_eval - 1e-9,
+        };
+        if due || done {
             while next_eval <= rec.epoch + 1e-9 {
                 next_eval += cfg.eval_every;
             }

@@ -137,6 +137,36 @@ fn bad_input_is_one_line_and_exit_code_2() {
 }
 
 #[test]
+fn cuda_without_a_driver_is_a_clear_error() {
+    if crossbow_kernels::cuda::device_count().is_ok() {
+        eprintln!("skipped: this machine has a CUDA driver");
+        return;
+    }
+    for devices in ["cuda", "cuda:0"] {
+        let (code, _out, err) = crossbow(&["train", "--devices", devices, "--epochs", "0.01"]);
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("--devices") && (err.contains("no CUDA driver") || err.contains("without CUDA")), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    // auto falls back to the CPU and says so.
+    let (code, _out, err) = crossbow(&[
+        "train",
+        "--devices",
+        "auto",
+        "--epochs",
+        "0.02",
+        "--train-size",
+        "500",
+        "--test-size",
+        "100",
+        "--learners-per-device",
+        "1",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("--devices auto") && err.contains("using the CPU"), "{err}");
+}
+
+#[test]
 fn corrupt_dataset_files_are_reported_with_their_name() {
     let dir = std::env::temp_dir().join(format!("crossbow-bad-mnist-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
