@@ -27,7 +27,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Train a model (defaults: LeNet-5 on the built-in synthetic digits, on this machine's CPU).
-    Train(TrainArgs),
+    Train(Box<TrainArgs>),
     /// Print parameters, FLOPs and planned memory of every model.
     Models(ModelsArgs),
     /// Measure training throughput (images/s) per model, batch size and learners per device.
