@@ -52,6 +52,7 @@
 //! reference and every backward against central finite differences in `f64`.
 
 pub mod activation;
+mod args;
 pub mod augment;
 mod backend;
 pub mod batch_norm;

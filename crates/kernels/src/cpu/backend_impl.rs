@@ -3,6 +3,7 @@
 use crossbow_tensor::Device;
 
 use super::CpuBackend;
+use crate::args;
 use crate::augment::CropFlipGeom;
 use crate::backend::{Backend, View, ViewMut};
 use crate::batch_norm::BatchNormGeom;
@@ -23,13 +24,6 @@ fn sl<'a>(v: View<'a, CpuBackend>) -> &'a [f32] {
 fn sm<'a>(v: ViewMut<'a, CpuBackend>) -> &'a mut [f32] {
     let (buf, r) = v.into_parts();
     &mut buf[r]
-}
-
-fn same_len(op: &'static str, n: usize, others: &[(&'static str, usize)]) -> Result<()> {
-    for &(arg, len) in others {
-        check_len(op, arg, n, len)?;
-    }
-    Ok(())
 }
 
 impl Backend for CpuBackend {
@@ -99,40 +93,37 @@ impl Backend for CpuBackend {
     }
 
     fn gemm(&self, cfg: &GemmConfig, a: View<'_, Self>, b: View<'_, Self>, c: ViewMut<'_, Self>) -> Result<()> {
-        let (la, lb, lc) = cfg.lens()?;
-        check_len("gemm", "a", la, a.len())?;
-        check_len("gemm", "b", lb, b.len())?;
-        check_len("gemm", "c", lc, c.len())?;
+        args::gemm(cfg, a.len(), b.len(), c.len())?;
         gemm::cpu::gemm_config(self.gemm, cfg, sl(a), sl(b), sm(c));
         Ok(())
     }
 
     fn add(&self, a: View<'_, Self>, b: View<'_, Self>, y: ViewMut<'_, Self>) -> Result<()> {
-        same_len("add", a.len(), &[("b", b.len()), ("y", y.len())])?;
+        args::same_len("add", a.len(), &[("b", b.len()), ("y", y.len())])?;
         vector::cpu::add(sl(a), sl(b), sm(y));
         Ok(())
     }
 
     fn sub(&self, a: View<'_, Self>, b: View<'_, Self>, y: ViewMut<'_, Self>) -> Result<()> {
-        same_len("sub", a.len(), &[("b", b.len()), ("y", y.len())])?;
+        args::same_len("sub", a.len(), &[("b", b.len()), ("y", y.len())])?;
         vector::cpu::sub(sl(a), sl(b), sm(y));
         Ok(())
     }
 
     fn mul(&self, a: View<'_, Self>, b: View<'_, Self>, y: ViewMut<'_, Self>) -> Result<()> {
-        same_len("mul", a.len(), &[("b", b.len()), ("y", y.len())])?;
+        args::same_len("mul", a.len(), &[("b", b.len()), ("y", y.len())])?;
         vector::cpu::mul(sl(a), sl(b), sm(y));
         Ok(())
     }
 
     fn axpy(&self, alpha: f32, x: View<'_, Self>, y: ViewMut<'_, Self>) -> Result<()> {
-        same_len("axpy", x.len(), &[("y", y.len())])?;
+        args::same_len("axpy", x.len(), &[("y", y.len())])?;
         vector::cpu::axpy(alpha, sl(x), sm(y));
         Ok(())
     }
 
     fn axpby(&self, alpha: f32, x: View<'_, Self>, beta: f32, y: ViewMut<'_, Self>) -> Result<()> {
-        same_len("axpby", x.len(), &[("y", y.len())])?;
+        args::same_len("axpby", x.len(), &[("y", y.len())])?;
         vector::cpu::axpby(alpha, sl(x), beta, sm(y));
         Ok(())
     }
@@ -155,14 +146,13 @@ impl Backend for CpuBackend {
         grad: View<'_, Self>,
         velocity: ViewMut<'_, Self>,
     ) -> Result<()> {
-        cfg.validate()?;
-        same_len("sgd_step", param.len(), &[("grad", grad.len()), ("velocity", velocity.len())])?;
+        args::sgd(cfg, param.len(), grad.len(), velocity.len())?;
         optim::cpu::sgd_step(cfg, sm(param), sl(grad), sm(velocity));
         Ok(())
     }
 
     fn relu_forward(&self, x: View<'_, Self>, y: ViewMut<'_, Self>) -> Result<()> {
-        same_len("relu_forward", x.len(), &[("y", y.len())])?;
+        args::same_len("relu_forward", x.len(), &[("y", y.len())])?;
         activation::cpu::relu_forward(sl(x), sm(y));
         Ok(())
     }
@@ -173,13 +163,13 @@ impl Backend for CpuBackend {
     }
 
     fn relu_backward(&self, y: View<'_, Self>, dy: View<'_, Self>, dx: ViewMut<'_, Self>) -> Result<()> {
-        same_len("relu_backward", y.len(), &[("dy", dy.len()), ("dx", dx.len())])?;
+        args::same_len("relu_backward", y.len(), &[("dy", dy.len()), ("dx", dx.len())])?;
         activation::cpu::relu_backward(sl(y), sl(dy), sm(dx));
         Ok(())
     }
 
     fn relu_backward_inplace(&self, y: View<'_, Self>, d: ViewMut<'_, Self>) -> Result<()> {
-        same_len("relu_backward_inplace", y.len(), &[("d", d.len())])?;
+        args::same_len("relu_backward_inplace", y.len(), &[("d", d.len())])?;
         activation::cpu::relu_backward_inplace(sl(y), sm(d));
         Ok(())
     }
@@ -196,8 +186,15 @@ impl Backend for CpuBackend {
         y: ViewMut<'_, Self>,
         workspace: ViewMut<'_, Self>,
     ) -> Result<()> {
-        g.check_lens("conv2d_forward", x.len(), params.len(), y.len())?;
-        check_ws(workspace.len(), self.conv2d_workspace_len(g))?;
+        args::conv2d(
+            "conv2d_forward",
+            g,
+            x.len(),
+            params.len(),
+            y.len(),
+            workspace.len(),
+            self.conv2d_workspace_len(g),
+        )?;
         conv2d::cpu::forward(self.ctx(), g, sl(x), sl(params), sm(y), sm(workspace));
         Ok(())
     }
@@ -210,8 +207,15 @@ impl Backend for CpuBackend {
         dx: ViewMut<'_, Self>,
         workspace: ViewMut<'_, Self>,
     ) -> Result<()> {
-        g.check_lens("conv2d_backward_data", dx.len(), params.len(), dy.len())?;
-        check_ws(workspace.len(), self.conv2d_workspace_len(g))?;
+        args::conv2d(
+            "conv2d_backward_data",
+            g,
+            dx.len(),
+            params.len(),
+            dy.len(),
+            workspace.len(),
+            self.conv2d_workspace_len(g),
+        )?;
         conv2d::cpu::backward_data(self.ctx(), g, sl(dy), sl(params), sm(dx), sm(workspace));
         Ok(())
     }
@@ -224,8 +228,15 @@ impl Backend for CpuBackend {
         dparams: ViewMut<'_, Self>,
         workspace: ViewMut<'_, Self>,
     ) -> Result<()> {
-        g.check_lens("conv2d_backward_params", x.len(), dparams.len(), dy.len())?;
-        check_ws(workspace.len(), self.conv2d_workspace_len(g))?;
+        args::conv2d(
+            "conv2d_backward_params",
+            g,
+            x.len(),
+            dparams.len(),
+            dy.len(),
+            workspace.len(),
+            self.conv2d_workspace_len(g),
+        )?;
         conv2d::cpu::backward_params(self.ctx(), g, sl(x), sl(dy), sm(dparams), sm(workspace));
         Ok(())
     }
@@ -275,9 +286,7 @@ impl Backend for CpuBackend {
         saved: ViewMut<'_, Self>,
         running: ViewMut<'_, Self>,
     ) -> Result<()> {
-        g.check("batch_norm_forward_train", x.len(), params.len(), y.len())?;
-        check_len("batch_norm_forward_train", "saved", g.stats_len(), saved.len())?;
-        check_len("batch_norm_forward_train", "running", g.stats_len(), running.len())?;
+        args::bn_train(g, x.len(), params.len(), y.len(), saved.len(), running.len())?;
         batch_norm::cpu::forward_train(self.ctx(), g, sl(x), sl(params), sm(y), sm(saved), sm(running));
         Ok(())
     }
@@ -290,8 +299,7 @@ impl Backend for CpuBackend {
         running: View<'_, Self>,
         y: ViewMut<'_, Self>,
     ) -> Result<()> {
-        g.check("batch_norm_forward_infer", x.len(), params.len(), y.len())?;
-        check_len("batch_norm_forward_infer", "running", g.stats_len(), running.len())?;
+        args::bn_infer(g, x.len(), params.len(), running.len(), y.len())?;
         batch_norm::cpu::forward_infer(self.ctx(), g, sl(x), sl(params), sl(running), sm(y));
         Ok(())
     }
@@ -306,10 +314,7 @@ impl Backend for CpuBackend {
         dx: ViewMut<'_, Self>,
         dparams: ViewMut<'_, Self>,
     ) -> Result<()> {
-        g.check("batch_norm_backward", x.len(), params.len(), dy.len())?;
-        check_len("batch_norm_backward", "saved", g.stats_len(), saved.len())?;
-        check_len("batch_norm_backward", "dx", g.len(), dx.len())?;
-        check_len("batch_norm_backward", "dparams", g.stats_len(), dparams.len())?;
+        args::bn_backward(g, x.len(), dy.len(), params.len(), saved.len(), dx.len(), dparams.len())?;
         batch_norm::cpu::backward(self.ctx(), g, sl(x), sl(dy), sl(params), sl(saved), sm(dx), sm(dparams));
         Ok(())
     }
@@ -328,9 +333,7 @@ impl Backend for CpuBackend {
         dy: View<'_, Self>,
         dx: ViewMut<'_, Self>,
     ) -> Result<()> {
-        g.check("max_pool_backward", x.len(), y.len())?;
-        check_len("max_pool_backward", "dy", g.output_len(), dy.len())?;
-        check_len("max_pool_backward", "dx", g.input_len(), dx.len())?;
+        args::max_pool_backward(g, x.len(), y.len(), dy.len(), dx.len())?;
         pool::cpu::max_backward(self.ctx(), g, sl(x), sl(y), sl(dy), sm(dx));
         Ok(())
     }
@@ -354,8 +357,7 @@ impl Backend for CpuBackend {
         y: ViewMut<'_, Self>,
         mask: ViewMut<'_, Self>,
     ) -> Result<()> {
-        cfg.validate()?;
-        same_len("dropout_forward", x.len(), &[("y", y.len()), ("mask", mask.len())])?;
+        args::dropout(cfg, x.len(), y.len(), mask.len())?;
         dropout::cpu::forward(cfg, sl(x), sm(y), sm(mask));
         Ok(())
     }
@@ -381,13 +383,5 @@ impl Backend for CpuBackend {
     ) -> Result<()> {
         g.check("crop_flip", x.len(), params.len(), y.len())?;
         augment::cpu::crop_flip(g, sl(x), sl(params), sm(y))
-    }
-}
-
-fn check_ws(have: usize, need: usize) -> Result<()> {
-    if have >= need {
-        Ok(())
-    } else {
-        Err(KernelError::Length { op: "conv2d", arg: "workspace", expected: need, actual: have })
     }
 }

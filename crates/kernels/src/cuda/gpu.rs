@@ -4,12 +4,13 @@
 use crossbow_tensor::Device;
 
 use super::exec::{Dv, Exec};
+use crate::args;
 use crate::augment::CropFlipGeom;
 use crate::backend::{Backend, View, ViewMut};
 use crate::batch_norm::BatchNormGeom;
 use crate::conv2d::Conv2dGeom;
 use crate::dropout::DropoutConfig;
-use crate::error::{KernelError, Result, check_len};
+use crate::error::{Result, check_len};
 use crate::gemm::GemmConfig;
 use crate::linear::LinearGeom;
 use crate::optim::SgdConfig;
@@ -47,21 +48,6 @@ where
 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "GpuBackend({})", self.exec.describe())
-    }
-}
-
-fn same_len(op: &'static str, n: usize, others: &[(&'static str, usize)]) -> Result<()> {
-    for &(arg, len) in others {
-        check_len(op, arg, n, len)?;
-    }
-    Ok(())
-}
-
-fn check_ws(have: usize, need: usize) -> Result<()> {
-    if have >= need {
-        Ok(())
-    } else {
-        Err(KernelError::Length { op: "conv2d", arg: "workspace", expected: need, actual: have })
     }
 }
 
@@ -129,35 +115,32 @@ impl<E: Exec> Backend for GpuBackend<E> {
     }
 
     fn gemm(&self, cfg: &GemmConfig, a: View<'_, Self>, b: View<'_, Self>, c: ViewMut<'_, Self>) -> Result<()> {
-        let (la, lb, lc) = cfg.lens()?;
-        check_len("gemm", "a", la, a.len())?;
-        check_len("gemm", "b", lb, b.len())?;
-        check_len("gemm", "c", lc, c.len())?;
+        args::gemm(cfg, a.len(), b.len(), c.len())?;
         gemm::cuda::gemm(&self.exec, cfg, self.v(a)?, self.v(b)?, self.m(c)?)
     }
 
     fn add(&self, a: View<'_, Self>, b: View<'_, Self>, y: ViewMut<'_, Self>) -> Result<()> {
-        same_len("add", a.len(), &[("b", b.len()), ("y", y.len())])?;
+        args::same_len("add", a.len(), &[("b", b.len()), ("y", y.len())])?;
         vector::cuda::binary(&self.exec, "cb_add", self.v(a)?, self.v(b)?, self.m(y)?)
     }
 
     fn sub(&self, a: View<'_, Self>, b: View<'_, Self>, y: ViewMut<'_, Self>) -> Result<()> {
-        same_len("sub", a.len(), &[("b", b.len()), ("y", y.len())])?;
+        args::same_len("sub", a.len(), &[("b", b.len()), ("y", y.len())])?;
         vector::cuda::binary(&self.exec, "cb_sub", self.v(a)?, self.v(b)?, self.m(y)?)
     }
 
     fn mul(&self, a: View<'_, Self>, b: View<'_, Self>, y: ViewMut<'_, Self>) -> Result<()> {
-        same_len("mul", a.len(), &[("b", b.len()), ("y", y.len())])?;
+        args::same_len("mul", a.len(), &[("b", b.len()), ("y", y.len())])?;
         vector::cuda::binary(&self.exec, "cb_mul", self.v(a)?, self.v(b)?, self.m(y)?)
     }
 
     fn axpy(&self, alpha: f32, x: View<'_, Self>, y: ViewMut<'_, Self>) -> Result<()> {
-        same_len("axpy", x.len(), &[("y", y.len())])?;
+        args::same_len("axpy", x.len(), &[("y", y.len())])?;
         vector::cuda::axpy(&self.exec, alpha, self.v(x)?, self.m(y)?)
     }
 
     fn axpby(&self, alpha: f32, x: View<'_, Self>, beta: f32, y: ViewMut<'_, Self>) -> Result<()> {
-        same_len("axpby", x.len(), &[("y", y.len())])?;
+        args::same_len("axpby", x.len(), &[("y", y.len())])?;
         vector::cuda::axpby(&self.exec, alpha, self.v(x)?, beta, self.m(y)?)
     }
 
@@ -177,13 +160,12 @@ impl<E: Exec> Backend for GpuBackend<E> {
         grad: View<'_, Self>,
         velocity: ViewMut<'_, Self>,
     ) -> Result<()> {
-        cfg.validate()?;
-        same_len("sgd_step", param.len(), &[("grad", grad.len()), ("velocity", velocity.len())])?;
+        args::sgd(cfg, param.len(), grad.len(), velocity.len())?;
         optim::cuda::sgd_step(&self.exec, cfg, self.m(param)?, self.v(grad)?, self.m(velocity)?)
     }
 
     fn relu_forward(&self, x: View<'_, Self>, y: ViewMut<'_, Self>) -> Result<()> {
-        same_len("relu_forward", x.len(), &[("y", y.len())])?;
+        args::same_len("relu_forward", x.len(), &[("y", y.len())])?;
         activation::cuda::relu_forward(&self.exec, self.v(x)?, self.m(y)?)
     }
 
@@ -192,12 +174,12 @@ impl<E: Exec> Backend for GpuBackend<E> {
     }
 
     fn relu_backward(&self, y: View<'_, Self>, dy: View<'_, Self>, dx: ViewMut<'_, Self>) -> Result<()> {
-        same_len("relu_backward", y.len(), &[("dy", dy.len()), ("dx", dx.len())])?;
+        args::same_len("relu_backward", y.len(), &[("dy", dy.len()), ("dx", dx.len())])?;
         activation::cuda::relu_backward(&self.exec, self.v(y)?, self.v(dy)?, self.m(dx)?)
     }
 
     fn relu_backward_inplace(&self, y: View<'_, Self>, d: ViewMut<'_, Self>) -> Result<()> {
-        same_len("relu_backward_inplace", y.len(), &[("d", d.len())])?;
+        args::same_len("relu_backward_inplace", y.len(), &[("d", d.len())])?;
         activation::cuda::relu_backward_inplace(&self.exec, self.v(y)?, self.m(d)?)
     }
 
@@ -213,8 +195,15 @@ impl<E: Exec> Backend for GpuBackend<E> {
         y: ViewMut<'_, Self>,
         workspace: ViewMut<'_, Self>,
     ) -> Result<()> {
-        g.check_lens("conv2d_forward", x.len(), params.len(), y.len())?;
-        check_ws(workspace.len(), self.conv2d_workspace_len(g))?;
+        args::conv2d(
+            "conv2d_forward",
+            g,
+            x.len(),
+            params.len(),
+            y.len(),
+            workspace.len(),
+            self.conv2d_workspace_len(g),
+        )?;
         conv2d::cuda::forward(&self.exec, g, self.v(x)?, self.v(params)?, self.m(y)?, self.m(workspace)?)
     }
 
@@ -226,8 +215,15 @@ impl<E: Exec> Backend for GpuBackend<E> {
         dx: ViewMut<'_, Self>,
         workspace: ViewMut<'_, Self>,
     ) -> Result<()> {
-        g.check_lens("conv2d_backward_data", dx.len(), params.len(), dy.len())?;
-        check_ws(workspace.len(), self.conv2d_workspace_len(g))?;
+        args::conv2d(
+            "conv2d_backward_data",
+            g,
+            dx.len(),
+            params.len(),
+            dy.len(),
+            workspace.len(),
+            self.conv2d_workspace_len(g),
+        )?;
         conv2d::cuda::backward_data(&self.exec, g, self.v(dy)?, self.v(params)?, self.m(dx)?, self.m(workspace)?)
     }
 
@@ -239,8 +235,15 @@ impl<E: Exec> Backend for GpuBackend<E> {
         dparams: ViewMut<'_, Self>,
         workspace: ViewMut<'_, Self>,
     ) -> Result<()> {
-        g.check_lens("conv2d_backward_params", x.len(), dparams.len(), dy.len())?;
-        check_ws(workspace.len(), self.conv2d_workspace_len(g))?;
+        args::conv2d(
+            "conv2d_backward_params",
+            g,
+            x.len(),
+            dparams.len(),
+            dy.len(),
+            workspace.len(),
+            self.conv2d_workspace_len(g),
+        )?;
         conv2d::cuda::backward_params(&self.exec, g, self.v(x)?, self.v(dy)?, self.m(dparams)?, self.m(workspace)?)
     }
 
@@ -286,9 +289,7 @@ impl<E: Exec> Backend for GpuBackend<E> {
         saved: ViewMut<'_, Self>,
         running: ViewMut<'_, Self>,
     ) -> Result<()> {
-        g.check("batch_norm_forward_train", x.len(), params.len(), y.len())?;
-        check_len("batch_norm_forward_train", "saved", g.stats_len(), saved.len())?;
-        check_len("batch_norm_forward_train", "running", g.stats_len(), running.len())?;
+        args::bn_train(g, x.len(), params.len(), y.len(), saved.len(), running.len())?;
         batch_norm::cuda::forward_train(
             &self.exec,
             g,
@@ -308,8 +309,7 @@ impl<E: Exec> Backend for GpuBackend<E> {
         running: View<'_, Self>,
         y: ViewMut<'_, Self>,
     ) -> Result<()> {
-        g.check("batch_norm_forward_infer", x.len(), params.len(), y.len())?;
-        check_len("batch_norm_forward_infer", "running", g.stats_len(), running.len())?;
+        args::bn_infer(g, x.len(), params.len(), running.len(), y.len())?;
         batch_norm::cuda::forward_infer(&self.exec, g, self.v(x)?, self.v(params)?, self.v(running)?, self.m(y)?)
     }
 
@@ -323,10 +323,7 @@ impl<E: Exec> Backend for GpuBackend<E> {
         dx: ViewMut<'_, Self>,
         dparams: ViewMut<'_, Self>,
     ) -> Result<()> {
-        g.check("batch_norm_backward", x.len(), params.len(), dy.len())?;
-        check_len("batch_norm_backward", "saved", g.stats_len(), saved.len())?;
-        check_len("batch_norm_backward", "dx", g.len(), dx.len())?;
-        check_len("batch_norm_backward", "dparams", g.stats_len(), dparams.len())?;
+        args::bn_backward(g, x.len(), dy.len(), params.len(), saved.len(), dx.len(), dparams.len())?;
         batch_norm::cuda::backward(
             &self.exec,
             g,
@@ -352,9 +349,7 @@ impl<E: Exec> Backend for GpuBackend<E> {
         dy: View<'_, Self>,
         dx: ViewMut<'_, Self>,
     ) -> Result<()> {
-        g.check("max_pool_backward", x.len(), y.len())?;
-        check_len("max_pool_backward", "dy", g.output_len(), dy.len())?;
-        check_len("max_pool_backward", "dx", g.input_len(), dx.len())?;
+        args::max_pool_backward(g, x.len(), y.len(), dy.len(), dx.len())?;
         pool::cuda::max_backward(&self.exec, g, self.v(x)?, self.v(y)?, self.v(dy)?, self.m(dx)?)
     }
 
@@ -375,8 +370,7 @@ impl<E: Exec> Backend for GpuBackend<E> {
         y: ViewMut<'_, Self>,
         mask: ViewMut<'_, Self>,
     ) -> Result<()> {
-        cfg.validate()?;
-        same_len("dropout_forward", x.len(), &[("y", y.len()), ("mask", mask.len())])?;
+        args::dropout(cfg, x.len(), y.len(), mask.len())?;
         dropout::cuda::forward(&self.exec, cfg, self.v(x)?, self.m(y)?, self.m(mask)?)
     }
 
