@@ -122,6 +122,7 @@ pub struct EngineConfig {
 /// One learner: a replica and an executor on the learner's own backend.
 pub struct Learner<B: Backend> {
     id: usize,
+    slot: usize,
     backend: B,
     replica: Replica<B>,
     exec: Executor<B>,
@@ -133,6 +134,12 @@ impl<B: Backend> Learner<B> {
     /// The learner's global id (stable while it lives).
     pub fn id(&self) -> usize {
         self.id
+    }
+
+    /// The learner's slot in `0..k`, the index a synchroniser sees (a removed learner's slot
+    /// goes to the next learner added).
+    pub fn slot(&self) -> usize {
+        self.slot
     }
 
     /// The learner's replica.
@@ -152,6 +159,9 @@ struct DeviceState<B: Backend> {
     learners: Vec<Learner<B>>,
     central: Central<B>,
     contribution: B::Buffer,
+    /// Recorded on the device's stream after the last device reduction: a learner's next
+    /// forward/backward waits for it, since the reduction may read its gradients.
+    reduced: Option<B::Event>,
     pool: Option<rayon::ThreadPool>,
 }
 
@@ -213,6 +223,10 @@ pub struct Engine<B: Backend> {
 struct Evaluator<B: Backend> {
     execs: Vec<Executor<B>>,
     state: B::Buffer,
+    /// The recalibration program (at the training batch size), made on first use.
+    calibrate: Option<Executor<B>>,
+    /// Batch-norm statistics recalibrated on `z` at iteration `.0`, if any.
+    calibrated: Option<(u64, Vec<f32>)>,
 }
 
 impl<B: Backend> Engine<B> {
@@ -287,6 +301,7 @@ impl<B: Backend> Engine<B> {
                 learners: vec![],
                 central: Central { z, extra },
                 contribution,
+                reduced: None,
                 pool,
             });
             for _ in 0..learners[d] {
@@ -294,9 +309,44 @@ impl<B: Backend> Engine<B> {
                 engine.devices[d].learners.push(l);
             }
         }
-        let k = engine.learners();
-        engine.sync.set_learners(k);
+        engine.learners_changed()?;
         Ok(engine)
+    }
+
+    /// Tells the synchroniser the learner count and lets it reset its view of `z`'s history
+    /// on every device (at the start, and after learners are added or removed).
+    fn learners_changed(&mut self) -> Result<()> {
+        let k = self.learners();
+        self.sync.set_learners(k);
+        let len = self.graph.param_len;
+        let sync = &*self.sync;
+        for dev in &mut self.devices {
+            for l in &dev.learners {
+                l.backend.synchronize()?;
+            }
+            dev.backend.synchronize()?;
+            let mut lbs: Vec<LearnerBuffers<'_, B>> = dev
+                .learners
+                .iter_mut()
+                .map(|l| LearnerBuffers {
+                    index: l.slot,
+                    params: &mut l.replica.params,
+                    grads: &l.replica.grads,
+                    velocity: &mut l.replica.velocity,
+                    extra: &mut l.extra,
+                })
+                .collect();
+            sync.reset(&dev.backend, &mut dev.central, &mut lbs, len)?;
+            dev.backend.synchronize()?;
+            dev.reduced = None;
+        }
+        Ok(())
+    }
+
+    /// The smallest slot in `0..` no learner holds.
+    fn free_slot(&self) -> usize {
+        let used: Vec<usize> = self.devices.iter().flat_map(|d| d.learners.iter().map(|l| l.slot)).collect();
+        (0..).find(|s| !used.contains(s)).unwrap_or(used.len())
     }
 
     fn new_learner(&mut self, d: usize, on_device: usize, params: &[f32], state: &[f32]) -> Result<Learner<B>> {
@@ -307,7 +357,8 @@ impl<B: Backend> Engine<B> {
         let extra = (0..self.sync.learner_buffers()).map(|_| backend.alloc(len)).collect::<Result<Vec<_>, _>>()?;
         let id = self.next_id;
         self.next_id += 1;
-        Ok(Learner { id, backend, replica, exec, extra, loss: (0.0, 0) })
+        let slot = self.free_slot();
+        Ok(Learner { id, slot, backend, replica, exec, extra, loss: (0.0, 0) })
     }
 
     /// The model.
@@ -321,7 +372,7 @@ impl<B: Backend> Engine<B> {
     }
 
     /// The synchroniser's name and settings.
-    pub fn synchroniser(&self) -> (&str, serde_json::Value) {
+    pub fn synchroniser(&self) -> (&str, crate::sync::Settings) {
         (self.sync.name(), self.sync.settings())
     }
 
@@ -410,9 +461,7 @@ impl<B: Backend> Engine<B> {
         let l = self.new_learner(d, n, &z, &state)?;
         self.devices[d].learners.push(l);
         self.rebind(d)?;
-        let k = self.learners();
-        self.sync.set_learners(k);
-        Ok(())
+        self.learners_changed()
     }
 
     /// Removes the most recently added learner of device `d` (never the last one).
@@ -427,9 +476,7 @@ impl<B: Backend> Engine<B> {
         dev.backend.synchronize()?;
         dev.learners.remove(newest);
         self.rebind(d)?;
-        let k = self.learners();
-        self.sync.set_learners(k);
-        Ok(())
+        self.learners_changed()
     }
 
     /// Gives device `d`'s learners backends for their current count. Buffers stay where they
@@ -542,7 +589,7 @@ impl<B: Backend> Engine<B> {
             for l in &mut dev.learners {
                 l.backend.wait(&z_new)?;
                 let lb = LearnerBuffers {
-                    index: l.id,
+                    index: l.slot,
                     params: &mut l.replica.params,
                     grads: &l.replica.grads,
                     velocity: &mut l.replica.velocity,
@@ -585,16 +632,69 @@ impl<B: Backend> Engine<B> {
         })
     }
 
-    /// Test loss and accuracy of the central model (device 0's copy), with the batch-norm
-    /// running statistics averaged over all learners.
-    pub fn evaluate(&mut self, data: &mut dyn EvalSource) -> Result<EvalResult> {
-        let state = self.mean_state(None)?;
+    /// Recalibrates the batch-norm statistics for the central model: runs `batches` (training
+    /// batches of the engine's batch size) through `z` (device 0's copy) in training mode,
+    /// without gradients, and keeps the mean of their batch statistics (means and unbiased
+    /// variances, as PyTorch's cumulative average) for the next [`Engine::evaluate`] before
+    /// another iteration. A model without batch norm has nothing to recalibrate. The
+    /// learners' own running statistics are not touched.
+    pub fn recalibrate<T: TrainBatch>(&mut self, batches: Vec<T>) -> Result<()> {
+        let n = self.graph.stats_len;
+        if n == 0 || batches.is_empty() {
+            return Ok(());
+        }
+        self.ensure_evaluator()?;
         let dev = &self.devices[0];
         let be = &dev.backend;
-        if self.evaluator.is_none() {
-            let st = be.alloc(self.graph.stats_len.max(1))?;
-            self.evaluator = Some(Evaluator { execs: vec![], state: st });
+        let ev = self.evaluator.as_mut().ok_or_else(|| ReplicaError::Config("evaluator".into()))?;
+        if ev.calibrate.is_none() {
+            ev.calibrate = Some(Executor::new(be, &self.graph, self.cfg.batch_size, Mode::Calibrate)?);
         }
+        let ex = ev.calibrate.as_mut().ok_or_else(|| ReplicaError::Config("calibration program".into()))?;
+        let mut acc = vec![0.0f64; n];
+        let mut tmp = vec![0.0f32; n];
+        for b in &batches {
+            ex.upload_batch(be, b.images(), b.labels())?;
+            ex.run(be, &dev.central.z, None, &mut ev.state, 0)?;
+            be.download(View::new(&ev.state, 0..n)?, &mut tmp)?;
+            for (a, v) in acc.iter_mut().zip(&tmp) {
+                *a += *v as f64;
+            }
+        }
+        let mean = acc.into_iter().map(|a| (a / batches.len() as f64) as f32).collect();
+        ev.calibrated = Some((self.iteration, mean));
+        Ok(())
+    }
+
+    /// The batch-norm statistics [`Engine::recalibrate`] measured on `z`, while no iteration
+    /// has run since.
+    pub fn calibrated_state(&self) -> Option<&[f32]> {
+        match self.evaluator.as_ref()?.calibrated.as_ref()? {
+            (it, st) if *it == self.iteration => Some(st),
+            _ => None,
+        }
+    }
+
+    fn ensure_evaluator(&mut self) -> Result<()> {
+        if self.evaluator.is_none() {
+            let be = &self.devices[0].backend;
+            let st = be.alloc(self.graph.stats_len.max(1))?;
+            self.evaluator = Some(Evaluator { execs: vec![], state: st, calibrate: None, calibrated: None });
+        }
+        Ok(())
+    }
+
+    /// Test loss and accuracy of the central model (device 0's copy), with the batch-norm
+    /// statistics recalibrated on `z` by [`Engine::recalibrate`] since the last iteration, or
+    /// else the running statistics averaged over all learners.
+    pub fn evaluate(&mut self, data: &mut dyn EvalSource) -> Result<EvalResult> {
+        self.ensure_evaluator()?;
+        let state = match self.calibrated_state() {
+            Some(st) => st.to_vec(),
+            None => self.mean_state(None)?,
+        };
+        let dev = &self.devices[0];
+        let be = &dev.backend;
         let ev = self.evaluator.as_mut().ok_or_else(|| ReplicaError::Config("evaluator".into()))?;
         if !state.is_empty() {
             be.upload(&state, ViewMut::new(&mut ev.state, 0..state.len())?)?;
@@ -644,7 +744,11 @@ impl<B: Backend> DeviceState<B> {
         // other streams; the learner step reads z (written on the device's stream) and the
         // device reduction reads what the learner steps wrote. Events order exactly that.
         let z_ready = self.backend.record()?;
+        let reduced = self.reduced.take();
         let work = |(l, b): (&mut Learner<B>, T)| -> Result<B::Event> {
+            if let Some(r) = &reduced {
+                l.backend.wait(r)?;
+            }
             l.exec.upload_batch(&l.backend, b.images(), b.labels())?;
             l.exec.run(
                 &l.backend,
@@ -655,7 +759,7 @@ impl<B: Backend> DeviceState<B> {
             )?;
             l.backend.wait(&z_ready)?;
             let lb = LearnerBuffers {
-                index: l.id,
+                index: l.slot,
                 params: &mut l.replica.params,
                 grads: &l.replica.grads,
                 velocity: &mut l.replica.velocity,
@@ -675,8 +779,10 @@ impl<B: Backend> DeviceState<B> {
         let refs: Vec<LearnerRef<'_, B>> = self
             .learners
             .iter()
-            .map(|l| LearnerRef { index: l.id, params: &l.replica.params, grads: &l.replica.grads, extra: &l.extra })
+            .map(|l| LearnerRef { index: l.slot, params: &l.replica.params, grads: &l.replica.grads, extra: &l.extra })
             .collect();
-        sync.reduce_device(&self.backend, info, &refs, &self.central, &mut self.contribution, len)
+        sync.reduce_device(&self.backend, info, &refs, &self.central, &mut self.contribution, len)?;
+        self.reduced = Some(self.backend.record()?);
+        Ok(())
     }
 }

@@ -450,6 +450,40 @@ mod tests {
         assert!(ev.footprint().planned < tr.footprint().planned);
     }
 
+    /// The calibration program writes each batch-norm layer's batch statistics (mean and
+    /// unbiased variance) into the running statistics: the numbers a training forward pass
+    /// blends into them with momentum 0.1 (`r = 0.9 r + 0.1 batch`), and the loss is the
+    /// training forward pass's loss.
+    #[test]
+    fn calibrate_program_takes_the_batch_statistics() {
+        let g = ModelKind::ResNetCifar(8).build(&Shape::new(vec![3, 8, 8]), 5).unwrap();
+        let be = CpuBackend::new(0);
+        let mut rep = Replica::init(&be, &g, 4).unwrap();
+        let (x, y) = batch(&g, 6, 3);
+        let initial = rep.state.clone();
+        let mut tr = Executor::new(&be, &g, 6, Mode::Train).unwrap();
+        tr.upload_batch(&be, &x, &y).unwrap();
+        let mut train_state = initial.clone();
+        tr.run(&be, &rep.params, Some(&mut rep.grads), &mut train_state, 0).unwrap();
+        let mut cal = Executor::new(&be, &g, 6, Mode::Calibrate).unwrap();
+        assert!(cal.footprint().planned < tr.footprint().planned, "no backward in the calibration program");
+        cal.upload_batch(&be, &x, &y).unwrap();
+        let mut cal_state = initial.clone();
+        cal.run(&be, &rep.params, None, &mut cal_state, 0).unwrap();
+        assert_eq!(tr.loss_stats(&be).unwrap(), cal.loss_stats(&be).unwrap());
+        let n = g.stats_len;
+        assert!(n > 0);
+        for i in 0..n {
+            let blended = 0.9 * initial[i] as f64 + 0.1 * cal_state[i] as f64;
+            let got = train_state[i] as f64;
+            assert!(
+                (got - blended).abs() <= 1e-5 * got.abs().max(1.0),
+                "stat {i}: train {got} vs 0.9 r + 0.1 batch {blended}"
+            );
+        }
+        assert!(cal_state.iter().zip(&initial).any(|(a, b)| a != b));
+    }
+
     #[test]
     fn bad_batches_are_errors() {
         let g = ModelKind::LeNet5.build(&Shape::new(vec![1, 28, 28]), 10).unwrap();

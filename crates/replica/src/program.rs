@@ -215,11 +215,17 @@ impl Instr {
     }
 }
 
-/// Whether the program trains (batch statistics, dropout, gradients) or evaluates.
+/// Whether the program trains, evaluates, or recalibrates batch-norm statistics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
+    /// Forward with batch statistics (updating the running ones), dropout, loss, backward.
     Train,
+    /// Forward with the running statistics, loss.
     Eval,
+    /// Forward with batch statistics and no dropout, loss, no backward: each batch-norm
+    /// layer's running statistics are overwritten with the batch's (momentum 1), so that a
+    /// caller can average them over several batches (batch-norm recalibration).
+    Calibrate,
 }
 
 /// A lowered model at one batch size.
@@ -292,6 +298,7 @@ pub fn lower(graph: &Graph, batch: usize, mode: Mode) -> Result<Program> {
     let input = l.new_tensor(TensorKind::Input, l.len(0));
     l.act[0] = Some(input);
     let train = mode == Mode::Train;
+    let batch_stats = mode != Mode::Eval;
 
     // ---- forward --------------------------------------------------------------------------
     for (n, node) in graph.nodes.iter().enumerate().skip(1) {
@@ -322,10 +329,13 @@ pub fn lower(graph: &Graph, batch: usize, mode: Mode) -> Result<Program> {
             }
             Layer::BatchNorm { .. } => {
                 let y = l.new_tensor(TensorKind::Activation(n), len);
-                let g = graph.bn_geom(node, batch);
+                let mut g = graph.bn_geom(node, batch);
+                if mode == Mode::Calibrate {
+                    g.momentum = 1.0;
+                }
                 let stats = node.stats.unwrap_or_default();
                 let p = params.clone().unwrap_or_default();
-                l.instrs.push(if train {
+                l.instrs.push(if batch_stats {
                     Instr::BnTrain { g, x, y, p, stats }
                 } else {
                     Instr::BnInfer { g, x, y, p, stats }

@@ -48,7 +48,10 @@ impl Schedule {
     /// the central model when this increases.
     pub fn stage(&self, epoch: f64) -> usize {
         match self {
-            Schedule::MultiStep { milestones, .. } | Schedule::WarmupMultiStep { milestones, .. } => {
+            // A milestone that does not lower the rate (gamma >= 1) is not a step down.
+            Schedule::MultiStep { milestones, gamma } | Schedule::WarmupMultiStep { milestones, gamma, .. }
+                if *gamma < 1.0 =>
+            {
                 milestones.iter().filter(|&&m| epoch >= m).count()
             }
             _ => 0,
@@ -181,6 +184,17 @@ mod tests {
                 s.parse::<Schedule>().unwrap()
             );
         }
+    }
+
+    #[test]
+    fn a_milestone_that_does_not_lower_the_rate_is_not_a_drop() {
+        let up: Schedule = "multistep:10,20:2".parse().unwrap();
+        assert!((up.lr(0.1, 15.0) - 0.2).abs() < 1e-12);
+        assert_eq!(up.stage(25.0), 0);
+        let flat: Schedule = "warmup:1:0.5:10:1".parse().unwrap();
+        assert_eq!(flat.stage(25.0), 0);
+        let down: Schedule = "warmup:1:0.5:10:0.5".parse().unwrap();
+        assert_eq!(down.stage(25.0), 1);
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! The [`Synchroniser`] trait: how learners are kept consistent. Implement it to plug your own
-//! algorithm into the engine (see `crates/sma` for SMA, S-SGD and EA-SGD, and
-//! `examples/custom_synchroniser.rs` for a small complete one).
+//! algorithm into the engine (see `crates/sma` for SMA, S-SGD and EA-SGD, and the
+//! `examples/sync-periodic` crate of the repository for a small complete one, selectable by
+//! name in every `crossbow` command: `cargo run --release -p crossbow-sync-periodic -- train
+//! --sync periodic --sync-opt period=8`).
 //!
 //! # What the engine calls, once per iteration
 //!
@@ -28,8 +30,11 @@
 //! synchronisation stream (device calls); the engine orders them. On CPU devices they run
 //! when called.
 
+use std::fmt;
+
 use crossbow_kernels::optim::SgdConfig;
 use crossbow_kernels::{Backend, View, ViewMut};
+use serde::ser::{Serialize, SerializeMap, Serializer};
 
 use crate::error::Result;
 
@@ -52,7 +57,8 @@ pub struct StepInfo {
 
 /// One learner's buffers, as a synchroniser's learner calls see them.
 pub struct LearnerBuffers<'a, B: Backend> {
-    /// Global learner index (0..k).
+    /// Global learner slot, in `0..k` (a removed learner's slot is reused by the next one
+    /// added), so a synchroniser may keep per-learner state in a `k`-sized table.
     pub index: usize,
     /// Parameters `w_j` (mutable).
     pub params: &'a mut B::Buffer,
@@ -66,6 +72,7 @@ pub struct LearnerBuffers<'a, B: Backend> {
 
 /// One learner's buffers, read-only, for the device reduction.
 pub struct LearnerRef<'a, B: Backend> {
+    /// Global learner slot, in `0..k` (as [`LearnerBuffers::index`]).
     pub index: usize,
     pub params: &'a B::Buffer,
     pub grads: &'a B::Buffer,
@@ -80,13 +87,150 @@ pub struct Central<B: Backend> {
     pub extra: Vec<B::Buffer>,
 }
 
+/// One value of [`Settings`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum SettingValue {
+    /// A real number.
+    Num(f64),
+    /// A whole number.
+    Int(i64),
+    /// A yes/no flag.
+    Bool(bool),
+    /// A word (a mode, a variant name).
+    Str(String),
+}
+
+impl SettingValue {
+    /// The value as JSON (a non-finite number becomes `null`).
+    pub fn to_json(&self) -> serde_json::Value {
+        match self {
+            SettingValue::Num(x) => serde_json::Number::from_f64(*x).map_or(serde_json::Value::Null, Into::into),
+            SettingValue::Int(i) => (*i).into(),
+            SettingValue::Bool(b) => (*b).into(),
+            SettingValue::Str(s) => s.as_str().into(),
+        }
+    }
+}
+
+impl fmt::Display for SettingValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SettingValue::Num(x) => write!(f, "{x}"),
+            SettingValue::Int(i) => write!(f, "{i}"),
+            SettingValue::Bool(b) => write!(f, "{b}"),
+            SettingValue::Str(s) => f.write_str(s),
+        }
+    }
+}
+
+/// A synchroniser's parameters, for logs and metrics files ([`Synchroniser::settings`]): an
+/// ordered list of named numbers, whole numbers, flags and words.
+///
+/// ```
+/// use crossbow_replica::sync::Settings;
+///
+/// let s = Settings::new().num("alpha", 0.5).str("form", "paper").bool("adaptive", false);
+/// assert_eq!(s.to_string(), "alpha=0.5 form=paper adaptive=false");
+/// assert_eq!(s.to_json(), serde_json::json!({ "alpha": 0.5, "form": "paper", "adaptive": false }));
+/// ```
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Settings {
+    entries: Vec<(String, SettingValue)>,
+}
+
+impl Settings {
+    /// No settings.
+    pub fn new() -> Self {
+        Settings::default()
+    }
+
+    /// Adds (or replaces, keeping its place) the setting `name`.
+    pub fn with(mut self, name: impl Into<String>, value: SettingValue) -> Self {
+        let name = name.into();
+        match self.entries.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, v)) => *v = value,
+            None => self.entries.push((name, value)),
+        }
+        self
+    }
+
+    /// Adds a real number.
+    pub fn num(self, name: impl Into<String>, value: f64) -> Self {
+        self.with(name, SettingValue::Num(value))
+    }
+
+    /// Adds a whole number.
+    pub fn int(self, name: impl Into<String>, value: i64) -> Self {
+        self.with(name, SettingValue::Int(value))
+    }
+
+    /// Adds a flag.
+    pub fn bool(self, name: impl Into<String>, value: bool) -> Self {
+        self.with(name, SettingValue::Bool(value))
+    }
+
+    /// Adds a word.
+    pub fn str(self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.with(name, SettingValue::Str(value.into()))
+    }
+
+    /// The value of setting `name`.
+    pub fn get(&self, name: &str) -> Option<&SettingValue> {
+        self.entries.iter().find(|(n, _)| n == name).map(|(_, v)| v)
+    }
+
+    /// The settings in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &SettingValue)> {
+        self.entries.iter().map(|(n, v)| (n.as_str(), v))
+    }
+
+    /// Number of settings.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when there are none.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The settings as a JSON object (for metrics files).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::Value::Object(self.entries.iter().map(|(n, v)| (n.clone(), v.to_json())).collect())
+    }
+}
+
+/// `name=value` pairs separated by spaces (empty when there are none).
+impl fmt::Display for Settings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, (n, v)) in self.entries.iter().enumerate() {
+            if i > 0 {
+                f.write_str(" ")?;
+            }
+            write!(f, "{n}={v}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A map from name to value, as [`Settings::to_json`].
+impl Serialize for Settings {
+    fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.entries.len()))?;
+        for (n, v) in &self.entries {
+            map.serialize_entry(n, &v.to_json())?;
+        }
+        map.end()
+    }
+}
+
 /// A synchronisation algorithm. See the module documentation for the call sequence.
 pub trait Synchroniser<B: Backend>: Send + Sync {
     /// Short name (`sma`, `ssgd`, ...).
     fn name(&self) -> &str;
 
     /// The algorithm's parameters, for logs and metrics files.
-    fn settings(&self) -> serde_json::Value;
+    fn settings(&self) -> Settings;
 
     /// Number of extra `len`-sized buffers per learner.
     fn learner_buffers(&self) -> usize {
@@ -100,6 +244,21 @@ pub trait Synchroniser<B: Backend>: Send + Sync {
 
     /// Told the total number of learners at the start and whenever it changes.
     fn set_learners(&mut self, _k: usize) {}
+
+    /// Called on every device when the central model's history starts anew: at the start of
+    /// a run, whenever the learner count changes (after [`Synchroniser::set_learners`]), and
+    /// after a model is loaded. `z` is the device's central model and `learners` are the
+    /// device's learners. Reset whatever depends on `z`'s past here (SMA sets `z_prev = z`,
+    /// so that its central momentum starts at zero). Default: nothing.
+    fn reset(
+        &self,
+        _be: &B,
+        _central: &mut Central<B>,
+        _learners: &mut [LearnerBuffers<'_, B>],
+        _len: usize,
+    ) -> Result<()> {
+        Ok(())
+    }
 
     /// Learner `j`'s update after its backward pass, on its own backend; `z` is its device's
     /// central model as of the previous iteration.
@@ -168,8 +327,8 @@ impl<B: Backend> Synchroniser<B> for Independent {
         "independent"
     }
 
-    fn settings(&self) -> serde_json::Value {
-        serde_json::json!({})
+    fn settings(&self) -> Settings {
+        Settings::new()
     }
 
     fn set_learners(&mut self, k: usize) {
@@ -184,25 +343,38 @@ impl<B: Backend> Synchroniser<B> for Independent {
         _z: &B::Buffer,
         len: usize,
     ) -> Result<()> {
-        sgd(be, &info.sgd, l.params, l.grads, l.velocity, len)
+        sgd(be, &info.sgd, l.params, l.grads, l.velocity, len)?;
+        if info.lr_dropped {
+            // Momentum built at the old rate is dropped, as every built-in synchroniser does.
+            be.fill(ViewMut::new(l.velocity, 0..len)?, 0.0)?;
+        }
+        Ok(())
     }
 
+    /// `out = sum_j (w_j - z)`: differences, so that replicas equal to `z` leave it exactly
+    /// where it is (a sum of k copies divided by k need not round back to the copy).
     fn reduce_device(
         &self,
         be: &B,
         _info: &StepInfo,
         learners: &[LearnerRef<'_, B>],
-        _c: &Central<B>,
+        c: &Central<B>,
         out: &mut B::Buffer,
         len: usize,
     ) -> Result<()> {
-        sum_into(be, learners.iter().map(|l| l.params), out, len)
+        be.fill(ViewMut::new(out, 0..len)?, 0.0)?;
+        for l in learners {
+            be.axpy(1.0, View::new(l.params, 0..len)?, ViewMut::new(out, 0..len)?)?;
+            be.axpy(-1.0, View::new(&c.z, 0..len)?, ViewMut::new(out, 0..len)?)?;
+        }
+        Ok(())
     }
 
     fn after_apply_needed(&self, _info: &StepInfo) -> bool {
         false
     }
 
+    /// `z += total / k`: `z` becomes the mean of the replicas.
     fn apply_device(
         &self,
         be: &B,
@@ -211,12 +383,7 @@ impl<B: Backend> Synchroniser<B> for Independent {
         central: &mut Central<B>,
         len: usize,
     ) -> Result<()> {
-        be.axpby(
-            1.0 / info.learners.max(1) as f32,
-            View::new(total, 0..len)?,
-            0.0,
-            ViewMut::new(&mut central.z, 0..len)?,
-        )?;
+        be.axpy(1.0 / info.learners.max(1) as f32, View::new(total, 0..len)?, ViewMut::new(&mut central.z, 0..len)?)?;
         Ok(())
     }
 }

@@ -14,7 +14,8 @@ use crossbow_replica::sync::{Central, LearnerBuffers, LearnerRef, StepInfo, Sync
 /// The moving rate follows the paper's `α = γ ρ` with a fixed elasticity ρ, so it decays
 /// with the learning-rate schedule: `α_t = α · γ_t / γ_0`. `α` defaults to `0.9 / k`
 /// (β = kα = 0.9, the paper's choice). There is no central momentum and no reset when the
-/// learning rate drops: with a constant learning rate EA-SGD is SMA with `μ_z = 0`.
+/// learning rate drops (only the local momentum is zeroed then): with a constant learning rate
+/// EA-SGD is SMA in the local-momentum form with `μ_z = 0`.
 #[derive(Clone, Debug)]
 pub struct EaSgd {
     alpha: Option<f32>,
@@ -43,8 +44,11 @@ impl<B: Backend> Synchroniser<B> for EaSgd {
         "easgd"
     }
 
-    fn settings(&self) -> serde_json::Value {
-        serde_json::json!({ "alpha": crate::sma::round6(self.alpha()), "beta": crate::sma::round6(self.alpha() * self.k as f32), "alpha_follows_lr": true })
+    fn settings(&self) -> crossbow_replica::Settings {
+        crossbow_replica::Settings::new()
+            .num("alpha", crate::sma::round6(self.alpha()))
+            .num("beta", crate::sma::round6(self.alpha() * self.k as f32))
+            .bool("alpha_follows_lr", true)
     }
 
     fn learner_buffers(&self) -> usize {
@@ -56,7 +60,9 @@ impl<B: Backend> Synchroniser<B> for EaSgd {
     }
 
     fn learner_step(&self, be: &B, info: &StepInfo, l: LearnerBuffers<'_, B>, z: &B::Buffer, len: usize) -> Result<()> {
-        crate::sma::corrected_step(be, info, l, z, self.alpha_at(info), len)
+        // Momentum built at the old rate is dropped on a learning-rate drop (as every built-in
+        // synchroniser does); the replica is not reset to z.
+        crate::sma::corrected_step(be, &info.sgd, l, z, self.alpha_at(info), info.lr_dropped, len)
     }
 
     fn reduce_device(

@@ -5,7 +5,7 @@
 //!
 //! | type | `--sync` | what it does |
 //! |---|---|---|
-//! | [`Sma`] | `sma` | synchronous model averaging (Crossbow, DESIGN.md §4) — the default |
+//! | [`Sma`] | `sma` | synchronous model averaging (Crossbow, Koliousis et al., VLDB 2019) — the default |
 //! | [`SSgd`] | `ssgd` | synchronous SGD: mean gradient, one step on `z`, `z` copied to every replica (PyTorch DDP, Horovod, TensorFlow) |
 //! | [`EaSgd`] | `easgd` | elastic averaging SGD (Zhang et al. 2015), synchronous, τ = 1 |
 //!
@@ -15,23 +15,36 @@
 //!
 //! ## SMA exactly
 //!
-//! Per iteration, with `k` learners, learning rate `γ_t`, weight decay `λ`, local momentum
+//! Per iteration, with `k` learners, learning rate `γ_t`, weight decay `λ`, learner momentum
 //! `μ`, `α` and central momentum `μ_z`:
 //!
 //! ```text
 //! c_j = α (w_j − z)                          from the replica BEFORE its local step
-//! v_j = μ v_j − γ_t (∇ℓ(w_j) + λ w_j);  w_j ← w_j + v_j − c_j
+//! paper form (default):   w_j ← w_j − γ_t (∇ℓ(w_j) + λ w_j) − c_j
+//! local-momentum form:    v_j = μ v_j − γ_t (∇ℓ(w_j) + λ w_j);  w_j ← w_j + v_j − c_j
 //! z   ← z + Σ_j c_j + μ_z (z − z_prev)        Σ over all learners on all devices
 //! ```
 //!
-//! `α` defaults to `1/k` (re-computed when the tuner changes `k`), in which case, with
-//! `μ_z = 0`, `z` becomes the mean of the pre-step replicas. When the learning-rate schedule
-//! steps down every replica is reset to `z`, and — unlike the original, which kept stale
-//! momentum — its momentum is zeroed.
+//! [`SmaForm::Paper`] is Algorithm 1 of the Crossbow paper: learners take plain SGD steps
+//! and the only momentum is the central one. [`SmaForm::LocalMomentum`] is what the original
+//! code ran. Linearised on a quadratic of curvature `h` with `α = 1/k`, the local-momentum form
+//! is stable only for `γ h` below 0.15 (k = 1) to 0.59 (k = 8), against 3.8 for momentum SGD;
+//! the paper form allows 0.64 to 1.83.
 //!
-//! Note on `k = 1`: with `α = 1` the learner does not follow plain SGD (it restarts from the
-//! previous `z` each step: `w_{t+1} = w_{t-1} − γ ∇ℓ(w_t)`); with `α = 0` it does, exactly,
-//! and `z` stays at the initial model. The tests check both facts.
+//! `α` defaults to `1/k` (re-computed when the tuner changes `k`), in which case, with
+//! `μ_z = 0`, `z` becomes the mean of the pre-step replicas. `z_prev` starts equal to `z`, and
+//! is set to `z` again whenever the learner count changes ([`Synchroniser::reset`]) and when
+//! the learning rate drops, so the central momentum never starts from a stale or zero model:
+//! with `γ = 0` and `λ = 0` nothing moves, for any `k` and `μ_z` (a test, for every
+//! synchroniser here). When the learning-rate schedule steps down every replica is reset to
+//! `z` and its momentum zeroed (S-SGD, EA-SGD and the independent synchroniser drop their
+//! momentum at the same point).
+//!
+//! **One learner is momentum SGD.** With `k = 1` the learner takes momentum-SGD steps with
+//! `μ` and `z` follows it (`z = w`), bit for bit what S-SGD does with one learner (a test).
+//! The literal update with `α = 1` would instead restart the learner from the previous `z`
+//! each step (a leapfrog scheme, unstable without central momentum); the original Crossbow
+//! never ran SMA with one learner. Going from one learner to two, both start from `z`.
 //!
 //! The learner-side work (correction, local step, applying the correction) runs on each
 //! learner's own stream or thread as soon as its backward pass is done, so a learner never
@@ -42,7 +55,7 @@ mod sma;
 mod ssgd;
 
 pub use easgd::EaSgd;
-pub use sma::Sma;
+pub use sma::{Sma, SmaForm};
 pub use ssgd::SSgd;
 
 use crossbow_kernels::Backend;
@@ -51,8 +64,8 @@ use crossbow_replica::Synchroniser;
 /// The synchronisers selectable by name, with their parameters.
 #[derive(Clone, Debug, PartialEq)]
 pub enum SyncKind {
-    /// SMA with `alpha` (`None` = `1/k`) and central momentum.
-    Sma { alpha: Option<f32>, central_momentum: f32 },
+    /// SMA with `alpha` (`None` = `1/k`), central momentum and learner update form.
+    Sma { alpha: Option<f32>, central_momentum: f32, form: SmaForm },
     /// Synchronous SGD.
     SSgd,
     /// Elastic averaging with `alpha` (`None` = `0.9/k`, i.e. β = kα = 0.9).
@@ -74,7 +87,7 @@ impl SyncKind {
             return Err(format!("--central-momentum must be in [0, 1), got {central_momentum}"));
         }
         match name.trim().to_ascii_lowercase().replace(['-', '_'], "").as_str() {
-            "sma" => Ok(SyncKind::Sma { alpha, central_momentum }),
+            "sma" => Ok(SyncKind::Sma { alpha, central_momentum, form: SmaForm::default() }),
             "ssgd" | "sgd" | "sync" => Ok(SyncKind::SSgd),
             "easgd" | "elastic" => Ok(SyncKind::EaSgd { alpha }),
             _ => Err(format!("unknown synchroniser '{name}' (known: {})", Self::NAMES.join(", "))),
@@ -84,7 +97,9 @@ impl SyncKind {
     /// The synchroniser.
     pub fn build<B: Backend>(&self) -> Box<dyn Synchroniser<B>> {
         match *self {
-            SyncKind::Sma { alpha, central_momentum } => Box::new(Sma::new(alpha, central_momentum)),
+            SyncKind::Sma { alpha, central_momentum, form } => {
+                Box::new(Sma::new(alpha, central_momentum).with_form(form))
+            }
             SyncKind::SSgd => Box::new(SSgd::default()),
             SyncKind::EaSgd { alpha } => Box::new(EaSgd::new(alpha)),
         }

@@ -17,8 +17,8 @@ impl<B: Backend> Synchroniser<B> for SSgd {
         "ssgd"
     }
 
-    fn settings(&self) -> serde_json::Value {
-        serde_json::json!({ "effective_batch_multiplier": self.k })
+    fn settings(&self) -> crossbow_replica::Settings {
+        crossbow_replica::Settings::new().int("effective_batch_multiplier", self.k as i64)
     }
 
     fn device_buffers(&self) -> usize {
@@ -62,7 +62,12 @@ impl<B: Backend> Synchroniser<B> for SSgd {
     ) -> Result<()> {
         be.scale(1.0 / info.learners.max(1) as f32, ViewMut::new(total, 0..len)?)?;
         let (z, v) = (&mut central.z, &mut central.extra[0]);
-        sgd(be, &info.sgd, z, total, v, len)
+        sgd(be, &info.sgd, z, total, v, len)?;
+        if info.lr_dropped {
+            // As SMA does on a drop: the momentum built at the old rate is dropped.
+            be.fill(ViewMut::new(v, 0..len)?, 0.0)?;
+        }
+        Ok(())
     }
 
     fn after_apply(&self, be: &B, _info: &StepInfo, l: LearnerBuffers<'_, B>, z: &B::Buffer, len: usize) -> Result<()> {
