@@ -7,13 +7,13 @@ use crossbow_kernels::Backend;
 use crossbow_kernels::optim::SgdConfig;
 use crossbow_replica::engine::{DeviceFactory, Engine, EngineConfig, TrainBatch};
 use crossbow_replica::sync::HostAllReduce;
-use crossbow_replica::{Graph, ModelKind, Schedule};
-use crossbow_sma::Sma;
+use crossbow_replica::{Graph, ModelKind, Schedule, Synchroniser};
 use crossbow_tensor::Rng;
 use crossbow_tuner::{Decision, MemoryFigures, Sample, Tuner, TunerConfig};
 use serde::Serialize;
 
 use crate::error::CliError;
+use crate::registry::{SyncOptions, SyncRegistry};
 
 /// A batch of random images kept in memory (the bench measures the engine, not the pipeline).
 #[derive(Clone)]
@@ -60,6 +60,7 @@ fn engine<B: Backend>(
     graph: &Graph,
     batch: usize,
     factory: Box<dyn DeviceFactory<B>>,
+    sync: Box<dyn Synchroniser<B>>,
     m: usize,
 ) -> Result<Engine<B>, CliError> {
     let n = factory.devices().len();
@@ -70,21 +71,24 @@ fn engine<B: Backend>(
         seed: 1,
         eval_batch_size: 100,
     };
-    Ok(Engine::new(graph.clone(), cfg, factory, Box::new(Sma::new(None, 0.9)), Box::new(HostAllReduce), &vec![m; n])?)
+    Ok(Engine::new(graph.clone(), cfg, factory, sync, Box::new(HostAllReduce), &vec![m; n])?)
 }
 
-/// Measures `iterations` training iterations (after `warmup`) with `m` learners per device.
+/// Measures `iterations` training iterations (after `warmup`) with `m` learners per device,
+/// synchronised by `sync`.
+#[allow(clippy::too_many_arguments)]
 pub fn measure<B: Backend>(
     model: ModelKind,
     graph: &Graph,
     batch: usize,
     m: usize,
     factory: Box<dyn DeviceFactory<B>>,
+    sync: Box<dyn Synchroniser<B>>,
     warmup: usize,
     iterations: usize,
 ) -> Result<BenchRow, CliError> {
     let n = factory.devices().len();
-    let mut e = engine(graph, batch, factory, m)?;
+    let mut e = engine(graph, batch, factory, sync, m)?;
     let k = m * n;
     let batches = random_batches(graph, batch, k);
     for _ in 0..warmup {
@@ -122,18 +126,20 @@ pub struct TunerRow {
 }
 
 /// Runs the engine under the auto-tuner until it settles (or `max_iterations`), from one
-/// learner per device.
+/// learner per device, synchronised by `sync`.
+#[allow(clippy::too_many_arguments)]
 pub fn tune<B: Backend>(
     model: ModelKind,
     graph: &Graph,
     batch: usize,
     factory: Box<dyn DeviceFactory<B>>,
+    sync: Box<dyn Synchroniser<B>>,
     max_learners: usize,
     memory_budget: u64,
     max_iterations: usize,
 ) -> Result<TunerRow, CliError> {
     let n = factory.devices().len();
-    let mut e = engine(graph, batch, factory, 1)?;
+    let mut e = engine(graph, batch, factory, sync, 1)?;
     let fp = e.footprint();
     let tc = TunerConfig { max_learners, ..TunerConfig::default() };
     let mut t = Tuner::new(tc, n).map_err(|x| CliError::run(format!("tuner: {x}")))?;
@@ -192,9 +198,13 @@ pub fn tune<B: Backend>(
 }
 
 /// `crossbow bench`: every (model, batch, learners) configuration in one process, then the
-/// tuner's pick per (model, batch); prints markdown tables and optionally writes JSON.
+/// tuner's pick per (model, batch); prints markdown tables and optionally writes JSON. Every
+/// engine is synchronised by `registry`'s synchroniser `sync` made from `sync_options`.
 #[allow(clippy::too_many_arguments)]
 pub fn run_cli(
+    registry: &SyncRegistry,
+    sync: &str,
+    sync_options: &SyncOptions,
     models: &[String],
     batches: &[usize],
     learners: &[usize],
@@ -220,7 +230,10 @@ pub fn run_cli(
     }
     let spec: crossbow_tensor::DeviceSpec =
         devices.parse().map_err(|e: String| CliError::usage(format!("--devices: {e}")))?;
+    // Checks the synchroniser and its options before measuring anything.
+    let sync_name = registry.build(sync, sync_options)?.cpu().name().to_string();
     let hw = resolve_hardware(&spec, threads, &mut |l| eprintln!("{l}"))?;
+    eprintln!("sync {sync_name}");
     let mut rows = vec![];
     let mut tuned = vec![];
     println!("| model | batch | learners/device | devices | images/s | vs 1 learner |");
@@ -238,12 +251,20 @@ pub fn run_cli(
                         b,
                         m,
                         Box::new(crossbow_replica::engine::CpuDevices { count: *count, threads: *threads }),
+                        registry.build(sync, sync_options)?.cpu(),
                         warmup,
                         iterations,
                     )?,
-                    Hardware::Cuda { ordinals } => {
-                        crate::gpu::measure_cuda(model, &graph, b, m, ordinals, warmup, iterations)?
-                    }
+                    Hardware::Cuda { ordinals } => crate::gpu::measure_cuda(
+                        model,
+                        &graph,
+                        b,
+                        m,
+                        ordinals,
+                        registry.build(sync, sync_options)?.gpu(),
+                        warmup,
+                        iterations,
+                    )?,
                 };
                 let b0 = *base.get_or_insert(row.images_per_sec);
                 println!(
@@ -264,11 +285,19 @@ pub fn run_cli(
                         &graph,
                         b,
                         Box::new(crossbow_replica::engine::CpuDevices { count: *count, threads: *threads }),
+                        registry.build(sync, sync_options)?.cpu(),
                         max_learners,
                         crate::train::cpu_memory_budget(*count),
                         400,
                     )?,
-                    Hardware::Cuda { ordinals } => crate::gpu::tune_cuda(model, &graph, b, ordinals, max_learners)?,
+                    Hardware::Cuda { ordinals } => crate::gpu::tune_cuda(
+                        model,
+                        &graph,
+                        b,
+                        ordinals,
+                        registry.build(sync, sync_options)?.gpu(),
+                        max_learners,
+                    )?,
                 };
                 println!(
                     "| {} | {} | tuner picked {} | {} | {:.1} | settled after {} iterations |",

@@ -1,16 +1,30 @@
 //! The training configuration: a TOML file and command-line flags (flags win), validated into
 //! typed settings. Every bad value is an error naming the flag (or key) and the value.
+//!
+//! The synchroniser is chosen by name (`sync = "sma"`, `--sync sma`) from a
+//! [`SyncRegistry`]; its generic options are the `[sync-options]` table of the file and the
+//! `--sync-opt KEY=VALUE` flags (a flag replaces the file's value of the same key):
+//!
+//! ```toml
+//! sync = "periodic"
+//! learners-per-device = 4
+//!
+//! [sync-options]
+//! period = 16
+//! ```
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use crossbow_data::DatasetKind;
 use crossbow_replica::{ModelKind, Schedule};
-use crossbow_sma::SyncKind;
+use crossbow_sma::{SmaForm, SyncKind};
 use crossbow_tensor::DeviceSpec;
 use serde::{Deserialize, Serialize};
 
 use crate::error::CliError;
+use crate::registry::SyncRegistry;
 
 /// How many learners each device runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -58,6 +72,8 @@ pub struct TrainFile {
     pub sync: Option<String>,
     pub alpha: Option<f64>,
     pub central_momentum: Option<f64>,
+    pub sma_form: Option<String>,
+    pub bn_eval: Option<String>,
     pub eval_every: Option<f64>,
     pub eval_every_iterations: Option<u64>,
     pub eval_batch_size: Option<usize>,
@@ -66,6 +82,8 @@ pub struct TrainFile {
     pub workers: Option<usize>,
     pub max_learners: Option<usize>,
     pub tuner_threshold: Option<f64>,
+    /// The synchroniser's generic options (`[sync-options]`; `--sync-opt KEY=VALUE`).
+    pub sync_options: Option<BTreeMap<String, toml::Value>>,
 }
 
 impl TrainFile {
@@ -77,10 +95,17 @@ impl TrainFile {
             .map_err(|e| CliError::usage(format!("config file {}: {}", path.display(), e.to_string().trim())))
     }
 
-    /// `other`'s values where set, else `self`'s.
+    /// `other`'s values where set, else `self`'s; the sync options are merged key by key.
     pub fn overridden_by(self, other: TrainFile) -> TrainFile {
+        let sync_options = match (self.sync_options, other.sync_options) {
+            (Some(mut mine), Some(theirs)) => {
+                mine.extend(theirs);
+                Some(mine)
+            }
+            (mine, theirs) => theirs.or(mine),
+        };
         macro_rules! pick {
-            ($($f:ident),*) => { TrainFile { $($f: other.$f.or(self.$f)),* } };
+            ($($f:ident),*) => { TrainFile { $($f: other.$f.or(self.$f),)* sync_options } };
         }
         pick!(
             model,
@@ -102,6 +127,8 @@ impl TrainFile {
             sync,
             alpha,
             central_momentum,
+            sma_form,
+            bn_eval,
             eval_every,
             eval_every_iterations,
             eval_batch_size,
@@ -135,11 +162,19 @@ pub struct TrainConfig {
     #[serde(serialize_with = "ser_display")]
     pub devices: DeviceSpec,
     pub learners_per_device: LearnersPerDevice,
-    #[serde(skip)]
-    pub sync: SyncKind,
+    /// The synchroniser's registered name (see [`SyncRegistry::build_for`]).
     pub sync_name: String,
+    /// `--alpha` (shared synchroniser flag).
     pub alpha: Option<f64>,
+    /// `--central-momentum` (shared synchroniser flag).
     pub central_momentum: f64,
+    /// `--sma-form` (shared synchroniser flag).
+    pub sma_form: Option<String>,
+    /// The synchroniser's generic options, as text.
+    pub sync_options: BTreeMap<String, String>,
+    /// Batch-norm statistics the central model is evaluated with.
+    #[serde(serialize_with = "ser_display_bn")]
+    pub bn_eval: BnEval,
     /// Evaluate every this many epochs.
     pub eval_every: f64,
     /// Evaluate every this many iterations instead (when set).
@@ -154,6 +189,56 @@ pub struct TrainConfig {
 
 fn ser_display<S: serde::Serializer>(v: &DeviceSpec, s: S) -> Result<S::Ok, S::Error> {
     s.collect_str(v)
+}
+
+fn ser_display_bn<S: serde::Serializer>(v: &BnEval, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(v)
+}
+
+/// Which batch-norm statistics evaluate the central model `z`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BnEval {
+    /// The mean of the learners' running statistics (each measured on its own replica).
+    LearnerMean,
+    /// Statistics measured on `z` itself over this many training batches before each
+    /// evaluation (forward passes in training mode; their time counts as training time).
+    Recalibrate(usize),
+}
+
+impl BnEval {
+    /// Batches of a recalibration when no count is given.
+    pub const DEFAULT_BATCHES: usize = 20;
+}
+
+impl Default for BnEval {
+    fn default() -> Self {
+        BnEval::Recalibrate(Self::DEFAULT_BATCHES)
+    }
+}
+
+impl std::fmt::Display for BnEval {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BnEval::LearnerMean => write!(f, "mean"),
+            BnEval::Recalibrate(n) => write!(f, "recalibrate:{n}"),
+        }
+    }
+}
+
+impl FromStr for BnEval {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("--bn-eval '{s}' must be 'mean', 'recalibrate' or 'recalibrate:N' with N >= 1 batches");
+        match s.trim().split_once(':') {
+            None if s.trim() == "mean" => Ok(BnEval::LearnerMean),
+            None if s.trim() == "recalibrate" => Ok(BnEval::Recalibrate(Self::DEFAULT_BATCHES)),
+            Some(("recalibrate", n)) => match n.trim().parse::<usize>() {
+                Ok(n) if n >= 1 => Ok(BnEval::Recalibrate(n)),
+                _ => Err(bad()),
+            },
+            _ => Err(bad()),
+        }
+    }
 }
 
 fn positive(name: &str, v: f64) -> Result<f64, CliError> {
@@ -172,9 +257,42 @@ fn non_negative(name: &str, v: f64) -> Result<f64, CliError> {
     }
 }
 
+/// The `[sync-options]` values as text (numbers, booleans and strings; not arrays or tables).
+pub(crate) fn sync_option_texts(
+    options: Option<&BTreeMap<String, toml::Value>>,
+) -> Result<BTreeMap<String, String>, CliError> {
+    let mut out = BTreeMap::new();
+    for (key, value) in options.into_iter().flatten() {
+        if key.trim().is_empty() {
+            return Err(CliError::usage("[sync-options]: an option has an empty name"));
+        }
+        let text = match value {
+            toml::Value::String(s) => s.clone(),
+            toml::Value::Integer(i) => i.to_string(),
+            toml::Value::Float(x) => x.to_string(),
+            toml::Value::Boolean(b) => b.to_string(),
+            other => {
+                return Err(CliError::usage(format!(
+                    "[sync-options] {key}: must be a number, true/false or a string, got {}",
+                    other.type_str()
+                )));
+            }
+        };
+        out.insert(key.trim().to_string(), text);
+    }
+    Ok(out)
+}
+
 impl TrainConfig {
-    /// Defaults for the built-in run (LeNet-5 on the synthetic digits), overridden by `f`.
+    /// Defaults for the built-in run (LeNet-5 on the synthetic digits), overridden by `f`, with
+    /// the built-in synchronisers ([`SyncRegistry::builtin`]).
     pub fn from_file(f: TrainFile) -> Result<Self, CliError> {
+        Self::from_file_with(f, &SyncRegistry::builtin())
+    }
+
+    /// As [`TrainConfig::from_file`], with the synchronisers of `registry`: the name is
+    /// resolved and the synchroniser built once to check its options.
+    pub fn from_file_with(f: TrainFile, registry: &SyncRegistry) -> Result<Self, CliError> {
         let dataset: DatasetKind = match &f.dataset {
             Some(d) => d.parse().map_err(|e: crossbow_data::DataError| CliError::usage(format!("--dataset: {e}")))?,
             None => DatasetKind::SyntheticDigits,
@@ -232,10 +350,16 @@ impl TrainConfig {
         let learners_per_device: LearnersPerDevice =
             f.learners_per_device.as_deref().unwrap_or("auto").parse().map_err(CliError::usage)?;
         let central_momentum = f.central_momentum.unwrap_or(0.9);
-        let sync_name = f.sync.clone().unwrap_or_else(|| "sma".into());
-        let sync = SyncKind::parse(&sync_name, f.alpha.map(|a| a as f32), central_momentum as f32)
-            .map_err(|e| CliError::usage(format!("--sync: {e}")))?;
+        let sync_name = registry
+            .resolve(f.sync.as_deref().unwrap_or("sma"))
+            .map_err(|e| CliError::usage(format!("--sync: {e}")))?
+            .to_string();
+        let sync_options = sync_option_texts(f.sync_options.as_ref())?;
         let eval_every = positive("eval-every", f.eval_every.unwrap_or(1.0))?;
+        let bn_eval: BnEval = match &f.bn_eval {
+            Some(t) => t.parse().map_err(CliError::usage)?,
+            None => BnEval::default(),
+        };
         if f.eval_every_iterations == Some(0) {
             return Err(CliError::usage("--eval-every-iterations must be at least 1"));
         }
@@ -263,7 +387,7 @@ impl TrainConfig {
         if f.train_size == Some(0) || f.test_size == Some(0) {
             return Err(CliError::usage("--train-size and --test-size must be at least 1"));
         }
-        Ok(TrainConfig {
+        let cfg = TrainConfig {
             model,
             dataset,
             data_dir,
@@ -280,10 +404,12 @@ impl TrainConfig {
             metrics: f.metrics,
             devices,
             learners_per_device,
-            sync,
             sync_name,
             alpha: f.alpha,
             central_momentum,
+            sma_form: f.sma_form,
+            bn_eval,
+            sync_options,
             eval_every,
             eval_every_iterations: f.eval_every_iterations,
             eval_batch_size,
@@ -292,7 +418,21 @@ impl TrainConfig {
             workers,
             max_learners,
             tuner_threshold,
-        })
+        };
+        registry.build_for(&cfg)?;
+        Ok(cfg)
+    }
+
+    /// The synchroniser as the `crossbow-sma` enum, for the built-in names `sma`, `ssgd` and
+    /// `easgd` (`None` for any other): for running a built-in on a backend of your own with
+    /// [`SyncKind::build`].
+    pub fn builtin_sync(&self) -> Option<SyncKind> {
+        let mut kind =
+            SyncKind::parse(&self.sync_name, self.alpha.map(|a| a as f32), self.central_momentum as f32).ok()?;
+        if let (SyncKind::Sma { form, .. }, Some(f)) = (&mut kind, &self.sma_form) {
+            *form = SmaForm::parse(f).ok()?;
+        }
+        Some(kind)
     }
 }
 

@@ -4,7 +4,7 @@
 
 use crossbow_kernels::cuda::{self, CudaBackend, CudaDevice};
 use crossbow_replica::engine::DeviceFactory;
-use crossbow_replica::{Graph, ModelKind, ReplicaError};
+use crossbow_replica::{Graph, ModelKind, ReplicaError, Synchroniser};
 use crossbow_tensor::Device;
 
 use crate::bench::{BenchRow, TunerRow, measure, tune};
@@ -75,38 +75,47 @@ impl DeviceFactory<CudaBackend> for CudaDevices {
     }
 }
 
-/// Trains on GPUs.
+/// Trains on GPUs with `sync`.
 pub fn train_cuda(
     cfg: &TrainConfig,
     data: &Data,
     graph: Graph,
     ordinals: &[usize],
+    sync: Box<dyn Synchroniser<CudaBackend>>,
     r: &mut Reporter,
 ) -> Result<Summary, CliError> {
     let devs = CudaDevices::open(ordinals)?;
     for line in devs.describe() {
         r.say(&line);
     }
-    let sync = cfg.sync.build::<CudaBackend>();
     train_with(cfg, data, graph, Box::new(devs), sync, r)
 }
 
-/// Measures throughput on GPUs.
+/// Measures throughput on GPUs with `sync`.
+#[allow(clippy::too_many_arguments)]
 pub fn measure_cuda(
     m: ModelKind,
     g: &Graph,
     b: usize,
     l: usize,
     o: &[usize],
+    sync: Box<dyn Synchroniser<CudaBackend>>,
     warmup: usize,
     iters: usize,
 ) -> Result<BenchRow, CliError> {
-    measure(m, g, b, l, Box::new(CudaDevices::open(o)?), warmup, iters)
+    measure(m, g, b, l, Box::new(CudaDevices::open(o)?), sync, warmup, iters)
 }
 
-/// Runs the tuner on GPUs (memory budget: free device memory).
-pub fn tune_cuda(m: ModelKind, g: &Graph, b: usize, o: &[usize], max: usize) -> Result<TunerRow, CliError> {
+/// Runs the tuner on GPUs with `sync` (memory budget: free device memory).
+pub fn tune_cuda(
+    m: ModelKind,
+    g: &Graph,
+    b: usize,
+    o: &[usize],
+    sync: Box<dyn Synchroniser<CudaBackend>>,
+    max: usize,
+) -> Result<TunerRow, CliError> {
     let devs = CudaDevices::open(o)?;
     let budget = devs.memory_budget(0).unwrap_or(u64::MAX);
-    tune(m, g, b, Box::new(devs), max, budget, 400)
+    tune(m, g, b, Box::new(devs), sync, max, budget, 400)
 }

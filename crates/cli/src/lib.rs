@@ -1,25 +1,37 @@
 //! # crossbow-cli
 //!
 //! The `crossbow` command (`src/main.rs`) and the library behind it, which a researcher can
-//! call directly: [`train::train`] runs a configured training job; [`train::train_with`] runs
-//! one with any backend and any [`crossbow_replica::Synchroniser`] (see
-//! `examples/custom_synchroniser.rs`). Commands:
+//! call directly:
+//!
+//! * [`main_with`] runs the whole command line with the synchronisers of a
+//!   [`SyncRegistry`]: register your own [`crossbow_replica::Synchroniser`] by name and every
+//!   command selects it with `--sync NAME` (see the `examples/sync-periodic` crate of the
+//!   repository).
+//! * [`train::train`] runs a configured training job; [`train::train_with`] runs one with any
+//!   backend and any synchroniser.
+//!
+//! Commands:
 //!
 //! * `crossbow train` — train a model (flags and/or a TOML config; see [`config`]).
 //! * `crossbow models` — parameters, FLOPs and planned memory per model.
 //! * `crossbow bench` — training throughput (images/s) per model, batch size and learner count,
 //!   and what the auto-tuner picks.
-//! * `crossbow experiment tta` — time/epochs to accuracy, SMA against S-SGD.
+//! * `crossbow experiment tta` — time/epochs to accuracy, SMA against S-SGD (or any registered
+//!   synchronisers).
 
+mod app;
 pub mod bench;
 pub mod config;
 pub mod error;
 pub mod experiment;
 pub mod gpu;
 pub mod models_cmd;
+pub mod registry;
 pub mod report;
 pub mod source;
 pub mod train;
 
+pub use app::main_with;
 pub use config::{TrainConfig, TrainFile};
 pub use error::CliError;
+pub use registry::{SyncOptions, SyncRegistry};

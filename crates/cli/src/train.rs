@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crossbow_data::{Dataset, LoadOptions, Normalize, Pipeline, PipelineConfig};
+use crossbow_kernels::Backend;
 use crossbow_kernels::optim::SgdConfig;
-use crossbow_kernels::{Backend, CpuBackend};
 use crossbow_replica::engine::{CpuDevices, DeviceFactory, Engine, EngineConfig, TrainSource};
 use crossbow_replica::sync::HostAllReduce;
 use crossbow_replica::{Graph, Synchroniser};
@@ -13,8 +13,9 @@ use crossbow_tensor::{DeviceSpec, Shape};
 use crossbow_tuner::{Decision, MemoryFigures, Sample, Tuner, TunerConfig};
 use serde_json::json;
 
-use crate::config::{LearnersPerDevice, TrainConfig};
+use crate::config::{BnEval, LearnersPerDevice, TrainConfig};
 use crate::error::CliError;
+use crate::registry::SyncRegistry;
 use crate::report::{EvalLine, Reporter, Summary};
 use crate::source::{PipelineSource, TestSet};
 
@@ -99,17 +100,18 @@ pub fn resolve_hardware(
     }
 }
 
-/// Trains as configured, printing progress through `reporter`.
-pub fn train(cfg: &TrainConfig, reporter: &mut Reporter) -> Result<Summary, CliError> {
+/// Trains as configured, with the synchroniser `cfg.sync_name` of `registry` (for the
+/// built-in ones: [`SyncRegistry::builtin`]), printing progress through `reporter`.
+pub fn train(cfg: &TrainConfig, registry: &SyncRegistry, reporter: &mut Reporter) -> Result<Summary, CliError> {
+    let sync = registry.build_for(cfg)?;
     let data = load_data(cfg)?;
     let graph = build_graph(cfg, &data)?;
     let hw = resolve_hardware(&cfg.devices, cfg.threads, &mut |l| reporter.say(&l))?;
     match hw {
         Hardware::Cpu { count, threads } => {
-            let sync = cfg.sync.build::<CpuBackend>();
-            train_with(cfg, &data, graph, Box::new(CpuDevices { count, threads }), sync, reporter)
+            train_with(cfg, &data, graph, Box::new(CpuDevices { count, threads }), sync.cpu(), reporter)
         }
-        Hardware::Cuda { ordinals } => crate::gpu::train_cuda(cfg, &data, graph, &ordinals, reporter),
+        Hardware::Cuda { ordinals } => crate::gpu::train_cuda(cfg, &data, graph, &ordinals, sync.gpu(), reporter),
     }
 }
 
@@ -122,7 +124,8 @@ fn pipeline_for(cfg: &TrainConfig, data: &Data, prefetch: usize, seed: u64) -> R
 }
 
 /// Trains `graph` on `data` with any backend and synchroniser: what `crossbow train` runs, and
-/// the library entry point for a custom synchroniser (see `examples/custom_synchroniser.rs`).
+/// the library entry point for a backend of your own (for a synchroniser of your own, a
+/// [`SyncRegistry`] and [`crate::main_with`] give you the whole command line instead).
 pub fn train_with<B: Backend>(
     cfg: &TrainConfig,
     data: &Data,
@@ -154,10 +157,19 @@ pub fn train_with<B: Backend>(
     let max_k = if auto { cfg.max_learners } else { initial } * n_dev;
     let mut source = PipelineSource { pipeline: pipeline_for(cfg, data, 2 * max_k, cfg.seed)? };
     let mut test = TestSet { dataset: Arc::clone(&data.test), normalize: source.pipeline.normalize().clone() };
+    // Batch-norm recalibration draws its batches from a stream of its own (another seed), so
+    // the training batches are the same whichever statistics evaluation uses.
+    let mut calibration = match cfg.bn_eval {
+        BnEval::Recalibrate(n) if engine.graph().stats_len > 0 => {
+            Some((n, PipelineSource { pipeline: pipeline_for(cfg, data, n.min(8), cfg.seed ^ 0xB17_CA11B)? }))
+        }
+        _ => None,
+    };
     let per_epoch = source.samples_per_epoch();
     let fp = engine.footprint();
     let (sync_name, sync_settings) = engine.synchroniser();
     let (sync_name, sync_settings) = (sync_name.to_string(), sync_settings);
+    let sync_line = if sync_settings.is_empty() { sync_name.clone() } else { format!("{sync_name} ({sync_settings})") };
     let dev_names: Vec<String> = devices.iter().map(|d| d.to_string()).collect();
 
     reporter.say(&format!(
@@ -171,7 +183,7 @@ pub fn train_with<B: Backend>(
         data.train.num_classes()
     ));
     reporter.say(&format!(
-        "devices {} x learners {} ({}), batch {} per learner, sync {} {}, lr {} {}, momentum {}, weight decay {}",
+        "devices {} x learners {} ({}), batch {} per learner, sync {}, lr {} {}, momentum {}, weight decay {}",
         dev_names.join(","),
         if auto { "auto".to_string() } else { initial.to_string() },
         if auto {
@@ -180,8 +192,7 @@ pub fn train_with<B: Backend>(
             format!("{} learners in all", initial * n_dev)
         },
         cfg.batch_size,
-        sync_name,
-        sync_settings,
+        sync_line,
         cfg.lr,
         cfg.schedule,
         cfg.momentum,
@@ -193,7 +204,7 @@ pub fn train_with<B: Backend>(
             "config": cfg,
             "devices": dev_names,
             "learners": engine.layout(),
-            "sync": { "name": sync_name, "settings": sync_settings },
+            "sync": { "name": sync_name, "settings": sync_settings.to_json() },
             "parameters": engine.graph().num_params(),
             "memory": fp,
             "samples_per_epoch": per_epoch,
@@ -276,6 +287,13 @@ pub fn train_with<B: Backend>(
         if due || done {
             while next_eval <= rec.epoch + 1e-9 {
                 next_eval += cfg.eval_every;
+            }
+            if let Some((n, cal)) = calibration.as_mut() {
+                // Part of the cost of evaluating z: counted as training time.
+                let t0 = Instant::now();
+                let batches = (0..*n).map(|_| cal.next_batch()).collect::<Result<Vec<_>, _>>()?;
+                engine.recalibrate(batches)?;
+                train_secs += t0.elapsed().as_secs_f64();
             }
             let ev = engine.evaluate(&mut test)?;
             let line = EvalLine {

@@ -55,7 +55,7 @@ fn sma_training_on_the_emulated_gpu_matches_the_cpu() {
         &data,
         build_graph(&cfg, &data).unwrap(),
         Box::new(EmuDevices(emu)),
-        cfg.sync.build(),
+        cfg.builtin_sync().expect("sma is built in").build(),
         &mut Reporter::silent(),
     )
     .expect("training on the emulated GPU backend");
@@ -64,7 +64,7 @@ fn sma_training_on_the_emulated_gpu_matches_the_cpu() {
         &data,
         build_graph(&cfg, &data).unwrap(),
         Box::new(CpuDevices { count: 1, threads: 1 }),
-        cfg.sync.build::<CpuBackend>(),
+        cfg.builtin_sync().expect("sma is built in").build::<CpuBackend>(),
         &mut Reporter::silent(),
     )
     .unwrap();

@@ -3,6 +3,7 @@
 
 use std::process::Command;
 
+use crossbow_cli::SyncRegistry;
 use crossbow_cli::config::{TrainConfig, TrainFile};
 use crossbow_cli::report::Reporter;
 use crossbow_cli::train::train;
@@ -22,7 +23,7 @@ fn config(extra: TrainFile) -> TrainConfig {
 #[test]
 fn lenet_learns_the_synthetic_digits() {
     let cfg = config(TrainFile { learners_per_device: Some("1".into()), ..TrainFile::default() });
-    let s = train(&cfg, &mut Reporter::silent()).expect("training runs");
+    let s = train(&cfg, &SyncRegistry::builtin(), &mut Reporter::silent()).expect("training runs");
     assert!(s.final_accuracy > 0.90, "test accuracy {:.4} after {} epochs", s.final_accuracy, s.epochs);
     assert_eq!(s.evaluations.len(), 4);
     assert!((s.epochs - 2.0).abs() < 0.01);
@@ -37,8 +38,8 @@ fn same_seed_same_metrics() {
         seed: Some(7),
         ..TrainFile::default()
     });
-    let a = train(&cfg, &mut Reporter::silent()).unwrap();
-    let b = train(&cfg, &mut Reporter::silent()).unwrap();
+    let a = train(&cfg, &SyncRegistry::builtin(), &mut Reporter::silent()).unwrap();
+    let b = train(&cfg, &SyncRegistry::builtin(), &mut Reporter::silent()).unwrap();
     let key = |s: &crossbow_cli::report::Summary| {
         s.evaluations
             .iter()
@@ -61,6 +62,7 @@ fn same_seed_same_metrics() {
             seed: Some(8),
             ..TrainFile::default()
         }),
+        &SyncRegistry::builtin(),
         &mut Reporter::silent(),
     )
     .unwrap();
@@ -75,7 +77,7 @@ fn target_accuracy_stops_early_and_reports_time_to_accuracy() {
         epochs: Some(5.0),
         ..TrainFile::default()
     });
-    let s = train(&cfg, &mut Reporter::silent()).unwrap();
+    let s = train(&cfg, &SyncRegistry::builtin(), &mut Reporter::silent()).unwrap();
     assert!(s.reached_target);
     assert!(s.epochs < 5.0 && s.epochs_to_target.is_some() && s.time_to_target_seconds.is_some());
     assert!(s.evaluations.last().unwrap().test_accuracy >= 0.8);
@@ -93,7 +95,7 @@ fn metrics_file_has_one_json_line_per_evaluation() {
         ..TrainFile::default()
     });
     let mut rep = Reporter::new(cfg.metrics.as_deref(), true, cfg.epochs).unwrap();
-    train(&cfg, &mut rep).unwrap();
+    train(&cfg, &SyncRegistry::builtin(), &mut rep).unwrap();
     drop(rep);
     let text = std::fs::read_to_string(&path).unwrap();
     let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
@@ -101,6 +103,11 @@ fn metrics_file_has_one_json_line_per_evaluation() {
     assert_eq!(events, ["start", "eval", "eval", "end"]);
     assert_eq!(lines[0]["learners"], serde_json::json!([1]));
     assert_eq!(lines[0]["sync"]["name"], "sma");
+    let settings = &lines[0]["sync"]["settings"];
+    assert_eq!(settings["form"], "paper");
+    assert_eq!(settings["alpha"], 1.0);
+    assert_eq!(settings["alpha_default_1_over_k"], true);
+    assert_eq!(settings["central_momentum"], 0.9);
     assert!(lines[1]["test_accuracy"].as_f64().unwrap() > 0.0);
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -116,6 +123,8 @@ fn crossbow(args: &[&str]) -> (i32, String, String) {
 
 #[test]
 fn bad_input_is_one_line_and_exit_code_2() {
+    let tta_out = std::env::temp_dir().join(format!("crossbow-tta-bad-{}", std::process::id()));
+    let tta_out = tta_out.to_string_lossy().into_owned();
     for (args, needle) in [
         (vec!["train", "--model", "alexnet"], "unknown model 'alexnet'"),
         (vec!["train", "--dataset", "imagenet"], "imagenet"),
@@ -125,6 +134,13 @@ fn bad_input_is_one_line_and_exit_code_2() {
         (vec!["train", "--schedule", "multistep:9,3"], "--schedule"),
         (vec!["train", "--config", "/nonexistent/c.toml"], "/nonexistent/c.toml"),
         (vec!["train", "--devices", "cpu:0"], "--devices"),
+        (vec!["train", "--sync", "hogwild"], "registered: sma, ssgd, easgd, independent"),
+        (vec!["train", "--sync-opt", "period"], "--sync-opt"),
+        (vec!["train", "--sync-opt", "=4"], "empty KEY"),
+        (vec!["train", "--sync-opt", "period=4"], "--sync sma: unknown option 'period'"),
+        (vec!["train", "--sma-form", "fancy"], "--sma-form"),
+        (vec!["bench", "--sync", "hogwild"], "unknown synchroniser 'hogwild'"),
+        (vec!["experiment", "tta", "--sync", "sma,hogwild", "--out", &tta_out], "unknown synchroniser 'hogwild'"),
     ] {
         let (code, _out, err) = crossbow(&args);
         assert_eq!(code, 2, "{args:?}: {err}");
@@ -134,6 +150,7 @@ fn bad_input_is_one_line_and_exit_code_2() {
         let lines = err.lines().filter(|l| !l.trim().is_empty() && !l.starts_with("For more information")).count();
         assert_eq!(lines, 1, "{args:?}: {err}");
     }
+    std::fs::remove_dir_all(&tta_out).ok();
 }
 
 #[test]

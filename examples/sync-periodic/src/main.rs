@@ -3,22 +3,24 @@
 //! steps on its own batches; every `period` iterations all replicas are replaced by their
 //! average, which is also the central model the engine evaluates.
 //!
-//! Run it (LeNet-5 on the built-in synthetic digits, 4 learners on the CPU):
+//! The binary is the whole `crossbow` command line (`train`, `bench`, `experiment tta`,
+//! `models`) with one more synchroniser, `periodic`:
 //!
 //! ```text
-//! cargo run --release -p crossbow-cli --example custom_synchroniser -- 8
+//! cargo run --release -p crossbow-sync-periodic -- train --sync periodic --sync-opt period=16 --learners-per-device 4
+//! cargo run --release -p crossbow-sync-periodic -- experiment tta --sync periodic,sma --learners 4
 //! ```
 //!
-//! The only thing to write is `impl Synchroniser<B>`; the engine does the rest (batches,
-//! forward/backward on every learner, the cross-device all-reduce, evaluation).
+//! The only things to write are `impl Synchroniser<B>` (generic over the backend, so it runs on
+//! CPUs and GPUs alike) and a factory that reads its options; the engine does the rest
+//! (batches, forward/backward on every learner, the cross-device all-reduce, evaluation).
 
-use crossbow_cli::config::{TrainConfig, TrainFile};
-use crossbow_cli::report::Reporter;
-use crossbow_cli::train::{build_graph, cores, load_data, train_with};
-use crossbow_kernels::{Backend, CpuBackend, View, ViewMut};
+use std::process::ExitCode;
+
+use crossbow_cli::{SyncOptions, SyncRegistry};
+use crossbow_kernels::{Backend, View, ViewMut};
 use crossbow_replica::Result;
-use crossbow_replica::engine::CpuDevices;
-use crossbow_replica::sync::{Central, LearnerBuffers, LearnerRef, StepInfo, Synchroniser, sgd, sum_into};
+use crossbow_replica::sync::{Central, LearnerBuffers, LearnerRef, Settings, StepInfo, Synchroniser, sgd, sum_into};
 
 /// Periodic model averaging every `period` iterations.
 struct PeriodicAveraging {
@@ -26,6 +28,15 @@ struct PeriodicAveraging {
 }
 
 impl PeriodicAveraging {
+    /// The factory: `--sync-opt period=N` (default 8), at least 1.
+    fn from_options(opts: &SyncOptions) -> std::result::Result<Self, String> {
+        let period: u64 = opts.parse_or("period", 8)?;
+        if period == 0 {
+            return Err("option period must be at least 1, got 0".into());
+        }
+        Ok(PeriodicAveraging { period })
+    }
+
     fn averaging_now(&self, info: &StepInfo) -> bool {
         (info.iteration + 1).is_multiple_of(self.period)
     }
@@ -33,11 +44,11 @@ impl PeriodicAveraging {
 
 impl<B: Backend> Synchroniser<B> for PeriodicAveraging {
     fn name(&self) -> &str {
-        "periodic-averaging"
+        "periodic"
     }
 
-    fn settings(&self) -> serde_json::Value {
-        serde_json::json!({ "period": self.period })
+    fn settings(&self) -> Settings {
+        Settings::new().int("period", self.period as i64)
     }
 
     /// Each learner: one plain SGD step (momentum, weight decay, learning-rate schedule).
@@ -75,10 +86,15 @@ impl<B: Backend> Synchroniser<B> for PeriodicAveraging {
         len: usize,
     ) -> Result<()> {
         if self.averaging_now(info) {
-            let k = info.learners as f32;
+            let k = info.learners.max(1) as f32;
             be.axpby(1.0 / k, View::new(&*total, 0..len)?, 0.0, ViewMut::new(&mut c.z, 0..len)?)?;
         }
         Ok(())
+    }
+
+    /// Between averagings the learners need not wait for the central model.
+    fn after_apply_needed(&self, info: &StepInfo) -> bool {
+        self.averaging_now(info)
     }
 
     /// After averaging, every replica restarts from the average.
@@ -90,27 +106,12 @@ impl<B: Backend> Synchroniser<B> for PeriodicAveraging {
     }
 }
 
-fn main() {
-    let period: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(8).max(1);
-    let file = TrainFile {
-        learners_per_device: Some("4".into()),
-        devices: Some("cpu".into()),
-        epochs: Some(2.0),
-        eval_every: Some(0.5),
-        ..TrainFile::default()
-    };
-    let run = || -> std::result::Result<(), crossbow_cli::CliError> {
-        let cfg = TrainConfig::from_file(file)?;
-        let data = load_data(&cfg)?;
-        let graph = build_graph(&cfg, &data)?;
-        let mut reporter = Reporter::new(None, false, cfg.epochs)?;
-        let devices = Box::new(CpuDevices { count: 1, threads: cores() });
-        let sync: Box<dyn Synchroniser<CpuBackend>> = Box::new(PeriodicAveraging { period });
-        train_with(&cfg, &data, graph, devices, sync, &mut reporter)?;
-        Ok(())
-    };
-    if let Err(e) = run() {
-        eprintln!("custom_synchroniser: error: {e}");
-        std::process::exit(e.exit_code());
-    }
+fn main() -> ExitCode {
+    let mut registry = SyncRegistry::builtin();
+    registry.register(
+        "periodic",
+        "local SGD, replicas averaged every `period` iterations; options: period=N [8]",
+        PeriodicAveraging::from_options,
+    );
+    crossbow_cli::main_with(registry)
 }

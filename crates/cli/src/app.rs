@@ -1,0 +1,365 @@
+//! The `crossbow` command line: `train`, `models`, `bench`, `experiment tta`, with the
+//! synchronisers of a [`SyncRegistry`]. Bad input gives one clear error line and exit code 2;
+//! failures while running give exit code 1. `src/main.rs` is [`main_with`] with the built-in
+//! synchronisers; a researcher's binary is the same with their own added.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use crossbow_replica::ModelKind;
+
+use crate::config::{TrainConfig, TrainFile};
+use crate::error::CliError;
+use crate::registry::{SyncOptions, SyncRegistry, parse_sync_opt};
+use crate::report::Reporter;
+use crate::{experiment, models_cmd, train};
+
+#[derive(Parser)]
+#[command(
+    name = "crossbow",
+    version,
+    about = "Train small-batch model replicas, many per device, kept consistent by synchronous model averaging"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Train a model (defaults: LeNet-5 on the built-in synthetic digits, on this machine's CPU).
+    Train(Box<TrainArgs>),
+    /// Print parameters, FLOPs and planned memory of every model.
+    Models(ModelsArgs),
+    /// Measure training throughput (images/s) per model, batch size and learners per device.
+    Bench(bench_cli::BenchArgs),
+    /// Statistical-efficiency experiments.
+    #[command(subcommand)]
+    Experiment(ExperimentCmd),
+}
+
+#[derive(Subcommand)]
+enum ExperimentCmd {
+    /// Epochs and time to a target accuracy: SMA against S-SGD over learners and batch sizes.
+    Tta(experiment::TtaArgs),
+}
+
+#[derive(Args, Debug, Default)]
+struct TrainArgs {
+    /// A TOML file with any of these settings (keys as the flag names, e.g. `batch-size = 64`);
+    /// flags override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// lenet5, resnet20/32/44/56/110 (any 6n+2), vgg16, resnet50 [default: lenet5 for 1-channel data, resnet20 otherwise]
+    #[arg(long)]
+    model: Option<String>,
+    /// mnist, cifar10, cifar100, synthetic-digits, synthetic-shapes [default: synthetic-digits]
+    #[arg(long)]
+    dataset: Option<String>,
+    /// Directory of the dataset files (mnist, cifar10, cifar100) [default: data]
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Images per learner per iteration [default: 32]
+    #[arg(long)]
+    batch_size: Option<usize>,
+    /// Base learning rate [default: 0.01]
+    #[arg(long)]
+    lr: Option<f64>,
+    /// Momentum of each learner's SGD [default: 0.9]
+    #[arg(long)]
+    momentum: Option<f64>,
+    /// L2 weight decay [default: 5e-4]
+    #[arg(long)]
+    weight_decay: Option<f64>,
+    /// Nesterov momentum
+    #[arg(long)]
+    nesterov: bool,
+    /// constant | multistep:E1,E2[:GAMMA] | warmup:W[:START]:E1,E2[:GAMMA] | cosine[:TOTAL[:MIN]] (epochs) [default: constant]
+    #[arg(long)]
+    schedule: Option<String>,
+    /// Epoch limit (fractions allowed) [default: 4]
+    #[arg(long)]
+    epochs: Option<f64>,
+    /// Stop when the central model's test accuracy reaches this (0.95 or 95)
+    #[arg(long)]
+    target_accuracy: Option<f64>,
+    /// Seed of initialisation, data order, augmentation and dropout [default: 1]
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Threads per CPU device [default: all cores, shared among the CPU devices]
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Write one JSON object per evaluation (and start, tuner decisions, end) to this file
+    #[arg(long)]
+    metrics: Option<PathBuf>,
+    /// auto | cpu | cpu:N | cuda | cuda:0,1 [default: auto = every GPU, else the CPU]
+    #[arg(long)]
+    devices: Option<String>,
+    /// Learners per device: a number, or auto (chosen by the auto-tuner) [default: auto]
+    #[arg(long)]
+    learners_per_device: Option<String>,
+    /// The synchroniser, by name [default: sma] (the list is filled in from the registry)
+    #[arg(long)]
+    sync: Option<String>,
+    /// A synchroniser option KEY=VALUE (repeatable), e.g. `--sync-opt period=4`; in a config
+    /// file, a `[sync-options]` table. Flags replace the file's value of the same key.
+    #[arg(long = "sync-opt", value_name = "KEY=VALUE", value_parser = parse_sync_opt)]
+    sync_opt: Vec<(String, String)>,
+    /// SMA/EA-SGD pull towards the central model [default: 1/k for SMA, 0.9/k for EA-SGD]
+    #[arg(long)]
+    alpha: Option<f64>,
+    /// SMA central momentum [default: 0.9]
+    #[arg(long)]
+    central_momentum: Option<f64>,
+    /// SMA learner update: paper (plain SGD steps, momentum only on the central model) or
+    /// local-momentum (learners keep momentum too, as the original code) [default: paper]
+    #[arg(long)]
+    sma_form: Option<String>,
+    /// Batch-norm statistics for evaluating the central model: mean (of the learners' running
+    /// statistics) or recalibrate[:N] (measured on the central model over N training batches
+    /// before each evaluation, counted as training time) [default: recalibrate:20]
+    #[arg(long)]
+    bn_eval: Option<String>,
+    /// Evaluate the central model every this many epochs (fractions allowed) [default: 1]
+    #[arg(long)]
+    eval_every: Option<f64>,
+    /// Evaluate every this many iterations instead of by epochs
+    #[arg(long)]
+    eval_every_iterations: Option<u64>,
+    /// Batch size of evaluation [default: 500]
+    #[arg(long)]
+    eval_batch_size: Option<usize>,
+    /// Training images to use (synthetic: generate; files: the first N) [default: synthetic 20000, files all]
+    #[arg(long)]
+    train_size: Option<usize>,
+    /// Test images to use [default: synthetic 4000, files all]
+    #[arg(long)]
+    test_size: Option<usize>,
+    /// Data pipeline worker threads [default: 2]
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Most learners per device the auto-tuner may use [default: 8]
+    #[arg(long)]
+    max_learners: Option<usize>,
+    /// Relative throughput gain the tuner needs to keep an added learner [default: 0.05]
+    #[arg(long)]
+    tuner_threshold: Option<f64>,
+    /// Print only the final summary
+    #[arg(long, short)]
+    quiet: bool,
+    /// Print the resolved configuration and the model's memory plan, then exit
+    #[arg(long)]
+    dry_run: bool,
+}
+
+impl TrainArgs {
+    fn to_file(&self) -> TrainFile {
+        TrainFile {
+            model: self.model.clone(),
+            dataset: self.dataset.clone(),
+            data_dir: self.data_dir.clone(),
+            batch_size: self.batch_size,
+            lr: self.lr,
+            momentum: self.momentum,
+            weight_decay: self.weight_decay,
+            nesterov: self.nesterov.then_some(true),
+            schedule: self.schedule.clone(),
+            epochs: self.epochs,
+            target_accuracy: self.target_accuracy,
+            seed: self.seed,
+            threads: self.threads,
+            metrics: self.metrics.clone(),
+            devices: self.devices.clone(),
+            learners_per_device: self.learners_per_device.clone(),
+            sync: self.sync.clone(),
+            alpha: self.alpha,
+            central_momentum: self.central_momentum,
+            sma_form: self.sma_form.clone(),
+            bn_eval: self.bn_eval.clone(),
+            eval_every: self.eval_every,
+            eval_every_iterations: self.eval_every_iterations,
+            eval_batch_size: self.eval_batch_size,
+            train_size: self.train_size,
+            test_size: self.test_size,
+            workers: self.workers,
+            max_learners: self.max_learners,
+            tuner_threshold: self.tuner_threshold,
+            sync_options: (!self.sync_opt.is_empty())
+                .then(|| self.sync_opt.iter().map(|(k, v)| (k.clone(), toml::Value::String(v.clone()))).collect()),
+        }
+    }
+}
+
+#[derive(Args)]
+struct ModelsArgs {
+    /// Models to list [default: all]
+    #[arg(long, value_delimiter = ',')]
+    model: Vec<String>,
+    /// Batch size for the memory figures
+    #[arg(long, default_value_t = 32)]
+    batch_size: usize,
+}
+
+mod bench_cli {
+    use clap::Args;
+    use std::path::PathBuf;
+
+    use crate::registry::parse_sync_opt;
+
+    #[derive(Args)]
+    pub struct BenchArgs {
+        /// The synchroniser, by name (the list is filled in from the registry)
+        #[arg(long, default_value = "sma")]
+        pub sync: String,
+        /// A synchroniser option KEY=VALUE (repeatable)
+        #[arg(long = "sync-opt", value_name = "KEY=VALUE", value_parser = parse_sync_opt)]
+        pub sync_opt: Vec<(String, String)>,
+        /// Models [default: lenet5,resnet20,resnet32]
+        #[arg(long, value_delimiter = ',')]
+        pub model: Vec<String>,
+        /// Batch sizes per learner
+        #[arg(long, value_delimiter = ',', default_value = "16,32,128")]
+        pub batch_size: Vec<usize>,
+        /// Learners per device to measure
+        #[arg(long, value_delimiter = ',', default_value = "1")]
+        pub learners: Vec<usize>,
+        /// auto | cpu | cpu:N | cuda | cuda:0,1
+        #[arg(long, default_value = "auto")]
+        pub devices: String,
+        /// Threads per CPU device
+        #[arg(long)]
+        pub threads: Option<usize>,
+        /// Measured iterations per configuration
+        #[arg(long, default_value_t = 20)]
+        pub iterations: usize,
+        /// Unmeasured iterations first
+        #[arg(long, default_value_t = 3)]
+        pub warmup: usize,
+        /// Also run the auto-tuner from one learner and report what it picks
+        #[arg(long)]
+        pub tuner: bool,
+        /// Most learners per device the tuner may use
+        #[arg(long, default_value_t = 6)]
+        pub max_learners: usize,
+        /// Write the rows as JSON to this file
+        #[arg(long)]
+        pub json: Option<PathBuf>,
+    }
+}
+
+fn run(cli: Cli, registry: &SyncRegistry) -> Result<(), CliError> {
+    match cli.command {
+        Command::Train(a) => {
+            let mut file = match &a.config {
+                Some(p) => TrainFile::read(p)?,
+                None => TrainFile::default(),
+            };
+            file = file.overridden_by(a.to_file());
+            let cfg = TrainConfig::from_file_with(file, registry)?;
+            if a.dry_run {
+                println!("{}", serde_json::to_string_pretty(&cfg).map_err(CliError::run)?);
+                let rows = models_cmd::table(&[cfg.model], cfg.batch_size)?;
+                models_cmd::print(&rows);
+                return Ok(());
+            }
+            let mut reporter = Reporter::new(cfg.metrics.as_deref(), a.quiet, cfg.epochs)?;
+            train::train(&cfg, registry, &mut reporter)?;
+            Ok(())
+        }
+        Command::Models(a) => {
+            let models: Vec<ModelKind> = if a.model.is_empty() {
+                ModelKind::NAMES.iter().filter_map(|n| n.parse().ok()).collect()
+            } else {
+                a.model
+                    .iter()
+                    .map(|m| m.parse().map_err(|e: String| CliError::usage(format!("--model: {e}"))))
+                    .collect::<Result<_, _>>()?
+            };
+            if a.batch_size == 0 {
+                return Err(CliError::usage("--batch-size must be at least 1"));
+            }
+            models_cmd::print(&models_cmd::table(&models, a.batch_size)?);
+            Ok(())
+        }
+        Command::Bench(a) => crate::bench::run_cli(
+            registry,
+            &a.sync,
+            &a.sync_opt.iter().fold(SyncOptions::new(), |o, (k, v)| o.option(k, v)),
+            &a.model,
+            &a.batch_size,
+            &a.learners,
+            &a.devices,
+            a.threads,
+            a.iterations,
+            a.warmup,
+            a.tuner,
+            a.max_learners,
+            a.json.as_deref(),
+        ),
+        Command::Experiment(ExperimentCmd::Tta(a)) => experiment::run_tta(&a, registry),
+    }
+}
+
+/// The command line, with `--sync`'s help listing `registry`'s synchronisers.
+fn command(registry: &SyncRegistry) -> clap::Command {
+    let names = registry.names().join(" | ");
+    let list = registry.describe();
+    let list = list.lines().map(|l| format!("  {l}")).collect::<Vec<_>>().join("\n");
+    let one = |default: &str| {
+        let (names, list, default) = (names.clone(), list.clone(), default.to_string());
+        move |a: clap::Arg| {
+            a.help(format!("{names}{default}"))
+                .long_help(format!("The synchroniser, by name{default}:\n{list}\nTheir options: --sync-opt KEY=VALUE."))
+        }
+    };
+    let many = {
+        let names = names.clone();
+        move |a: clap::Arg| a.help(format!("Synchronisers to compare, comma-separated: {names}"))
+    };
+    Cli::command()
+        .mut_subcommand("train", |c| c.mut_arg("sync", one(" [default: sma]")))
+        .mut_subcommand("bench", |c| c.mut_arg("sync", one("")))
+        .mut_subcommand("experiment", |c| c.mut_subcommand("tta", |t| t.mut_arg("sync", many)))
+}
+
+/// The whole `crossbow` command line (`train`, `models`, `bench`, `experiment tta`) with the
+/// synchronisers of `registry` selectable by `--sync NAME`: the `main` of `crossbow` itself
+/// (with [`SyncRegistry::builtin`]) and of a researcher's binary:
+///
+/// ```no_run
+/// use crossbow_cli::{SyncOptions, SyncRegistry};
+/// use crossbow_replica::sync::Independent;
+///
+/// fn main() -> std::process::ExitCode {
+///     let mut registry = SyncRegistry::builtin();
+///     // Your type instead, with `impl<B: Backend> Synchroniser<B>`; the closure reads its
+///     // options (`opts.parse_or("period", 8)?`) or says what is wrong with them.
+///     registry.register("mine", "what it does; options: none", |_opts: &SyncOptions| Ok(Independent::default()));
+///     crossbow_cli::main_with(registry)
+/// }
+/// ```
+///
+/// Parses the process arguments; prints help, version and argument errors as clap does;
+/// reports any other error as one line `<program>: error: ...` and returns exit code 2 for
+/// bad input, 1 for failures while running.
+pub fn main_with(registry: SyncRegistry) -> ExitCode {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let program = args
+        .first()
+        .and_then(|a| Path::new(a).file_stem())
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "crossbow".into());
+    let matches = command(&registry).get_matches_from(args);
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    match run(cli, &registry) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{program}: error: {e}");
+            ExitCode::from(e.exit_code() as u8)
+        }
+    }
+}
