@@ -1,21 +1,41 @@
-//! `crossbow experiment tta`: statistical efficiency of SMA against S-SGD.
+//! `crossbow experiment tta`: time to accuracy of synchronisers, measured fairly.
 //!
-//! For every synchroniser, learner count k and per-learner batch b, and several seeds, train
-//! on one device with k learners at batch b until the central model reaches the target test
-//! accuracy (or the epoch limit), and report epochs and training time to the target — median
-//! and range over the seeds — as a markdown table, plus plots of test accuracy against epochs
-//! and against time (SVG), and every curve as JSON.
+//! A configuration is a variant (a synchroniser with its settings, e.g. `sma`,
+//! `sma/central-momentum=0`, `ssgd`), a learner count k and a per-learner batch b; all its
+//! learners run on one CPU device. The protocol:
+//!
+//! 1. **Learning rate, tuned per configuration.** With one tuning seed (`--tune-seed`), every
+//!    configuration runs with every learning rate of `--lr` (for S-SGD also each rate times k,
+//!    the linear-scaling rule, unless `--no-ssgd-linear-scaling`); the rate reaching the target
+//!    in the fewest epochs wins (ties and misses: the best accuracy).
+//! 2. **Evaluation on fresh seeds.** Every configuration then runs at its rate with seeds
+//!    `1..=--seeds` (the tuning seed is not among them, so the choice does not flatter it).
+//! 3. **Interleaved.** Runs go round-robin over the configurations (seed by seed, the order
+//!    rotated each round), never all of one synchroniser and then all of another, so drifts
+//!    of a shared, noisy machine fall on every configuration alike.
+//! 4. **Every run counts.** Medians are over all seeds, a run that misses the target counting
+//!    as infinitely slow, so a row whose median is "not reached" missed in most seeds; the
+//!    range is over the runs that reached it. Epochs and training seconds (evaluation and
+//!    batch-norm recalibration for it included when configured) are both reported.
+//!
+//! With one learner SMA is momentum SGD, bit for bit the same as S-SGD (a test in
+//! `crossbow-sma`), so k = 1 runs once for every variant of those two that differs only in
+//! SMA's settings. Results: `table.md`, `results.json`, `runs.jsonl` (appended as runs end;
+//! `--resume` skips the runs it already holds), and plots of test accuracy against epochs
+//! and against time.
 
+use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use crossbow_kernels::CpuBackend;
 use crossbow_replica::engine::CpuDevices;
 use plotters::prelude::*;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use crate::config::{LearnersPerDevice, TrainConfig, TrainFile};
+use crate::config::{TrainConfig, TrainFile};
 use crate::error::CliError;
+use crate::registry::SyncRegistry;
 use crate::report::{EvalLine, Reporter};
 use crate::train::{build_graph, load_data, train_with};
 
@@ -31,30 +51,34 @@ pub struct TtaArgs {
     /// Directory of dataset files (mnist, cifar10, cifar100)
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
-    /// Synchronisers to compare
+    /// Variants to compare: a synchroniser name, optionally with settings of `crossbow train`
+    /// after slashes, e.g. `sma/central-momentum=0/sma-form=local-momentum`
     #[arg(long, value_delimiter = ',', default_value = "sma,ssgd")]
     pub sync: Vec<String>,
     /// Learner counts k (all on one device)
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
     pub learners: Vec<usize>,
     /// Per-learner batch sizes b
-    #[arg(long, value_delimiter = ',', default_value = "16,32,64")]
+    #[arg(long, value_delimiter = ',', default_value = "8,16,32")]
     pub batch_size: Vec<usize>,
-    /// Seeds per configuration (1, 2, ... n)
-    #[arg(long, default_value_t = 3)]
+    /// Evaluation seeds per configuration (1, 2, ... n)
+    #[arg(long, default_value_t = 5)]
     pub seeds: u64,
+    /// Seed of the learning-rate tuning runs (not among the evaluation seeds)
+    #[arg(long, default_value_t = 0)]
+    pub tune_seed: u64,
     /// Target test accuracy of the central model (0.9 or 90)
     #[arg(long, default_value_t = 0.9)]
     pub target: f64,
     /// Epoch limit per run
     #[arg(long, default_value_t = 10.0)]
     pub epochs: f64,
-    /// Base learning rate (the same for every configuration)
-    #[arg(long, default_value_t = 0.05)]
-    pub lr: f64,
-    /// Scale S-SGD's learning rate with its effective batch: none, linear (×k) or sqrt (×√k)
-    #[arg(long, default_value = "none")]
-    pub ssgd_lr_scale: String,
+    /// Learning-rate grid; with one value there is no tuning phase
+    #[arg(long, value_delimiter = ',', default_value = "0.02,0.05,0.1")]
+    pub lr: Vec<f64>,
+    /// Do not add S-SGD's linearly scaled rates (each grid rate times k) to its grid
+    #[arg(long)]
+    pub no_ssgd_linear_scaling: bool,
     /// Momentum
     #[arg(long, default_value_t = 0.9)]
     pub momentum: f64,
@@ -73,14 +97,25 @@ pub struct TtaArgs {
     /// Threads of the CPU device
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Output directory for table.md, results.json, accuracy_vs_epochs.svg, accuracy_vs_time.svg
+    /// Batch-norm statistics for evaluation (as `crossbow train --bn-eval`; a variant may set
+    /// its own with `/bn-eval=...`)
+    #[arg(long)]
+    pub bn_eval: Option<String>,
+    /// Keep the runs already in OUT/runs.jsonl and run only the missing ones
+    #[arg(long)]
+    pub resume: bool,
+    /// Output directory for table.md, results.json, runs.jsonl and the plots
     #[arg(long, default_value = "tta-results")]
     pub out: PathBuf,
 }
 
-/// One run.
-#[derive(Clone, Debug, Serialize)]
+/// One training run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Run {
+    /// `tune` or `eval`.
+    pub phase: String,
+    /// The variant as given to `--sync` (for merged k = 1 runs: the first of them).
+    pub variant: String,
     pub sync: String,
     pub learners: usize,
     pub batch: usize,
@@ -90,24 +125,129 @@ pub struct Run {
     pub epochs_to_target: Option<f64>,
     pub seconds_to_target: Option<f64>,
     pub best_accuracy: f64,
+    pub epochs: f64,
     pub images_per_sec: f64,
-    pub curve: Vec<EvalLine>,
+    /// Why the run stopped early (for example divergence), if it did.
+    pub error: Option<String>,
+    #[serde(skip_deserializing)]
+    pub curve: Vec<CurvePoint>,
 }
 
-fn lr_for(args: &TtaArgs, sync: &str, k: usize) -> Result<f64, CliError> {
-    let is_ssgd = sync.trim().eq_ignore_ascii_case("ssgd");
-    Ok(match (is_ssgd, args.ssgd_lr_scale.as_str()) {
-        (false, _) | (true, "none") => args.lr,
-        (true, "linear") => args.lr * k as f64,
-        (true, "sqrt") => args.lr * (k as f64).sqrt(),
-        (_, other) => return Err(CliError::usage(format!("--ssgd-lr-scale '{other}' must be none, linear or sqrt"))),
-    })
+/// One evaluation of a run, for the plots.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CurvePoint {
+    pub epoch: f64,
+    pub train_seconds: f64,
+    pub test_accuracy: f64,
 }
 
-/// Runs the experiment grid.
-pub fn run_tta(args: &TtaArgs) -> Result<(), CliError> {
+impl From<&EvalLine> for CurvePoint {
+    fn from(e: &EvalLine) -> Self {
+        CurvePoint { epoch: e.epoch, train_seconds: e.train_seconds, test_accuracy: e.test_accuracy }
+    }
+}
+
+/// A variant: the synchroniser and the settings it overrides.
+#[derive(Clone, Debug)]
+struct Variant {
+    label: String,
+    sync: String,
+    file: TrainFile,
+    /// Settings that only shape SMA (they do not matter with one learner).
+    only_sma_settings: bool,
+}
+
+/// SMA's own settings: with one learner SMA is momentum SGD whatever they are.
+const SMA_KEYS: &[&str] = &["alpha", "central-momentum", "sma-form"];
+
+fn parse_variant(s: &str) -> Result<Variant, CliError> {
+    let mut parts = s.split('/');
+    let sync = parts.next().unwrap_or("").trim().to_string();
+    if sync.is_empty() {
+        return Err(CliError::usage(format!("--sync '{s}': a variant starts with a synchroniser name")));
+    }
+    let mut toml_text = format!("sync = {:?}\n", sync);
+    let mut only_sma = true;
+    for p in parts {
+        let Some((k, v)) = p.split_once('=') else {
+            return Err(CliError::usage(format!("--sync '{s}': '{p}' is not key=value")));
+        };
+        let (k, v) = (k.trim(), v.trim());
+        if k.is_empty() || v.is_empty() {
+            return Err(CliError::usage(format!("--sync '{s}': '{p}' needs a key and a value")));
+        }
+        if !SMA_KEYS.contains(&k) {
+            only_sma = false;
+        }
+        let value =
+            if v.parse::<f64>().is_ok() || v == "true" || v == "false" { v.to_string() } else { format!("{v:?}") };
+        toml_text.push_str(&format!("{k} = {value}\n"));
+    }
+    let file: TrainFile = toml::from_str(&toml_text)
+        .map_err(|e| CliError::usage(format!("--sync '{s}': {}", e.to_string().trim().replace('\n', " "))))?;
+    Ok(Variant { label: s.trim().to_string(), sync, file, only_sma_settings: only_sma })
+}
+
+/// One configuration: a variant at k learners of batch b, and the rates to try.
+#[derive(Clone, Debug)]
+struct Config {
+    variant: Variant,
+    /// Every variant this configuration stands for (several at k = 1).
+    labels: Vec<String>,
+    k: usize,
+    b: usize,
+    lrs: Vec<f64>,
+}
+
+impl Config {
+    fn key(&self) -> String {
+        format!("{} k={} b={}", self.variant.label, self.k, self.b)
+    }
+}
+
+fn configs(args: &TtaArgs, variants: &[Variant]) -> Vec<Config> {
+    let mut out: Vec<Config> = vec![];
+    for &k in &args.learners {
+        for &b in &args.batch_size {
+            for v in variants {
+                let merges = k == 1 && v.only_sma_settings && (v.sync == "sma" || v.sync == "ssgd");
+                if merges
+                    && let Some(c) = out.iter_mut().find(|c| {
+                        c.k == 1
+                            && c.b == b
+                            && c.variant.only_sma_settings
+                            && (c.variant.sync == "sma" || c.variant.sync == "ssgd")
+                    })
+                {
+                    c.labels.push(v.label.clone());
+                    continue;
+                }
+                let mut lrs = args.lr.clone();
+                if v.sync == "ssgd" && !args.no_ssgd_linear_scaling && k > 1 {
+                    lrs.extend(args.lr.iter().map(|l| l * k as f64));
+                }
+                lrs.sort_by(|a, b| a.total_cmp(b));
+                lrs.dedup_by(|a, b| (*a - *b).abs() <= 1e-12 * a.abs().max(1.0));
+                out.push(Config { variant: v.clone(), labels: vec![v.label.clone()], k, b, lrs });
+            }
+        }
+    }
+    out
+}
+
+/// Runs the experiment; `--sync` names synchronisers of `registry`.
+pub fn run_tta(args: &TtaArgs, registry: &SyncRegistry) -> Result<(), CliError> {
     if args.learners.is_empty() || args.batch_size.is_empty() || args.sync.is_empty() || args.seeds == 0 {
         return Err(CliError::usage("--learners, --batch-size, --sync and --seeds must not be empty"));
+    }
+    if args.lr.is_empty() || args.lr.iter().any(|l| !(l.is_finite() && *l > 0.0)) {
+        return Err(CliError::usage(format!("--lr {:?}: every rate must be a finite number > 0", args.lr)));
+    }
+    if (1..=args.seeds).contains(&args.tune_seed) && args.lr.len() > 1 {
+        return Err(CliError::usage(format!(
+            "--tune-seed {} is one of the evaluation seeds 1..={}: pick another so the tuning does not flatter",
+            args.tune_seed, args.seeds
+        )));
     }
     std::fs::create_dir_all(&args.out).map_err(|e| CliError::usage(format!("--out {}: {e}", args.out.display())))?;
     let base = TrainFile {
@@ -122,142 +262,338 @@ pub fn run_tta(args: &TtaArgs) -> Result<(), CliError> {
         train_size: args.train_size,
         test_size: args.test_size,
         threads: args.threads,
+        bn_eval: args.bn_eval.clone(),
         devices: Some("cpu".into()),
         ..TrainFile::default()
     };
-    // Validate every combination before running anything.
-    let mut plan = vec![];
-    for sync in &args.sync {
-        for &k in &args.learners {
-            for &b in &args.batch_size {
-                for seed in 1..=args.seeds {
-                    let lr = lr_for(args, sync, k)?;
-                    let f = TrainFile {
-                        sync: Some(sync.clone()),
-                        learners_per_device: Some(k.to_string()),
-                        batch_size: Some(b),
-                        seed: Some(seed),
-                        lr: Some(lr),
-                        ..base.clone()
-                    };
-                    plan.push(TrainConfig::from_file(f)?);
-                }
-            }
+    let variants = args.sync.iter().map(|s| parse_variant(s)).collect::<Result<Vec<_>, _>>()?;
+    let configs = configs(args, &variants);
+    let make = |c: &Config, seed: u64, lr: f64| -> Result<TrainConfig, CliError> {
+        let f = base.clone().overridden_by(c.variant.file.clone()).overridden_by(TrainFile {
+            learners_per_device: Some(c.k.to_string()),
+            batch_size: Some(c.b),
+            seed: Some(seed),
+            lr: Some(lr),
+            ..TrainFile::default()
+        });
+        TrainConfig::from_file_with(f, registry).map_err(|e| CliError::usage(format!("{} (lr {lr}): {e}", c.key())))
+    };
+    // Validate every run before running anything.
+    for c in &configs {
+        for &lr in &c.lrs {
+            make(c, args.tune_seed, lr)?;
         }
     }
     // The dataset depends on the seed only through synthetic generation: keep it fixed
     // (seed 1) so every configuration sees the same data; the seed varies init and order.
-    let data_cfg = TrainConfig::from_file(TrainFile { seed: Some(1), ..base.clone() })?;
+    let data_cfg = TrainConfig::from_file_with(TrainFile { seed: Some(1), ..base.clone() }, registry)?;
     let data = load_data(&data_cfg)?;
     let threads = args.threads.unwrap_or_else(crate::train::cores);
-    let mut runs = vec![];
-    let total = plan.len();
-    for (i, cfg) in plan.iter().enumerate() {
-        let k = match cfg.learners_per_device {
-            LearnersPerDevice::Fixed(k) => k,
-            LearnersPerDevice::Auto => 1,
-        };
-        let graph = build_graph(cfg, &data)?;
+
+    let log_path = args.out.join("runs.jsonl");
+    let mut done: Vec<Run> = if args.resume { read_runs(&log_path)? } else { vec![] };
+    if !args.resume && log_path.exists() {
+        std::fs::remove_file(&log_path).map_err(|e| CliError::run(format!("{}: {e}", log_path.display())))?;
+    }
+    let find = |done: &[Run], phase: &str, c: &Config, seed: u64, lr: f64| -> Option<usize> {
+        done.iter().position(|r| {
+            r.phase == phase
+                && r.variant == c.variant.label
+                && r.learners == c.k
+                && r.batch == c.b
+                && r.seed == seed
+                && (r.lr - lr).abs() <= 1e-12 * lr.max(1.0)
+        })
+    };
+    let one_run = |phase: &str, c: &Config, seed: u64, lr: f64, n: usize, total: usize| -> Result<Run, CliError> {
+        let cfg = make(c, seed, lr)?;
+        let graph = build_graph(&cfg, &data)?;
         let mut rep = Reporter::silent();
-        let s = train_with(
-            cfg,
-            &data,
-            graph,
-            Box::new(CpuDevices { count: 1, threads }),
-            cfg.sync.build::<CpuBackend>(),
-            &mut rep,
-        )?;
+        let sync = registry.build_for(&cfg)?.cpu();
+        let res = train_with(&cfg, &data, graph, Box::new(CpuDevices { count: 1, threads }), sync, &mut rep);
+        let run = match res {
+            Ok(s) => Run {
+                phase: phase.into(),
+                variant: c.variant.label.clone(),
+                sync: c.variant.sync.clone(),
+                learners: c.k,
+                batch: c.b,
+                seed,
+                lr,
+                reached: s.reached_target,
+                epochs_to_target: s.epochs_to_target,
+                seconds_to_target: s.time_to_target_seconds,
+                best_accuracy: s.best_accuracy,
+                epochs: s.epochs,
+                images_per_sec: s.images_per_sec,
+                error: None,
+                curve: s.evaluations.iter().map(CurvePoint::from).collect(),
+            },
+            // A run that diverges has not reached the target: it counts, with its reason.
+            Err(e) => Run {
+                phase: phase.into(),
+                variant: c.variant.label.clone(),
+                sync: c.variant.sync.clone(),
+                learners: c.k,
+                batch: c.b,
+                seed,
+                lr,
+                reached: false,
+                epochs_to_target: None,
+                seconds_to_target: None,
+                best_accuracy: 0.0,
+                epochs: 0.0,
+                images_per_sec: 0.0,
+                error: Some(e.to_string()),
+                curve: vec![],
+            },
+        };
         eprintln!(
-            "[{}/{total}] {} k={} b={} seed={} lr={}: {}",
-            i + 1,
-            cfg.sync_name,
-            k,
-            cfg.batch_size,
-            cfg.seed,
-            cfg.lr,
-            match (s.epochs_to_target, s.time_to_target_seconds) {
-                (Some(e), Some(t)) => format!("target after {e:.2} epochs, {t:.1} s"),
-                _ => format!("no target in {:.1} epochs (best {:.2}%)", s.epochs, 100.0 * s.best_accuracy),
+            "[{phase} {n}/{total}] {} lr={lr} seed={seed}: {}",
+            c.key(),
+            match (&run.error, run.epochs_to_target, run.seconds_to_target) {
+                (Some(e), _, _) => format!("failed: {e}"),
+                (None, Some(e), Some(t)) => format!("target after {e:.2} epochs, {t:.1} s"),
+                _ => format!("no target in {:.2} epochs (best {:.2}%)", run.epochs, 100.0 * run.best_accuracy),
             }
         );
-        runs.push(Run {
-            sync: cfg.sync_name.clone(),
-            learners: k,
-            batch: cfg.batch_size,
-            seed: cfg.seed,
-            lr: cfg.lr,
-            reached: s.reached_target,
-            epochs_to_target: s.epochs_to_target,
-            seconds_to_target: s.time_to_target_seconds,
-            best_accuracy: s.best_accuracy,
-            images_per_sec: s.images_per_sec,
-            curve: s.evaluations,
-        });
+        append_run(&log_path, &run)?;
+        Ok(run)
+    };
+
+    // Phase 1: the learning rate of every configuration, on the tuning seed, interleaved.
+    let mut chosen: Vec<f64> = configs.iter().map(|c| c.lrs[0]).collect();
+    let mut tune_runs: Vec<Run> = vec![];
+    if args.lr.len() > 1 || configs.iter().any(|c| c.lrs.len() > 1) {
+        let max_lrs = configs.iter().map(|c| c.lrs.len()).max().unwrap_or(0);
+        let total: usize = configs.iter().filter(|c| c.lrs.len() > 1).map(|c| c.lrs.len()).sum();
+        let mut n = 0;
+        for i in 0..max_lrs {
+            for c in configs.iter().filter(|c| c.lrs.len() > 1) {
+                let Some(&lr) = c.lrs.get(i) else { continue };
+                n += 1;
+                let run = match find(&done, "tune", c, args.tune_seed, lr) {
+                    Some(p) => done.swap_remove(p),
+                    None => one_run("tune", c, args.tune_seed, lr, n, total)?,
+                };
+                tune_runs.push(run);
+            }
+        }
+        for (ci, c) in configs.iter().enumerate() {
+            let mine: Vec<&Run> = tune_runs
+                .iter()
+                .filter(|r| r.variant == c.variant.label && r.learners == c.k && r.batch == c.b)
+                .collect();
+            if let Some(best) =
+                mine.iter().min_by(|a, b| rank(a).partial_cmp(&rank(b)).unwrap_or(std::cmp::Ordering::Equal))
+            {
+                chosen[ci] = best.lr;
+            }
+        }
     }
-    let table = markdown(args, &runs);
+
+    // Phase 2: every configuration at its rate, seeds 1..=n, interleaved and rotated.
+    let mut eval_runs: Vec<Run> = vec![];
+    let total = configs.len() * args.seeds as usize;
+    let mut n = 0;
+    for (round, seed) in (1..=args.seeds).enumerate() {
+        let m = configs.len();
+        for j in 0..m {
+            let ci = (j + round * m.div_ceil(args.seeds as usize).max(1)) % m;
+            let c = &configs[ci];
+            n += 1;
+            let run = match find(&done, "eval", c, seed, chosen[ci]) {
+                Some(p) => done.swap_remove(p),
+                None => one_run("eval", c, seed, chosen[ci], n, total)?,
+            };
+            eval_runs.push(run);
+        }
+    }
+
+    let table = markdown(args, &configs, &chosen, &eval_runs, &tune_runs);
     println!("{table}");
     write(&args.out.join("table.md"), &table)?;
-    let json = serde_json::to_string_pretty(&serde_json::json!({ "args": format!("{args:?}"), "runs": runs }))
-        .map_err(CliError::run)?;
+    let json = serde_json::to_string_pretty(&serde_json::json!({
+        "args": format!("{args:?}"),
+        "chosen_lr": configs.iter().zip(&chosen).map(|(c, lr)| (c.key(), *lr)).collect::<BTreeMap<_, _>>(),
+        "tune": tune_runs,
+        "eval": eval_runs,
+    }))
+    .map_err(CliError::run)?;
     write(&args.out.join("results.json"), &json)?;
-    plot(&args.out.join("accuracy_vs_epochs.svg"), &runs, args, false)?;
-    plot(&args.out.join("accuracy_vs_time.svg"), &runs, args, true)?;
-    eprintln!("wrote {}/table.md, results.json, accuracy_vs_epochs.svg, accuracy_vs_time.svg", args.out.display());
+    plot(&args.out.join("accuracy_vs_epochs.svg"), &eval_runs, args, false)?;
+    plot(&args.out.join("accuracy_vs_time.svg"), &eval_runs, args, true)?;
+    eprintln!(
+        "wrote {}/table.md, results.json, runs.jsonl, accuracy_vs_epochs.svg, accuracy_vs_time.svg",
+        args.out.display()
+    );
     Ok(())
+}
+
+/// Sort key of a tuning run: reached first, then fewer epochs, then higher accuracy.
+fn rank(r: &Run) -> (u8, f64, f64) {
+    match r.epochs_to_target {
+        Some(e) if r.reached => (0, e, -r.best_accuracy),
+        _ => (1, f64::INFINITY, -r.best_accuracy),
+    }
+}
+
+fn read_runs(p: &Path) -> Result<Vec<Run>, CliError> {
+    if !p.exists() {
+        return Ok(vec![]);
+    }
+    let text = std::fs::read_to_string(p).map_err(|e| CliError::run(format!("{}: {e}", p.display())))?;
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            serde_json::from_str(l).map_err(|e| CliError::usage(format!("{} line {}: {e}", p.display(), i + 1)))
+        })
+        .collect()
+}
+
+fn append_run(p: &Path, r: &Run) -> Result<(), CliError> {
+    let mut slim = r.clone();
+    slim.curve.clear();
+    let line = serde_json::to_string(&slim).map_err(CliError::run)?;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(p)
+        .map_err(|e| CliError::run(format!("{}: {e}", p.display())))?;
+    writeln!(f, "{line}").map_err(|e| CliError::run(format!("{}: {e}", p.display())))
 }
 
 fn write(p: &Path, s: &str) -> Result<(), CliError> {
     std::fs::write(p, s).map_err(|e| CliError::run(format!("{}: {e}", p.display())))
 }
 
-fn stats(v: &mut [f64]) -> Option<(f64, f64, f64)> {
+/// Median over all runs, a miss counting as +inf (`None` when most missed).
+pub fn median_with_misses(values: &[Option<f64>]) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut v: Vec<f64> = values.iter().map(|x| x.unwrap_or(f64::INFINITY)).collect();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    let m = if n % 2 == 1 { v[n / 2] } else { 0.5 * (v[n / 2 - 1] + v[n / 2]) };
+    m.is_finite().then_some(m)
+}
+
+fn range(values: &[Option<f64>]) -> Option<(f64, f64)> {
+    let v: Vec<f64> = values.iter().flatten().copied().collect();
     if v.is_empty() {
         return None;
     }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    let med = if n % 2 == 1 { v[n / 2] } else { 0.5 * (v[n / 2 - 1] + v[n / 2]) };
-    Some((med, v[0], v[n - 1]))
+    Some((v.iter().copied().fold(f64::INFINITY, f64::min), v.iter().copied().fold(f64::NEG_INFINITY, f64::max)))
 }
 
-/// The results table: one row per (sync, k, b).
-pub fn markdown(args: &TtaArgs, runs: &[Run]) -> String {
+fn cell(values: &[Option<f64>], p: usize) -> String {
+    match (median_with_misses(values), range(values)) {
+        (Some(m), Some((lo, hi))) => format!("{m:.p$} [{lo:.p$}–{hi:.p$}]"),
+        (None, Some((lo, hi))) => format!("not reached [{lo:.p$}–{hi:.p$}]"),
+        _ => "not reached".into(),
+    }
+}
+
+/// The results table (one row per configuration), the comparison of every variant with the
+/// first S-SGD variant at equal k and b, and the tuning grid.
+fn markdown(args: &TtaArgs, configs: &[Config], chosen: &[f64], runs: &[Run], tune: &[Run]) -> String {
+    let target = if args.target > 1.0 { args.target / 100.0 } else { args.target };
     let mut s = format!(
-        "Target {:.1}% test accuracy, {} on {}, epoch limit {}, {} seed(s) per row; median [min–max] over the seeds that reached the target.\n\n",
-        100.0 * if args.target > 1.0 { args.target / 100.0 } else { args.target },
+        "Target {:.1}% test accuracy, {} on {}, epoch limit {}, {} evaluation seed(s) per row (learning rate tuned on seed {}). Cells: median over all seeds, a miss counting as slower than any hit, [min–max] over the runs that reached the target.\n\n",
+        100.0 * target,
         args.model,
         args.dataset,
         args.epochs,
-        args.seeds
+        args.seeds,
+        args.tune_seed
     );
-    s.push_str("| sync | k | batch/learner | effective batch | lr | reached | epochs to target | seconds to target | images/s |\n");
+    s.push_str("| variant | k | batch/learner | effective batch | lr | reached | epochs to target | seconds to target | images/s |\n");
     s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    let mut keys: Vec<(String, usize, usize)> = runs.iter().map(|r| (r.sync.clone(), r.learners, r.batch)).collect();
-    keys.dedup();
-    for (sync, k, b) in keys {
-        let rs: Vec<&Run> = runs.iter().filter(|r| r.sync == sync && r.learners == k && r.batch == b).collect();
-        let mut ep: Vec<f64> = rs.iter().filter_map(|r| r.epochs_to_target).collect();
-        let mut secs: Vec<f64> = rs.iter().filter_map(|r| r.seconds_to_target).collect();
-        let mut ips: Vec<f64> = rs.iter().map(|r| r.images_per_sec).collect();
-        let fmt = |x: Option<(f64, f64, f64)>, p: usize| match x {
-            Some((m, lo, hi)) => format!("{m:.p$} [{lo:.p$}–{hi:.p$}]"),
-            None => "—".into(),
-        };
+    let mut medians: BTreeMap<(String, usize, usize), (Option<f64>, Option<f64>)> = BTreeMap::new();
+    for (c, lr) in configs.iter().zip(chosen) {
+        let rs: Vec<&Run> =
+            runs.iter().filter(|r| r.variant == c.variant.label && r.learners == c.k && r.batch == c.b).collect();
+        let ep: Vec<Option<f64>> = rs.iter().map(|r| r.epochs_to_target).collect();
+        let secs: Vec<Option<f64>> = rs.iter().map(|r| r.seconds_to_target).collect();
+        let mut ips: Vec<f64> = rs.iter().map(|r| r.images_per_sec).filter(|x| *x > 0.0).collect();
+        ips.sort_by(|a, b| a.total_cmp(b));
+        let ips_med = ips.get(ips.len() / 2).copied().unwrap_or(0.0);
+        for l in &c.labels {
+            medians.insert((l.clone(), c.k, c.b), (median_with_misses(&ep), median_with_misses(&secs)));
+        }
         s.push_str(&format!(
-            "| {sync} | {k} | {b} | {} | {} | {}/{} | {} | {} | {} |\n",
-            if sync == "ssgd" { k * b } else { b },
-            rs.first().map(|r| r.lr).unwrap_or(0.0),
-            ep.len(),
+            "| {} | {} | {} | {} | {} | {}/{} | {} | {} | {:.0} |\n",
+            c.labels.join(" = "),
+            c.k,
+            c.b,
+            if c.variant.sync == "ssgd" { c.k * c.b } else { c.b },
+            lr,
+            rs.iter().filter(|r| r.reached).count(),
             rs.len(),
-            fmt(stats(&mut ep), 2),
-            fmt(stats(&mut secs), 1),
-            fmt(stats(&mut ips), 0),
+            cell(&ep, 2),
+            cell(&secs, 1),
+            ips_med,
         ));
+    }
+    if let Some(base) = configs.iter().find(|c| c.variant.sync == "ssgd").map(|c| c.variant.label.clone()) {
+        s.push_str(&format!("\nAgainst `{base}` at the same k and b (k >= 2; medians as above):\n\n"));
+        s.push_str("| variant | no more epochs | fewer epochs | less time | pairs |\n|---|---:|---:|---:|---:|\n");
+        for v in &args.sync {
+            if *v == base {
+                continue;
+            }
+            let (mut le, mut lt, mut faster, mut pairs) = (0, 0, 0, 0);
+            for (&(ref l, k, b), &(e, t)) in &medians {
+                if l != v || k < 2 {
+                    continue;
+                }
+                let Some(&(be, bt)) = medians.get(&(base.clone(), k, b)) else { continue };
+                pairs += 1;
+                let inf = f64::INFINITY;
+                let (e, be, t, bt) = (e.unwrap_or(inf), be.unwrap_or(inf), t.unwrap_or(inf), bt.unwrap_or(inf));
+                if e <= be && e.is_finite() {
+                    le += 1;
+                }
+                if e < be {
+                    lt += 1;
+                }
+                if t < bt {
+                    faster += 1;
+                }
+            }
+            s.push_str(&format!("| {v} | {le} | {lt} | {faster} | {pairs} |\n"));
+        }
+    }
+    if !tune.is_empty() {
+        s.push_str(&format!(
+            "\nLearning-rate tuning (seed {}): epochs to target per rate, `—` = not reached (best accuracy).\n\n",
+            args.tune_seed
+        ));
+        s.push_str("| configuration | rates tried: epochs (best accuracy) |\n|---|---|\n");
+        for (c, lr) in configs.iter().zip(chosen) {
+            let mine: Vec<String> = tune
+                .iter()
+                .filter(|r| r.variant == c.variant.label && r.learners == c.k && r.batch == c.b)
+                .map(|r| {
+                    let mark = if (r.lr - lr).abs() <= 1e-12 * lr.max(1.0) { "**" } else { "" };
+                    match (r.epochs_to_target, &r.error) {
+                        (_, Some(_)) => format!("{mark}{}{mark}: diverged", r.lr),
+                        (Some(e), _) => format!("{mark}{}{mark}: {e:.2}", r.lr),
+                        (None, _) => format!("{mark}{}{mark}: — ({:.1}%)", r.lr, 100.0 * r.best_accuracy),
+                    }
+                })
+                .collect();
+            if !mine.is_empty() {
+                s.push_str(&format!("| {} | {} |\n", c.key(), mine.join(", ")));
+            }
+        }
     }
     s
 }
 
-/// One panel per batch size; a line per (sync, k) through the first seed's evaluations.
+/// One panel per batch size; a line per configuration through seed 1's evaluations.
 fn plot(path: &Path, runs: &[Run], args: &TtaArgs, by_time: bool) -> Result<(), CliError> {
     let err = |e: &dyn std::fmt::Display| CliError::run(format!("{}: {e}", path.display()));
     let panels = args.batch_size.len().max(1);
@@ -286,17 +622,14 @@ fn plot(path: &Path, runs: &[Run], args: &TtaArgs, by_time: bool) -> Result<(), 
             .map_err(|e| err(&e))?;
         for (i, r) in sel.iter().enumerate() {
             let color = Palette99::pick(i).to_rgba();
-            let style = if r.sync == "ssgd" {
-                ShapeStyle::from(&color).stroke_width(1)
-            } else {
-                ShapeStyle::from(&color).stroke_width(2)
-            };
+            let width = if r.sync == "ssgd" { 1 } else { 2 };
+            let style = ShapeStyle::from(&color).stroke_width(width);
             let pts: Vec<(f64, f64)> =
                 r.curve.iter().map(|e| (if by_time { e.train_seconds } else { e.epoch }, e.test_accuracy)).collect();
             chart
                 .draw_series(LineSeries::new(pts, style))
                 .map_err(|e| err(&e))?
-                .label(format!("{} k={}", r.sync, r.learners))
+                .label(format!("{} k={}", r.variant, r.learners))
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
         }
         let target = if args.target > 1.0 { args.target / 100.0 } else { args.target };
@@ -313,4 +646,63 @@ fn plot(path: &Path, runs: &[Run], args: &TtaArgs, by_time: bool) -> Result<(), 
     }
     root.present().map_err(|e| err(&e))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variants_parse_settings_and_reject_nonsense() {
+        let v = parse_variant("sma/central-momentum=0/sma-form=local-momentum").unwrap();
+        assert_eq!(v.sync, "sma");
+        assert_eq!(v.file.central_momentum, Some(0.0));
+        assert_eq!(v.file.sma_form.as_deref(), Some("local-momentum"));
+        assert!(v.only_sma_settings);
+        let w = parse_variant("ssgd/weight-decay=0.001").unwrap();
+        assert!(!w.only_sma_settings);
+        for bad in ["", "/lr=1", "sma/central-momentum", "sma/=3", "sma/no-such-key=1"] {
+            assert!(parse_variant(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn medians_count_misses_and_k1_merges() {
+        assert_eq!(median_with_misses(&[Some(1.0), None, Some(2.0)]), Some(2.0));
+        assert_eq!(median_with_misses(&[Some(1.0), None, None]), None);
+        assert_eq!(median_with_misses(&[Some(1.0), Some(3.0)]), Some(2.0));
+        let args = TtaArgs {
+            model: "lenet5".into(),
+            dataset: "synthetic-digits".into(),
+            data_dir: None,
+            sync: vec!["sma".into(), "sma/central-momentum=0".into(), "ssgd".into(), "easgd".into()],
+            learners: vec![1, 4],
+            batch_size: vec![16],
+            seeds: 5,
+            tune_seed: 0,
+            target: 0.9,
+            epochs: 1.0,
+            lr: vec![0.01, 0.02],
+            no_ssgd_linear_scaling: false,
+            momentum: 0.9,
+            weight_decay: 0.0,
+            eval_every: 0.5,
+            train_size: None,
+            test_size: None,
+            threads: None,
+            bn_eval: None,
+            resume: false,
+            out: PathBuf::from("x"),
+        };
+        let vs: Vec<Variant> = args.sync.iter().map(|s| parse_variant(s).unwrap()).collect();
+        let cs = configs(&args, &vs);
+        // k = 1: sma, sma/cm=0 and ssgd are one configuration; easgd its own. k = 4: four.
+        assert_eq!(cs.iter().filter(|c| c.k == 1).count(), 2);
+        assert_eq!(cs.iter().find(|c| c.k == 1).unwrap().labels.len(), 3);
+        assert_eq!(cs.iter().filter(|c| c.k == 4).count(), 4);
+        let ssgd4 = cs.iter().find(|c| c.k == 4 && c.variant.sync == "ssgd").unwrap();
+        assert_eq!(ssgd4.lrs, vec![0.01, 0.02, 0.04, 0.08]);
+        let sma4 = cs.iter().find(|c| c.k == 4 && c.variant.sync == "sma").unwrap();
+        assert_eq!(sma4.lrs, vec![0.01, 0.02]);
+    }
 }
