@@ -5,11 +5,11 @@ use std::time::Instant;
 
 use crossbow_kernels::Backend;
 use crossbow_kernels::optim::SgdConfig;
-use crossbow_replica::engine::{DeviceFactory, Engine, EngineConfig, TrainBatch};
+use crossbow_replica::engine::{AutoTuner, DeviceFactory, Engine, EngineConfig, TrainBatch};
 use crossbow_replica::sync::HostAllReduce;
 use crossbow_replica::{Graph, ModelKind, Schedule, Synchroniser};
 use crossbow_tensor::Rng;
-use crossbow_tuner::{Decision, MemoryFigures, Sample, Tuner, TunerConfig};
+use crossbow_tuner::TunerConfig;
 use serde::Serialize;
 
 use crate::error::CliError;
@@ -125,9 +125,9 @@ pub struct TunerRow {
     pub decisions: Vec<String>,
 }
 
-/// Runs the engine under the auto-tuner until it settles (or `max_iterations`), from one
-/// learner per device, synchronised by `sync`.
-#[allow(clippy::too_many_arguments)]
+/// Runs the engine under the auto-tuner ([`AutoTuner`], as `crossbow train` does) until it
+/// settles (or `max_iterations`), from one learner per device, synchronised by `sync`. The
+/// memory budget is each device's own ([`DeviceFactory::memory_budget`]).
 pub fn tune<B: Backend>(
     model: ModelKind,
     graph: &Graph,
@@ -135,51 +135,27 @@ pub fn tune<B: Backend>(
     factory: Box<dyn DeviceFactory<B>>,
     sync: Box<dyn Synchroniser<B>>,
     max_learners: usize,
-    memory_budget: u64,
     max_iterations: usize,
 ) -> Result<TunerRow, CliError> {
     let n = factory.devices().len();
     let mut e = engine(graph, batch, factory, sync, 1)?;
-    let fp = e.footprint();
     let tc = TunerConfig { max_learners, ..TunerConfig::default() };
-    let mut t = Tuner::new(tc, n).map_err(|x| CliError::run(format!("tuner: {x}")))?;
-    for d in 0..n {
-        t.set_memory(d, MemoryFigures::new(fp.bytes_per_learner, fp.fixed_bytes_per_device, memory_budget))
-            .map_err(|x| CliError::run(format!("tuner: {x}")))?;
-    }
+    let mut t = AutoTuner::new(&e, tc, true)?;
     let pool = random_batches(graph, batch, max_learners * n);
     let mut decisions = vec![];
     let mut settled_at = None;
     let mut recent: Vec<f64> = vec![];
     for it in 0..max_iterations {
         let k = e.learners();
-        let s0 = Instant::now();
         let rec = e.step(pool[..k].to_vec(), 1 << 30)?;
-        let secs = s0.elapsed().as_secs_f64();
-        for (d, &m) in rec.learners.iter().enumerate() {
-            let r = t
-                .observe(d, &Sample::new(m, (m * batch) as u64, secs))
-                .map_err(|x| CliError::run(format!("tuner: {x}")))?;
-            match r.decision {
-                Decision::AddLearner => {
-                    decisions.push(format!("iteration {it}: {r}"));
-                    if e.add_learner(d).is_err() {
-                        t.change_failed(d).map_err(|x| CliError::run(format!("tuner: {x}")))?;
-                    }
-                }
-                Decision::RemoveLearner => {
-                    decisions.push(format!("iteration {it}: {r}"));
-                    e.remove_learner(d)?;
-                }
-                Decision::Settled if settled_at.is_none() && d == 0 => {
-                    decisions.push(format!("iteration {it}: {r}"));
-                    settled_at = Some(it);
-                }
-                _ => {}
-            }
+        for ev in t.after_step(&mut e, &rec)? {
+            decisions.push(format!("iteration {it}: {}", ev.line()));
+        }
+        if settled_at.is_none() && t.settled() {
+            settled_at = Some(it);
         }
         if settled_at.is_some() {
-            recent.push(rec.images as f64 / secs);
+            recent.push(rec.images as f64 / rec.seconds);
             if recent.len() >= 10 {
                 break;
             }
@@ -287,7 +263,6 @@ pub fn run_cli(
                         Box::new(crossbow_replica::engine::CpuDevices { count: *count, threads: *threads }),
                         registry.build(sync, sync_options)?.cpu(),
                         max_learners,
-                        crate::train::cpu_memory_budget(*count),
                         400,
                     )?,
                     Hardware::Cuda { ordinals } => crate::gpu::tune_cuda(

@@ -430,6 +430,11 @@ pub fn run_tta(args: &TtaArgs, registry: &SyncRegistry) -> Result<(), CliError> 
     Ok(())
 }
 
+/// (variant, k, b).
+type ConfigKey = (String, usize, usize);
+/// Median epochs and seconds to target (`None`: not reached).
+type Medians = (Option<f64>, Option<f64>);
+
 /// Sort key of a tuning run: reached first, then fewer epochs, then higher accuracy.
 fn rank(r: &Run) -> (u8, f64, f64) {
     match r.epochs_to_target {
@@ -511,7 +516,7 @@ fn markdown(args: &TtaArgs, configs: &[Config], chosen: &[f64], runs: &[Run], tu
     );
     s.push_str("| variant | k | batch/learner | effective batch | lr | reached | epochs to target | seconds to target | images/s |\n");
     s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    let mut medians: BTreeMap<(String, usize, usize), (Option<f64>, Option<f64>)> = BTreeMap::new();
+    let mut medians: BTreeMap<ConfigKey, Medians> = BTreeMap::new();
     for (c, lr) in configs.iter().zip(chosen) {
         let rs: Vec<&Run> =
             runs.iter().filter(|r| r.variant == c.variant.label && r.learners == c.k && r.batch == c.b).collect();

@@ -2,10 +2,9 @@
 //! same engine as the CPU. Without the `cuda` feature the kernels crate's stub answers
 //! "built without CUDA support" and every function here returns that as an error.
 
-use crossbow_kernels::cuda::{self, CudaBackend, CudaDevice};
-use crossbow_replica::engine::DeviceFactory;
-use crossbow_replica::{Graph, ModelKind, ReplicaError, Synchroniser};
-use crossbow_tensor::Device;
+use crossbow_kernels::cuda::{self, CudaBackend};
+use crossbow_replica::engine::CudaDevices;
+use crossbow_replica::{Graph, ModelKind, Synchroniser};
 
 use crate::bench::{BenchRow, TunerRow, measure, tune};
 use crate::config::TrainConfig;
@@ -30,49 +29,6 @@ pub fn describe(ordinals: &[usize]) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// GPUs as engine devices: every learner gets its own stream (a [`CudaBackend`]), the device
-/// its own stream for synchronisation and evaluation; one host thread enqueues a device's
-/// learners (they run concurrently on their streams).
-pub struct CudaDevices {
-    devices: Vec<CudaDevice>,
-}
-
-impl CudaDevices {
-    /// Opens the GPUs (compiles or loads the kernels, probes cuDNN).
-    pub fn open(ordinals: &[usize]) -> Result<Self, CliError> {
-        let devices = ordinals.iter().map(|&o| CudaDevice::open(o)).collect::<Result<Vec<_>, _>>()?;
-        Ok(CudaDevices { devices })
-    }
-
-    /// One line per device.
-    pub fn describe(&self) -> Vec<String> {
-        self.devices.iter().map(|d| d.describe()).collect()
-    }
-}
-
-impl DeviceFactory<CudaBackend> for CudaDevices {
-    fn devices(&self) -> Vec<Device> {
-        self.devices.iter().map(|d| Device::Cuda(d.ordinal())).collect()
-    }
-
-    fn learner_backend(&self, d: usize, _learners: usize) -> Result<CudaBackend, ReplicaError> {
-        Ok(self.devices[d].new_backend()?)
-    }
-
-    fn device_backend(&self, d: usize) -> Result<CudaBackend, ReplicaError> {
-        Ok(self.devices[d].new_backend()?)
-    }
-
-    fn host_threads(&self, _d: usize) -> usize {
-        1
-    }
-
-    /// 90% of the free device memory when asked (the rest for cuBLAS/cuDNN workspaces).
-    fn memory_budget(&self, d: usize) -> Option<u64> {
-        self.devices[d].mem_info().ok().map(|m| m.free as u64 / 10 * 9)
-    }
 }
 
 /// Trains on GPUs with `sync`.
@@ -106,7 +62,7 @@ pub fn measure_cuda(
     measure(m, g, b, l, Box::new(CudaDevices::open(o)?), sync, warmup, iters)
 }
 
-/// Runs the tuner on GPUs with `sync` (memory budget: free device memory).
+/// Runs the tuner on GPUs with `sync` (memory budget: 90% of the free device memory).
 pub fn tune_cuda(
     m: ModelKind,
     g: &Graph,
@@ -115,7 +71,5 @@ pub fn tune_cuda(
     sync: Box<dyn Synchroniser<CudaBackend>>,
     max: usize,
 ) -> Result<TunerRow, CliError> {
-    let devs = CudaDevices::open(o)?;
-    let budget = devs.memory_budget(0).unwrap_or(u64::MAX);
-    tune(m, g, b, Box::new(devs), sync, max, budget, 400)
+    tune(m, g, b, Box::new(CudaDevices::open(o)?), sync, max, 400)
 }

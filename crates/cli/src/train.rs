@@ -6,11 +6,13 @@ use std::time::Instant;
 use crossbow_data::{Dataset, LoadOptions, Normalize, Pipeline, PipelineConfig};
 use crossbow_kernels::Backend;
 use crossbow_kernels::optim::SgdConfig;
-use crossbow_replica::engine::{CpuDevices, DeviceFactory, Engine, EngineConfig, TrainSource};
+use crossbow_replica::engine::{
+    AutoTuner, CpuDevices, DeviceFactory, Engine, EngineConfig, IterationRecord, TrainSource,
+};
 use crossbow_replica::sync::HostAllReduce;
 use crossbow_replica::{Graph, Synchroniser};
 use crossbow_tensor::{DeviceSpec, Shape};
-use crossbow_tuner::{Decision, MemoryFigures, Sample, Tuner, TunerConfig};
+use crossbow_tuner::TunerConfig;
 use serde_json::json;
 
 use crate::config::{BnEval, LearnersPerDevice, TrainConfig};
@@ -134,13 +136,49 @@ pub fn train_with<B: Backend>(
     sync: Box<dyn Synchroniser<B>>,
     reporter: &mut Reporter,
 ) -> Result<Summary, CliError> {
-    let devices = factory.devices();
-    let n_dev = devices.len();
-    let (initial, auto) = match cfg.learners_per_device {
-        LearnersPerDevice::Auto => (1, true),
-        LearnersPerDevice::Fixed(m) => (m, false),
+    let mut engine = start_engine(cfg, graph, factory, sync)?;
+    let mut run = Run::new(cfg, data, &engine)?;
+    announce(cfg, data, &engine, run.per_epoch, reporter)?;
+    let mut tuner = match cfg.learners_per_device {
+        LearnersPerDevice::Auto => {
+            let tc = TunerConfig {
+                max_learners: cfg.max_learners,
+                threshold: cfg.tuner_threshold,
+                ..TunerConfig::default()
+            };
+            Some(AutoTuner::new(&engine, tc, true).map_err(|e| CliError::usage(e.to_string()))?)
+        }
+        LearnersPerDevice::Fixed(_) => None,
     };
-    let budgets: Vec<Option<u64>> = (0..n_dev).map(|d| factory.memory_budget(d)).collect();
+    while !run.finished(&engine) {
+        let rec = run.step(&mut engine, reporter)?;
+        if let Some(t) = tuner.as_mut() {
+            for ev in t.after_step(&mut engine, &rec)? {
+                reporter.say(&ev.line());
+                reporter.record("tuner", json!(ev))?;
+            }
+        }
+        if run.evaluation_due(&rec) {
+            run.evaluate(&mut engine, &rec, reporter)?;
+        }
+    }
+    let summary = run.summary(cfg, &engine);
+    reporter.finish(&summary)?;
+    Ok(summary)
+}
+
+/// The engine for `cfg`: one learner per device when the tuner decides, else the fixed count.
+fn start_engine<B: Backend>(
+    cfg: &TrainConfig,
+    graph: Graph,
+    factory: Box<dyn DeviceFactory<B>>,
+    sync: Box<dyn Synchroniser<B>>,
+) -> Result<Engine<B>, CliError> {
+    let initial = match cfg.learners_per_device {
+        LearnersPerDevice::Auto => 1,
+        LearnersPerDevice::Fixed(m) => m,
+    };
+    let n_dev = factory.devices().len();
     let ecfg = EngineConfig {
         batch_size: cfg.batch_size,
         sgd: SgdConfig {
@@ -153,25 +191,22 @@ pub fn train_with<B: Backend>(
         seed: cfg.seed,
         eval_batch_size: cfg.eval_batch_size,
     };
-    let mut engine = Engine::new(graph, ecfg, factory, sync, Box::new(HostAllReduce), &vec![initial; n_dev])?;
-    let max_k = if auto { cfg.max_learners } else { initial } * n_dev;
-    let mut source = PipelineSource { pipeline: pipeline_for(cfg, data, 2 * max_k, cfg.seed)? };
-    let mut test = TestSet { dataset: Arc::clone(&data.test), normalize: source.pipeline.normalize().clone() };
-    // Batch-norm recalibration draws its batches from a stream of its own (another seed), so
-    // the training batches are the same whichever statistics evaluation uses.
-    let mut calibration = match cfg.bn_eval {
-        BnEval::Recalibrate(n) if engine.graph().stats_len > 0 => {
-            Some((n, PipelineSource { pipeline: pipeline_for(cfg, data, n.min(8), cfg.seed ^ 0xB17_CA11B)? }))
-        }
-        _ => None,
-    };
-    let per_epoch = source.samples_per_epoch();
-    let fp = engine.footprint();
-    let (sync_name, sync_settings) = engine.synchroniser();
-    let (sync_name, sync_settings) = (sync_name.to_string(), sync_settings);
-    let sync_line = if sync_settings.is_empty() { sync_name.clone() } else { format!("{sync_name} ({sync_settings})") };
-    let dev_names: Vec<String> = devices.iter().map(|d| d.to_string()).collect();
+    Ok(Engine::new(graph, ecfg, factory, sync, Box::new(HostAllReduce), &vec![initial; n_dev])?)
+}
 
+/// The two banner lines and the metrics file's `start` record.
+fn announce<B: Backend>(
+    cfg: &TrainConfig,
+    data: &Data,
+    engine: &Engine<B>,
+    per_epoch: usize,
+    reporter: &mut Reporter,
+) -> Result<(), CliError> {
+    let (sync_name, sync_settings) = engine.synchroniser();
+    let sync_line =
+        if sync_settings.is_empty() { sync_name.to_string() } else { format!("{sync_name} ({sync_settings})") };
+    let dev_names: Vec<String> = engine.devices().iter().map(|d| d.to_string()).collect();
+    let n_dev = dev_names.len();
     reporter.say(&format!(
         "{} ({} parameters, {:.1} MFLOP/image) on {} ({} train / {} test images, {} classes)",
         cfg.model,
@@ -182,21 +217,19 @@ pub fn train_with<B: Backend>(
         data.test.len(),
         data.train.num_classes()
     ));
+    let learners = match cfg.learners_per_device {
+        LearnersPerDevice::Auto => format!("auto (starting at 1, tuner picks up to {})", cfg.max_learners),
+        LearnersPerDevice::Fixed(m) => format!("{m} ({} learners in all)", m * n_dev),
+    };
     reporter.say(&format!(
-        "devices {} x learners {} ({}), batch {} per learner, sync {}, lr {} {}, momentum {}, weight decay {}",
+        "devices {} x learners {learners}, batch {} per learner, sync {sync_line}, lr {} {}, momentum {}, weight decay {}, batch-norm evaluation {}",
         dev_names.join(","),
-        if auto { "auto".to_string() } else { initial.to_string() },
-        if auto {
-            format!("starting at 1, tuner picks up to {}", cfg.max_learners)
-        } else {
-            format!("{} learners in all", initial * n_dev)
-        },
         cfg.batch_size,
-        sync_line,
         cfg.lr,
         cfg.schedule,
         cfg.momentum,
-        cfg.weight_decay
+        cfg.weight_decay,
+        cfg.bn_eval,
     ));
     reporter.record(
         "start",
@@ -206,163 +239,186 @@ pub fn train_with<B: Backend>(
             "learners": engine.layout(),
             "sync": { "name": sync_name, "settings": sync_settings.to_json() },
             "parameters": engine.graph().num_params(),
-            "memory": fp,
+            "memory": engine.footprint(),
             "samples_per_epoch": per_epoch,
         }),
-    )?;
-
-    let mut tuner = if auto {
-        let tc =
-            TunerConfig { max_learners: cfg.max_learners, threshold: cfg.tuner_threshold, ..TunerConfig::default() };
-        let mut t = Tuner::new(tc, n_dev).map_err(|e| CliError::usage(format!("tuner: {e}")))?;
-        for (d, b) in budgets.iter().enumerate() {
-            let budget = b.unwrap_or_else(|| cpu_memory_budget(n_dev));
-            t.set_memory(d, MemoryFigures::new(fp.bytes_per_learner, fp.fixed_bytes_per_device, budget))
-                .map_err(|e| CliError::run(format!("tuner: {e}")))?;
-        }
-        Some(t)
-    } else {
-        None
-    };
-
-    let mut last_logged: Vec<Option<Decision>> = vec![None; n_dev];
-    let wall = Instant::now();
-    let mut train_secs = 0.0;
-    let mut next_eval = cfg.eval_every;
-    let (mut win_loss, mut win_correct, mut win_images, mut win_secs) = (0.0f64, 0.0f64, 0usize, 0.0f64);
-    let mut evals: Vec<EvalLine> = vec![];
-    let mut best: f64 = 0.0;
-    let mut reached: Option<(f64, f64)> = None;
-    let mut last_eval_iter = u64::MAX;
-    loop {
-        let epoch_now = engine.samples() as f64 / per_epoch as f64;
-        if epoch_now >= cfg.epochs - 1e-9 || reached.is_some() {
-            break;
-        }
-        let k = engine.learners();
-        let t0 = Instant::now();
-        let batches = (0..k).map(|_| source.next_batch()).collect::<Result<Vec<_>, _>>()?;
-        let rec = engine.step(batches, per_epoch)?;
-        let secs = t0.elapsed().as_secs_f64();
-        train_secs += secs;
-        win_loss += rec.loss * rec.images as f64;
-        win_correct += rec.accuracy * rec.images as f64;
-        win_images += rec.images;
-        win_secs += secs;
-        reporter.progress(rec.epoch, rec.images as f64 / secs.max(1e-9), rec.loss, &rec.learners);
-
-        if let Some(t) = tuner.as_mut() {
-            let layout = rec.learners.clone();
-            for (d, &m) in layout.iter().enumerate() {
-                let sample = Sample::new(m, (m * cfg.batch_size) as u64, secs);
-                let report = t.observe(d, &sample).map_err(|e| CliError::run(format!("tuner: {e}")))?;
-                let applied = match report.decision {
-                    Decision::AddLearner => Some(engine.add_learner(d)),
-                    Decision::RemoveLearner => Some(engine.remove_learner(d)),
-                    Decision::Keep | Decision::Settled => None,
-                };
-                if let Some(res) = applied
-                    && let Err(e) = res
-                {
-                    reporter.say(&format!("tuner: {:?} on {}: could not apply ({e})", report.decision, devices[d]));
-                    t.change_failed(d).map_err(|e| CliError::run(format!("tuner: {e}")))?;
-                }
-                let repeat_settled = report.decision == Decision::Settled && last_logged[d] == Some(Decision::Settled);
-                if report.decision != Decision::Keep && !repeat_settled {
-                    last_logged[d] = Some(report.decision);
-                    reporter.say(&format!("tuner {}: {report}", devices[d]));
-                    reporter.record(
-                        "tuner",
-                        json!({ "iteration": rec.iteration, "epoch": rec.epoch, "device": devices[d].to_string(), "report": report, "learners_after": engine.layout() }),
-                    )?;
-                }
-            }
-        }
-
-        let done = rec.epoch >= cfg.epochs - 1e-9;
-        let due = match cfg.eval_every_iterations {
-            Some(n) => rec.iteration.is_multiple_of(n),
-            None => rec.epoch >= next_eval - 1e-9,
-        };
-        if due || done {
-            while next_eval <= rec.epoch + 1e-9 {
-                next_eval += cfg.eval_every;
-            }
-            if let Some((n, cal)) = calibration.as_mut() {
-                // Part of the cost of evaluating z: counted as training time.
-                let t0 = Instant::now();
-                let batches = (0..*n).map(|_| cal.next_batch()).collect::<Result<Vec<_>, _>>()?;
-                engine.recalibrate(batches)?;
-                train_secs += t0.elapsed().as_secs_f64();
-            }
-            let ev = engine.evaluate(&mut test)?;
-            let line = EvalLine {
-                iteration: rec.iteration,
-                epoch: rec.epoch,
-                train_seconds: train_secs,
-                wall_seconds: wall.elapsed().as_secs_f64(),
-                lr: rec.lr,
-                train_loss: win_loss / win_images.max(1) as f64,
-                train_accuracy: win_correct / win_images.max(1) as f64,
-                test_loss: ev.loss,
-                test_accuracy: ev.accuracy,
-                images_per_sec: win_images as f64 / win_secs.max(1e-9),
-                learners: engine.layout(),
-            };
-            (win_loss, win_correct, win_images, win_secs) = (0.0, 0.0, 0, 0.0);
-            reporter.eval(&line)?;
-            best = best.max(ev.accuracy);
-            if let Some(target) = cfg.target_accuracy
-                && ev.accuracy >= target
-                && reached.is_none()
-            {
-                reached = Some((train_secs, rec.epoch));
-            }
-            last_eval_iter = rec.iteration;
-            evals.push(line);
-        }
-    }
-    if last_eval_iter != engine.iteration() {
-        // Stopped between evaluations (cannot happen with the checks above, kept for safety).
-        let ev = engine.evaluate(&mut test)?;
-        best = best.max(ev.accuracy);
-    }
-    let final_acc = evals.last().map(|e| e.test_accuracy).unwrap_or(0.0);
-    let summary = Summary {
-        model: cfg.model.to_string(),
-        dataset: cfg.dataset.to_string(),
-        devices: dev_names,
-        learners: engine.layout(),
-        sync: sync_name,
-        target_accuracy: cfg.target_accuracy,
-        reached_target: reached.is_some(),
-        time_to_target_seconds: reached.map(|r| r.0),
-        epochs_to_target: reached.map(|r| r.1),
-        best_accuracy: best,
-        final_accuracy: final_acc,
-        epochs: engine.samples() as f64 / per_epoch as f64,
-        iterations: engine.iteration(),
-        train_seconds: train_secs,
-        wall_seconds: wall.elapsed().as_secs_f64(),
-        images_per_sec: engine.samples() as f64 / train_secs.max(1e-9),
-        evaluations: evals,
-    };
-    reporter.finish(&summary)?;
-    Ok(summary)
+    )
 }
 
-/// Memory a CPU device may give its learners: half of the available memory, shared among the
-/// CPU devices (read from /proc/meminfo; 4 GiB per device when unknown).
-pub fn cpu_memory_budget(devices: usize) -> u64 {
-    let avail = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
-        s.lines()
-            .find(|l| l.starts_with("MemAvailable:"))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|kb| kb.parse::<u64>().ok())
-    });
-    match avail {
-        Some(kb) => kb * 1024 / 2 / devices.max(1) as u64,
-        None => 4 << 30,
+/// Training images, loss and time since the last evaluation.
+#[derive(Default)]
+struct Window {
+    loss: f64,
+    correct: f64,
+    images: usize,
+    seconds: f64,
+}
+
+/// The state of a training run between iterations: data streams, the evaluation schedule,
+/// the clock and what the evaluations found.
+struct Run {
+    source: PipelineSource,
+    test: TestSet,
+    /// Batch-norm recalibration: batches per evaluation and their own stream (another seed,
+    /// so the training batches are the same whichever statistics evaluation uses).
+    calibration: Option<(usize, PipelineSource)>,
+    per_epoch: usize,
+    epochs: f64,
+    target: Option<f64>,
+    eval_every: f64,
+    eval_every_iterations: Option<u64>,
+    next_eval: f64,
+    wall: Instant,
+    /// Training time: iterations, and batch-norm recalibration for evaluation.
+    train_secs: f64,
+    window: Window,
+    evals: Vec<EvalLine>,
+    best: f64,
+    /// Training seconds and epochs when the target was first reached.
+    reached: Option<(f64, f64)>,
+}
+
+impl Run {
+    fn new<B: Backend>(cfg: &TrainConfig, data: &Data, engine: &Engine<B>) -> Result<Self, CliError> {
+        let n_dev = engine.devices().len();
+        let max_k = match cfg.learners_per_device {
+            LearnersPerDevice::Auto => cfg.max_learners,
+            LearnersPerDevice::Fixed(m) => m,
+        } * n_dev;
+        let source = PipelineSource { pipeline: pipeline_for(cfg, data, 2 * max_k, cfg.seed)? };
+        let test = TestSet { dataset: Arc::clone(&data.test), normalize: source.pipeline.normalize().clone() };
+        let calibration = match cfg.bn_eval {
+            BnEval::Recalibrate(n) if engine.graph().stats_len > 0 => {
+                Some((n, PipelineSource { pipeline: pipeline_for(cfg, data, n.min(8), cfg.seed ^ 0xB17_CA11B)? }))
+            }
+            _ => None,
+        };
+        let per_epoch = source.samples_per_epoch();
+        Ok(Run {
+            source,
+            test,
+            calibration,
+            per_epoch,
+            epochs: cfg.epochs,
+            target: cfg.target_accuracy,
+            eval_every: cfg.eval_every,
+            eval_every_iterations: cfg.eval_every_iterations,
+            next_eval: cfg.eval_every,
+            wall: Instant::now(),
+            train_secs: 0.0,
+            window: Window::default(),
+            evals: vec![],
+            best: 0.0,
+            reached: None,
+        })
+    }
+
+    fn epoch<B: Backend>(&self, engine: &Engine<B>) -> f64 {
+        engine.samples() as f64 / self.per_epoch as f64
+    }
+
+    /// The epoch limit is reached, or the target.
+    fn finished<B: Backend>(&self, engine: &Engine<B>) -> bool {
+        self.epoch(engine) >= self.epochs - 1e-9 || self.reached.is_some()
+    }
+
+    /// One iteration with a batch per learner; its time counts as training time.
+    fn step<B: Backend>(
+        &mut self,
+        engine: &mut Engine<B>,
+        reporter: &mut Reporter,
+    ) -> Result<IterationRecord, CliError> {
+        let t0 = Instant::now();
+        let batches = (0..engine.learners()).map(|_| self.source.next_batch()).collect::<Result<Vec<_>, _>>()?;
+        let rec = engine.step(batches, self.per_epoch)?;
+        let secs = t0.elapsed().as_secs_f64();
+        self.train_secs += secs;
+        let w = &mut self.window;
+        w.loss += rec.loss * rec.images as f64;
+        w.correct += rec.accuracy * rec.images as f64;
+        w.images += rec.images;
+        w.seconds += secs;
+        reporter.progress(rec.epoch, rec.images as f64 / secs.max(1e-9), rec.loss, &rec.learners);
+        Ok(rec)
+    }
+
+    /// Every `eval_every` epochs (or `eval_every_iterations`), and at the epoch limit.
+    fn evaluation_due(&mut self, rec: &IterationRecord) -> bool {
+        let done = rec.epoch >= self.epochs - 1e-9;
+        let due = match self.eval_every_iterations {
+            Some(n) => rec.iteration.is_multiple_of(n),
+            None => rec.epoch >= self.next_eval - 1e-9,
+        };
+        if due || done {
+            while self.next_eval <= rec.epoch + 1e-9 {
+                self.next_eval += self.eval_every;
+            }
+        }
+        due || done
+    }
+
+    /// Evaluates the central model (after recalibrating its batch-norm statistics when
+    /// configured, counted as training time), reports it and checks the target.
+    fn evaluate<B: Backend>(
+        &mut self,
+        engine: &mut Engine<B>,
+        rec: &IterationRecord,
+        reporter: &mut Reporter,
+    ) -> Result<(), CliError> {
+        if let Some((n, cal)) = self.calibration.as_mut() {
+            let t0 = Instant::now();
+            let batches = (0..*n).map(|_| cal.next_batch()).collect::<Result<Vec<_>, _>>()?;
+            engine.recalibrate(batches)?;
+            self.train_secs += t0.elapsed().as_secs_f64();
+        }
+        let ev = engine.evaluate(&mut self.test)?;
+        let w = std::mem::take(&mut self.window);
+        let line = EvalLine {
+            iteration: rec.iteration,
+            epoch: rec.epoch,
+            train_seconds: self.train_secs,
+            wall_seconds: self.wall.elapsed().as_secs_f64(),
+            lr: rec.lr,
+            train_loss: w.loss / w.images.max(1) as f64,
+            train_accuracy: w.correct / w.images.max(1) as f64,
+            test_loss: ev.loss,
+            test_accuracy: ev.accuracy,
+            images_per_sec: w.images as f64 / w.seconds.max(1e-9),
+            learners: engine.layout(),
+        };
+        reporter.eval(&line)?;
+        self.best = self.best.max(ev.accuracy);
+        if let Some(target) = self.target
+            && ev.accuracy >= target
+            && self.reached.is_none()
+        {
+            self.reached = Some((self.train_secs, rec.epoch));
+        }
+        self.evals.push(line);
+        Ok(())
+    }
+
+    fn summary<B: Backend>(&self, cfg: &TrainConfig, engine: &Engine<B>) -> Summary {
+        let (sync_name, _) = engine.synchroniser();
+        Summary {
+            model: cfg.model.to_string(),
+            dataset: cfg.dataset.to_string(),
+            devices: engine.devices().iter().map(|d| d.to_string()).collect(),
+            learners: engine.layout(),
+            sync: sync_name.to_string(),
+            target_accuracy: cfg.target_accuracy,
+            reached_target: self.reached.is_some(),
+            time_to_target_seconds: self.reached.map(|r| r.0),
+            epochs_to_target: self.reached.map(|r| r.1),
+            best_accuracy: self.best,
+            final_accuracy: self.evals.last().map(|e| e.test_accuracy).unwrap_or(0.0),
+            epochs: self.epoch(engine),
+            iterations: engine.iteration(),
+            train_seconds: self.train_secs,
+            wall_seconds: self.wall.elapsed().as_secs_f64(),
+            images_per_sec: engine.samples() as f64 / self.train_secs.max(1e-9),
+            evaluations: self.evals.clone(),
+        }
     }
 }
 

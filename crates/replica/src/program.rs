@@ -298,9 +298,30 @@ pub fn lower(graph: &Graph, batch: usize, mode: Mode) -> Result<Program> {
     let input = l.new_tensor(TensorKind::Input, l.len(0));
     l.act[0] = Some(input);
     let train = mode == Mode::Train;
-    let batch_stats = mode != Mode::Eval;
+    lower_forward(&mut l, &consumers, mode);
 
-    // ---- forward --------------------------------------------------------------------------
+    let out = graph.output;
+    let g = SoftmaxXentGeom::mean(batch, graph.classes);
+    let logits = l.act(out);
+    if !train {
+        l.instrs.push(Instr::Loss { g, logits, dlogits: None });
+        return Ok(Program { mode, batch, tensors: l.tensors, instrs: l.instrs, input, classes: graph.classes });
+    }
+    let dlogits = l.new_tensor(TensorKind::Gradient(out), l.len(out));
+    l.instrs.push(Instr::Loss { g, logits, dlogits: Some(dlogits) });
+    l.grad[out] = Some(dlogits);
+
+    lower_backward(&mut l);
+    Ok(Program { mode, batch, tensors: l.tensors, instrs: l.instrs, input, classes: graph.classes })
+}
+
+/// The forward pass of `l.g` at `l.batch` into `l`: one instruction per layer (in-place
+/// ReLU where nothing else reads its input; batch statistics unless evaluating; dropout
+/// only in training).
+fn lower_forward(l: &mut Lowering<'_>, consumers: &[Vec<NodeId>], mode: Mode) {
+    let (graph, batch) = (l.g, l.batch);
+    let train = mode == Mode::Train;
+    let batch_stats = mode != Mode::Eval;
     for (n, node) in graph.nodes.iter().enumerate().skip(1) {
         let x = l.act(node.inputs[0]);
         let len = l.len(n);
@@ -385,21 +406,14 @@ pub fn lower(graph: &Graph, batch: usize, mode: Mode) -> Result<Program> {
         };
         l.act[n] = Some(y);
     }
+}
 
-    let out = graph.output;
-    let g = SoftmaxXentGeom::mean(batch, graph.classes);
-    let logits = l.act(out);
-    if !train {
-        l.instrs.push(Instr::Loss { g, logits, dlogits: None });
-        return Ok(Program { mode, batch, tensors: l.tensors, instrs: l.instrs, input, classes: graph.classes });
-    }
-    let dlogits = l.new_tensor(TensorKind::Gradient(out), l.len(out));
-    l.instrs.push(Instr::Loss { g, logits, dlogits: Some(dlogits) });
-    l.grad[out] = Some(dlogits);
-
-    // ---- backward -------------------------------------------------------------------------
-    // A tensor's first gradient contribution is written into its gradient tensor; later ones
-    // go to a partial tensor that is then accumulated.
+/// The backward pass into `l`, from the loss gradient at the output back to the first layer.
+/// A tensor's first gradient contribution is written into its gradient tensor; later ones
+/// go to a partial tensor that is then accumulated.
+fn lower_backward(l: &mut Lowering<'_>) {
+    let (graph, batch) = (l.g, l.batch);
+    let n_nodes = graph.nodes.len();
     for n in (1..n_nodes).rev() {
         let Some(dy) = l.grad[n] else { continue };
         let node = &graph.nodes[n];
@@ -443,11 +457,11 @@ pub fn lower(graph: &Graph, batch: usize, mode: Mode) -> Result<Program> {
             };
             match &node.layer {
                 Layer::Conv2d { .. } => {
-                    let dx = fresh(&mut l);
+                    let dx = fresh(l);
                     l.instrs.push(Instr::ConvBwdData { g: graph.conv_geom(node, batch), dy, dx, p: params.clone() });
                 }
                 Layer::Linear { .. } => {
-                    let dx = fresh(&mut l);
+                    let dx = fresh(l);
                     l.instrs.push(Instr::LinearBwdData {
                         g: graph.linear_geom(node, batch),
                         dy,
@@ -456,7 +470,7 @@ pub fn lower(graph: &Graph, batch: usize, mode: Mode) -> Result<Program> {
                     });
                 }
                 Layer::BatchNorm { .. } => {
-                    let dx = fresh(&mut l);
+                    let dx = fresh(l);
                     let g = graph.bn_geom(node, batch);
                     l.instrs.push(Instr::BnBwd {
                         g,
@@ -475,31 +489,31 @@ pub fn lower(graph: &Graph, batch: usize, mode: Mode) -> Result<Program> {
                         l.grad[src] = Some(dx);
                         l.instrs.push(Instr::ReluBwdInPlace { y, d: dx });
                     } else {
-                        let dx = fresh(&mut l);
+                        let dx = fresh(l);
                         l.instrs.push(Instr::ReluBwd { y, dy, dx });
                     }
                 }
                 Layer::MaxPool { .. } => {
-                    let dx = fresh(&mut l);
+                    let dx = fresh(l);
                     let y = l.act(n);
                     l.instrs.push(Instr::MaxPoolBwd { g: graph.pool_geom(node, batch), x, y, dy, dx });
                 }
                 Layer::AvgPool { .. } | Layer::GlobalAvgPool => {
-                    let dx = fresh(&mut l);
+                    let dx = fresh(l);
                     l.instrs.push(Instr::AvgPoolBwd { g: graph.pool_geom(node, batch), dy, dx });
                 }
                 Layer::Dropout { p } => {
                     if *p > 0.0 {
-                        let dx = fresh(&mut l);
+                        let dx = fresh(l);
                         let mask = l.tensors.iter().position(|t| t.kind == TensorKind::Mask(n)).unwrap_or_default();
                         l.instrs.push(Instr::Mul { a: dy, b: mask, y: dx });
                     } else {
-                        let dx = fresh(&mut l);
+                        let dx = fresh(l);
                         l.instrs.push(Instr::Copy { src: dy, dst: dx });
                     }
                 }
                 Layer::Add => {
-                    let dx = fresh(&mut l);
+                    let dx = fresh(l);
                     l.instrs.push(Instr::Copy { src: dy, dst: dx });
                 }
                 Layer::Input => {}
@@ -510,5 +524,4 @@ pub fn lower(graph: &Graph, batch: usize, mode: Mode) -> Result<Program> {
             let _ = slot;
         }
     }
-    Ok(Program { mode, batch, tensors: l.tensors, instrs: l.instrs, input, classes: graph.classes })
 }

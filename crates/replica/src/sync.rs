@@ -67,7 +67,7 @@ pub struct LearnerBuffers<'a, B: Backend> {
     /// Momentum of the learner's local optimiser.
     pub velocity: &'a mut B::Buffer,
     /// The synchroniser's own per-learner buffers.
-    pub extra: &'a mut [B::Buffer],
+    pub sync_state: &'a mut [B::Buffer],
 }
 
 /// One learner's buffers, read-only, for the device reduction.
@@ -76,7 +76,7 @@ pub struct LearnerRef<'a, B: Backend> {
     pub index: usize,
     pub params: &'a B::Buffer,
     pub grads: &'a B::Buffer,
-    pub extra: &'a [B::Buffer],
+    pub sync_state: &'a [B::Buffer],
 }
 
 /// A device's copy of the central model and the synchroniser's per-device buffers.
@@ -84,7 +84,7 @@ pub struct Central<B: Backend> {
     /// The central (average) model `z`.
     pub z: B::Buffer,
     /// The synchroniser's own per-device buffers.
-    pub extra: Vec<B::Buffer>,
+    pub sync_state: Vec<B::Buffer>,
 }
 
 /// One value of [`Settings`].

@@ -74,7 +74,7 @@ impl<B: Backend> Synchroniser<B> for EaSgd {
         out: &mut B::Buffer,
         len: usize,
     ) -> Result<()> {
-        sum_into(be, learners.iter().map(|l| &l.extra[0]), out, len)
+        sum_into(be, learners.iter().map(|l| &l.sync_state[0]), out, len)
     }
 
     fn after_apply_needed(&self, _info: &StepInfo) -> bool {

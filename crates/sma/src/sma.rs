@@ -115,7 +115,7 @@ impl<B: Backend> Synchroniser<B> for Sma {
         learners: &mut [LearnerBuffers<'_, B>],
         len: usize,
     ) -> Result<()> {
-        be.copy(View::new(&central.z, 0..len)?, ViewMut::new(&mut central.extra[0], 0..len)?)?;
+        be.copy(View::new(&central.z, 0..len)?, ViewMut::new(&mut central.sync_state[0], 0..len)?)?;
         if self.k == 1 {
             for l in learners {
                 be.copy(View::new(&central.z, 0..len)?, ViewMut::new(l.params, 0..len)?)?;
@@ -129,7 +129,7 @@ impl<B: Backend> Synchroniser<B> for Sma {
             // One learner: plain momentum SGD, and z follows the learner (w == z before the
             // step, so the correction is zero). Bit-identical to S-SGD with one learner.
             sgd(be, &info.sgd, l.params, l.grads, l.velocity, len)?;
-            be.copy(View::new(&*l.params, 0..len)?, ViewMut::new(&mut l.extra[0], 0..len)?)?;
+            be.copy(View::new(&*l.params, 0..len)?, ViewMut::new(&mut l.sync_state[0], 0..len)?)?;
             return Ok(());
         }
         corrected_step(be, &self.learner_sgd(info), l, z, self.alpha(), false, len)
@@ -144,7 +144,7 @@ impl<B: Backend> Synchroniser<B> for Sma {
         out: &mut B::Buffer,
         len: usize,
     ) -> Result<()> {
-        sum_into(be, learners.iter().map(|l| &l.extra[0]), out, len)
+        sum_into(be, learners.iter().map(|l| &l.sync_state[0]), out, len)
     }
 
     fn apply_device(
@@ -155,7 +155,7 @@ impl<B: Backend> Synchroniser<B> for Sma {
         central: &mut Central<B>,
         len: usize,
     ) -> Result<()> {
-        let zprev = &mut central.extra[0];
+        let zprev = &mut central.sync_state[0];
         if info.learners == 1 {
             // The learner's parameters after its step.
             be.copy(View::new(&*total, 0..len)?, ViewMut::new(&mut central.z, 0..len)?)?;
@@ -193,7 +193,7 @@ impl<B: Backend> Synchroniser<B> for Sma {
 }
 
 /// The learner side of SMA and EA-SGD: `c = alpha (w - z)` from the replica before its step
-/// (kept in the learner's first extra buffer for the device reduction), the local SGD step
+/// (kept in the learner's first sync_state buffer for the device reduction), the local SGD step
 /// with `cfg`, then `w -= c`; the momentum is zeroed after the step when `drop_momentum`.
 pub(crate) fn corrected_step<B: Backend>(
     be: &B,
@@ -204,7 +204,7 @@ pub(crate) fn corrected_step<B: Backend>(
     drop_momentum: bool,
     len: usize,
 ) -> Result<()> {
-    let c = &mut l.extra[0];
+    let c = &mut l.sync_state[0];
     be.sub(View::new(&*l.params, 0..len)?, View::new(z, 0..len)?, ViewMut::new(c, 0..len)?)?;
     be.scale(alpha, ViewMut::new(c, 0..len)?)?;
     sgd(be, cfg, l.params, l.grads, l.velocity, len)?;

@@ -61,7 +61,7 @@ impl<B: Backend> Synchroniser<B> for SSgd {
         len: usize,
     ) -> Result<()> {
         be.scale(1.0 / info.learners.max(1) as f32, ViewMut::new(total, 0..len)?)?;
-        let (z, v) = (&mut central.z, &mut central.extra[0]);
+        let (z, v) = (&mut central.z, &mut central.sync_state[0]);
         sgd(be, &info.sgd, z, total, v, len)?;
         if info.lr_dropped {
             // As SMA does on a drop: the momentum built at the old rate is dropped.

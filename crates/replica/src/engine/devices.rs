@@ -1,0 +1,140 @@
+//! What a device is to the engine: a [`DeviceFactory`] makes the backends of a device's
+//! learners and of its device-level work, and says how much memory its learners may use.
+//! [`CpuDevices`] are groups of CPU threads; [`CudaDevices`] are GPUs (one stream per
+//! learner).
+
+use crossbow_kernels::Backend;
+use crossbow_kernels::CpuBackend;
+use crossbow_kernels::cuda::{CudaBackend, CudaDevice};
+use crossbow_tensor::Device;
+
+use crate::error::Result;
+
+/// Makes backends for the engine's devices.
+pub trait DeviceFactory<B: Backend>: Send + Sync {
+    /// The devices, in order.
+    fn devices(&self) -> Vec<Device>;
+    /// A backend for one learner of device `d` when `learners` learners share the device.
+    fn learner_backend(&self, d: usize, learners: usize) -> Result<B>;
+    /// The backend for device-level work (synchronisation, evaluation) on device `d`.
+    fn device_backend(&self, d: usize) -> Result<B>;
+    /// How many of device `d`'s learners may run at once on host threads (the CPU cores of a
+    /// CPU device; 1 for a GPU, whose learners run concurrently on streams).
+    fn host_threads(&self, d: usize) -> usize;
+    /// Device memory available to learners, in bytes, if known (the tuner's budget).
+    fn memory_budget(&self, _d: usize) -> Option<u64> {
+        None
+    }
+    /// Whether a learner's backend depends on how many learners share the device (a CPU
+    /// device splits its threads among them), so learners get new backends when the count
+    /// changes.
+    fn rebind_on_change(&self) -> bool {
+        false
+    }
+    /// Whether a device's work has finished when its host thread returns from it (CPU), so
+    /// that the host time of a device's part of an iteration is its compute time. A GPU's
+    /// launches are asynchronous: its learners' compute time is then taken as the
+    /// iteration's.
+    fn synchronous(&self) -> bool {
+        true
+    }
+}
+
+/// CPU devices: `count` devices of `threads` threads each. A device's learners share its
+/// threads; a device with fewer learners than threads gives each learner several threads for
+/// its ops.
+#[derive(Clone, Debug)]
+pub struct CpuDevices {
+    pub count: usize,
+    pub threads: usize,
+}
+
+impl DeviceFactory<CpuBackend> for CpuDevices {
+    fn devices(&self) -> Vec<Device> {
+        (0..self.count).map(Device::Cpu).collect()
+    }
+
+    fn learner_backend(&self, d: usize, learners: usize) -> Result<CpuBackend> {
+        Ok(CpuBackend::with_threads(d, (self.threads / learners.max(1)).max(1))?)
+    }
+
+    fn device_backend(&self, d: usize) -> Result<CpuBackend> {
+        Ok(CpuBackend::with_threads(d, self.threads.max(1))?)
+    }
+
+    fn host_threads(&self, _d: usize) -> usize {
+        self.threads.max(1)
+    }
+
+    /// [`cpu_memory_budget`] for this many CPU devices.
+    fn memory_budget(&self, _d: usize) -> Option<u64> {
+        Some(cpu_memory_budget(self.count))
+    }
+
+    fn rebind_on_change(&self) -> bool {
+        true
+    }
+}
+
+/// Memory a CPU device may give its learners: half of the available memory, shared among
+/// `devices` CPU devices (read from /proc/meminfo; 4 GiB per device when unknown).
+pub fn cpu_memory_budget(devices: usize) -> u64 {
+    let avail = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
+        s.lines()
+            .find(|l| l.starts_with("MemAvailable:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<u64>().ok())
+    });
+    match avail {
+        Some(kb) => kb * 1024 / 2 / devices.max(1) as u64,
+        None => 4 << 30,
+    }
+}
+
+/// GPUs as engine devices: every learner gets its own stream (a [`CudaBackend`]), the device
+/// its own stream for synchronisation and evaluation; one host thread enqueues a device's
+/// learners (they run concurrently on their streams). Without the kernels crate's `cuda`
+/// feature, opening a GPU fails with "built without CUDA support".
+pub struct CudaDevices {
+    devices: Vec<CudaDevice>,
+}
+
+impl CudaDevices {
+    /// Opens the GPUs `ordinals` (compiles or loads the kernels, probes cuDNN).
+    pub fn open(ordinals: &[usize]) -> Result<Self> {
+        let devices = ordinals.iter().map(|&o| CudaDevice::open(o)).collect::<std::result::Result<Vec<_>, _>>()?;
+        Ok(CudaDevices { devices })
+    }
+
+    /// One line per device.
+    pub fn describe(&self) -> Vec<String> {
+        self.devices.iter().map(|d| d.describe()).collect()
+    }
+}
+
+impl DeviceFactory<CudaBackend> for CudaDevices {
+    fn devices(&self) -> Vec<Device> {
+        self.devices.iter().map(|d| Device::Cuda(d.ordinal())).collect()
+    }
+
+    fn learner_backend(&self, d: usize, _learners: usize) -> Result<CudaBackend> {
+        Ok(self.devices[d].new_backend()?)
+    }
+
+    fn device_backend(&self, d: usize) -> Result<CudaBackend> {
+        Ok(self.devices[d].new_backend()?)
+    }
+
+    fn host_threads(&self, _d: usize) -> usize {
+        1
+    }
+
+    fn synchronous(&self) -> bool {
+        false
+    }
+
+    /// 90% of the free device memory when asked (the rest for cuBLAS/cuDNN workspaces).
+    fn memory_budget(&self, d: usize) -> Option<u64> {
+        self.devices[d].mem_info().ok().map(|m| m.free as u64 / 10 * 9)
+    }
+}

@@ -1,0 +1,149 @@
+//! Evaluation of the central model `z` on the test set, with batch-norm statistics either
+//! averaged over the learners or recalibrated on `z` itself.
+
+use crossbow_kernels::{Backend, View, ViewMut};
+use serde::Serialize;
+
+use super::{Engine, EvalSource, TrainBatch};
+use crate::error::{ReplicaError, Result};
+use crate::exec::Executor;
+use crate::program::Mode;
+
+/// The central model's test loss and accuracy.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct EvalResult {
+    pub loss: f64,
+    pub accuracy: f64,
+    pub samples: usize,
+}
+
+pub(super) struct Evaluator<B: Backend> {
+    execs: Vec<Executor<B>>,
+    state: B::Buffer,
+    /// The recalibration program (at the training batch size), made on first use.
+    calibrate: Option<Executor<B>>,
+    /// Batch-norm statistics recalibrated on `z` at iteration `.0`, if any.
+    calibrated: Option<(u64, Vec<f32>)>,
+}
+
+impl<B: Backend> Engine<B> {
+    /// Mean batch-norm running statistics over the learners of device `d` (or of all devices).
+    pub(super) fn mean_state(&self, d: Option<usize>) -> Result<Vec<f32>> {
+        let n = self.graph.stats_len;
+        let mut acc = vec![0.0f64; n];
+        let mut count = 0usize;
+        let mut tmp = vec![0.0f32; n];
+        for (i, dev) in self.devices.iter().enumerate() {
+            if d.is_some_and(|d| d != i) {
+                continue;
+            }
+            for l in &dev.learners {
+                if n > 0 {
+                    l.backend.download(View::new(&l.replica.state, 0..n)?, &mut tmp)?;
+                }
+                for (a, v) in acc.iter_mut().zip(&tmp) {
+                    *a += *v as f64;
+                }
+                count += 1;
+            }
+        }
+        Ok(acc.into_iter().map(|a| (a / count.max(1) as f64) as f32).collect())
+    }
+
+    /// Recalibrates the batch-norm statistics for the central model: runs `batches` (training
+    /// batches of the engine's batch size) through `z` (device 0's copy) in training mode,
+    /// without gradients, and keeps the mean of their batch statistics (means and unbiased
+    /// variances, as PyTorch's cumulative average) for the next [`Engine::evaluate`] before
+    /// another iteration. A model without batch norm has nothing to recalibrate. The
+    /// learners' own running statistics are not touched.
+    pub fn recalibrate<T: TrainBatch>(&mut self, batches: Vec<T>) -> Result<()> {
+        let n = self.graph.stats_len;
+        if n == 0 || batches.is_empty() {
+            return Ok(());
+        }
+        self.ensure_evaluator()?;
+        let dev = &self.devices[0];
+        let be = &dev.backend;
+        let ev = self.evaluator.as_mut().ok_or_else(|| ReplicaError::Config("evaluator".into()))?;
+        if ev.calibrate.is_none() {
+            ev.calibrate = Some(Executor::new(be, &self.graph, self.cfg.batch_size, Mode::Calibrate)?);
+        }
+        let ex = ev.calibrate.as_mut().ok_or_else(|| ReplicaError::Config("calibration program".into()))?;
+        let mut acc = vec![0.0f64; n];
+        let mut tmp = vec![0.0f32; n];
+        for b in &batches {
+            ex.upload_batch(be, b.images(), b.labels())?;
+            ex.run(be, &dev.central.z, None, &mut ev.state, 0)?;
+            be.download(View::new(&ev.state, 0..n)?, &mut tmp)?;
+            for (a, v) in acc.iter_mut().zip(&tmp) {
+                *a += *v as f64;
+            }
+        }
+        let mean = acc.into_iter().map(|a| (a / batches.len() as f64) as f32).collect();
+        ev.calibrated = Some((self.iteration, mean));
+        Ok(())
+    }
+
+    /// The batch-norm statistics [`Engine::recalibrate`] measured on `z`, while no iteration
+    /// has run since.
+    pub fn calibrated_state(&self) -> Option<&[f32]> {
+        match self.evaluator.as_ref()?.calibrated.as_ref()? {
+            (it, st) if *it == self.iteration => Some(st),
+            _ => None,
+        }
+    }
+
+    fn ensure_evaluator(&mut self) -> Result<()> {
+        if self.evaluator.is_none() {
+            let be = &self.devices[0].backend;
+            let st = be.alloc(self.graph.stats_len.max(1))?;
+            self.evaluator = Some(Evaluator { execs: vec![], state: st, calibrate: None, calibrated: None });
+        }
+        Ok(())
+    }
+
+    /// Test loss and accuracy of the central model (device 0's copy), with the batch-norm
+    /// statistics recalibrated on `z` by [`Engine::recalibrate`] since the last iteration, or
+    /// else the running statistics averaged over all learners.
+    pub fn evaluate(&mut self, data: &mut dyn EvalSource) -> Result<EvalResult> {
+        self.ensure_evaluator()?;
+        let state = match self.calibrated_state() {
+            Some(st) => st.to_vec(),
+            None => self.mean_state(None)?,
+        };
+        let dev = &self.devices[0];
+        let be = &dev.backend;
+        let ev = self.evaluator.as_mut().ok_or_else(|| ReplicaError::Config("evaluator".into()))?;
+        if !state.is_empty() {
+            be.upload(&state, ViewMut::new(&mut ev.state, 0..state.len())?)?;
+        }
+        let (mut loss, mut correct, mut n) = (0.0f64, 0usize, 0usize);
+        let graph = &self.graph;
+        let z = &dev.central.z;
+        data.for_each_batch(self.cfg.eval_batch_size, &mut |images, labels| {
+            let b = labels.len();
+            if b == 0 {
+                return Ok(());
+            }
+            let pos = match ev.execs.iter().position(|e| e.batch() == b) {
+                Some(p) => p,
+                None => {
+                    ev.execs.push(Executor::new(be, graph, b, Mode::Eval)?);
+                    ev.execs.len() - 1
+                }
+            };
+            let ex = &mut ev.execs[pos];
+            ex.upload_batch(be, images, labels)?;
+            ex.run(be, z, None, &mut ev.state, 0)?;
+            let (l, c) = ex.loss_stats(be)?;
+            loss += l;
+            correct += c;
+            n += b;
+            Ok(())
+        })?;
+        if n == 0 {
+            return Err(ReplicaError::Data("the test set is empty".into()));
+        }
+        Ok(EvalResult { loss: loss / n as f64, accuracy: correct as f64 / n as f64, samples: n })
+    }
+}

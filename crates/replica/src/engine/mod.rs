@@ -1,0 +1,369 @@
+//! The engine: k learners spread over D devices, one iteration at a time.
+//!
+//! Each device holds its learners (a replica, an executor and the synchroniser's buffers
+//! each, bound to the learner's own backend: a worker thread on a CPU device, a stream on a
+//! GPU), a copy of the central model `z`, and a contribution buffer for the all-reduce. An
+//! iteration hands every learner its own batch; learners on a device run concurrently and
+//! never wait for one another during forward/backward; then the [`Synchroniser`] runs (see
+//! [`crate::sync`] for the call sequence). Learners can be added (as a copy of `z` with zero
+//! momentum) and removed between iterations, which is how the auto-tuner acts.
+//!
+//! The parts, one file each: [`devices`] (what a device is: [`DeviceFactory`], CPU and CUDA
+//! devices, memory budgets), [`source`] (where batches come from), [`learner`] (one learner's
+//! forward, backward and local step), [`step`] (one iteration over every device, then the
+//! synchroniser), [`evaluation`] (the central model on the test set, batch-norm statistics)
+//! and [`tuning`] (the auto-tuner driving the learner count).
+
+pub mod devices;
+pub mod evaluation;
+pub mod learner;
+pub mod source;
+pub mod step;
+pub mod tuning;
+
+use std::sync::Arc;
+
+use crossbow_kernels::optim::SgdConfig;
+use crossbow_kernels::{Backend, View, ViewMut};
+use crossbow_tensor::Device;
+use serde::Serialize;
+
+pub use devices::{CpuDevices, CudaDevices, DeviceFactory, cpu_memory_budget};
+pub use evaluation::EvalResult;
+pub use learner::Learner;
+pub use source::{EvalSource, EvalVisitor, TrainBatch, TrainSource};
+pub use step::IterationRecord;
+pub use tuning::{AutoTuner, TuningEvent};
+
+use crate::error::{ReplicaError, Result};
+use crate::exec::Executor;
+use crate::graph::Graph;
+use crate::plan::{MemoryPlan, plan};
+use crate::program::{Mode, Program, lower};
+use crate::replica::{Replica, initial_params, initial_state};
+use crate::schedule::Schedule;
+use crate::sync::{AllReduce, Central, LearnerBuffers, Synchroniser};
+use evaluation::Evaluator;
+
+/// The engine's fixed settings.
+#[derive(Clone, Debug, Serialize)]
+pub struct EngineConfig {
+    /// Batch size per learner.
+    pub batch_size: usize,
+    /// Base learning rate, momentum, weight decay, Nesterov.
+    pub sgd: SgdConfig,
+    pub schedule: Schedule,
+    pub seed: u64,
+    /// Batch size for evaluation.
+    pub eval_batch_size: usize,
+}
+
+struct DeviceState<B: Backend> {
+    device: Device,
+    backend: B,
+    learners: Vec<Learner<B>>,
+    central: Central<B>,
+    contribution: B::Buffer,
+    /// Recorded on the device's stream after the last device reduction: a learner's next
+    /// forward/backward waits for it, since the reduction may read its gradients.
+    reduced: Option<B::Event>,
+    pool: Option<rayon::ThreadPool>,
+}
+
+/// Learners and buffers of the engine, for reports and the tuner.
+#[derive(Clone, Debug, Serialize)]
+pub struct Footprint {
+    /// Bytes of one learner: replica, synchroniser buffers, planned activations, workspace.
+    pub bytes_per_learner: u64,
+    /// Activation bytes per learner without the memory plan.
+    pub unplanned_activation_bytes: u64,
+    /// Activation bytes per learner with the plan.
+    pub planned_activation_bytes: u64,
+    /// Bytes per device besides its learners (central model, synchroniser, evaluation).
+    pub fixed_bytes_per_device: u64,
+}
+
+/// The multi-learner engine.
+pub struct Engine<B: Backend> {
+    graph: Arc<Graph>,
+    program: Arc<Program>,
+    plan: Arc<MemoryPlan>,
+    cfg: EngineConfig,
+    factory: Box<dyn DeviceFactory<B>>,
+    sync: Box<dyn Synchroniser<B>>,
+    allreduce: Box<dyn AllReduce<B>>,
+    devices: Vec<DeviceState<B>>,
+    next_id: usize,
+    iteration: u64,
+    samples: u64,
+    stage: usize,
+    evaluator: Option<Evaluator<B>>,
+}
+
+impl<B: Backend> Engine<B> {
+    /// An engine for `graph` with `learners[d]` learners on device `d` of `factory`, every
+    /// replica starting from the same initial parameters (from `cfg.seed`).
+    pub fn new(
+        graph: Graph,
+        cfg: EngineConfig,
+        factory: Box<dyn DeviceFactory<B>>,
+        sync: Box<dyn Synchroniser<B>>,
+        allreduce: Box<dyn AllReduce<B>>,
+        learners: &[usize],
+    ) -> Result<Self> {
+        cfg.sgd.validate()?;
+        cfg.schedule.validate().map_err(ReplicaError::Config)?;
+        let devices = factory.devices();
+        if devices.is_empty() {
+            return Err(ReplicaError::Config("no devices".into()));
+        }
+        if learners.len() != devices.len() || learners.contains(&0) {
+            return Err(ReplicaError::Config(format!(
+                "need at least one learner on each of the {} devices, got {learners:?}",
+                devices.len()
+            )));
+        }
+        if cfg.eval_batch_size == 0 {
+            return Err(ReplicaError::Config("evaluation batch size must be at least 1".into()));
+        }
+        let program = Arc::new(lower(&graph, cfg.batch_size, Mode::Train)?);
+        let plan = Arc::new(plan(&program));
+        let graph = Arc::new(graph);
+        let init = initial_params(&graph, cfg.seed);
+        let state = initial_state(&graph);
+        let len = graph.param_len;
+        let mut engine = Engine {
+            graph,
+            program,
+            plan,
+            cfg,
+            factory,
+            sync,
+            allreduce,
+            devices: vec![],
+            next_id: 0,
+            iteration: 0,
+            samples: 0,
+            stage: 0,
+            evaluator: None,
+        };
+        for (d, dev) in devices.into_iter().enumerate() {
+            let backend = engine.factory.device_backend(d)?;
+            let mut z = backend.alloc(len.max(1))?;
+            backend.upload(&init, ViewMut::new(&mut z, 0..len)?)?;
+            let sync_state =
+                (0..engine.sync.device_buffers()).map(|_| backend.alloc(len.max(1))).collect::<Result<Vec<_>, _>>()?;
+            let contribution = backend.alloc(len.max(1))?;
+            let threads = engine.factory.host_threads(d);
+            let pool = if threads > 1 {
+                Some(
+                    rayon::ThreadPoolBuilder::new()
+                        .num_threads(threads)
+                        .thread_name(move |i| format!("crossbow-dev{d}-learner{i}"))
+                        .build()
+                        .map_err(|e| ReplicaError::Config(format!("cannot start {threads} threads for {dev}: {e}")))?,
+                )
+            } else {
+                None
+            };
+            engine.devices.push(DeviceState {
+                device: dev,
+                backend,
+                learners: vec![],
+                central: Central { z, sync_state },
+                contribution,
+                reduced: None,
+                pool,
+            });
+            for _ in 0..learners[d] {
+                let l = engine.new_learner(d, learners[d], &init, &state)?;
+                engine.devices[d].learners.push(l);
+            }
+        }
+        engine.learners_changed()?;
+        Ok(engine)
+    }
+
+    /// Tells the synchroniser the learner count and lets it reset its view of `z`'s history
+    /// on every device (at the start, and after learners are added or removed).
+    fn learners_changed(&mut self) -> Result<()> {
+        let k = self.learners();
+        self.sync.set_learners(k);
+        let len = self.graph.param_len;
+        let sync = &*self.sync;
+        for dev in &mut self.devices {
+            for l in &dev.learners {
+                l.backend.synchronize()?;
+            }
+            dev.backend.synchronize()?;
+            let mut lbs: Vec<LearnerBuffers<'_, B>> = dev.learners.iter_mut().map(|l| l.sync_view().1).collect();
+            sync.reset(&dev.backend, &mut dev.central, &mut lbs, len)?;
+            dev.backend.synchronize()?;
+            dev.reduced = None;
+        }
+        Ok(())
+    }
+
+    /// The smallest slot in `0..` no learner holds.
+    fn free_slot(&self) -> usize {
+        let used: Vec<usize> = self.devices.iter().flat_map(|d| d.learners.iter().map(|l| l.slot)).collect();
+        (0..).find(|s| !used.contains(s)).unwrap_or(used.len())
+    }
+
+    fn new_learner(&mut self, d: usize, on_device: usize, params: &[f32], state: &[f32]) -> Result<Learner<B>> {
+        let backend = self.factory.learner_backend(d, on_device)?;
+        let replica = Replica::from_host(&backend, params, state)?;
+        let exec = Executor::from_parts(&backend, &self.graph, Arc::clone(&self.program), Arc::clone(&self.plan))?;
+        let len = self.graph.param_len.max(1);
+        let sync_buffers =
+            (0..self.sync.learner_buffers()).map(|_| backend.alloc(len)).collect::<Result<Vec<_>, _>>()?;
+        let id = self.next_id;
+        self.next_id += 1;
+        let slot = self.free_slot();
+        Ok(Learner { id, slot, backend, replica, exec, sync_buffers, last_loss: (0.0, 0) })
+    }
+
+    /// Device memory available to learners of device `d`, if known (the tuner's budget).
+    pub fn memory_budget(&self, d: usize) -> Option<u64> {
+        self.factory.memory_budget(d)
+    }
+
+    /// The model.
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
+    /// The synchroniser's name and settings.
+    pub fn synchroniser(&self) -> (&str, crate::sync::Settings) {
+        (self.sync.name(), self.sync.settings())
+    }
+
+    /// The devices.
+    pub fn devices(&self) -> Vec<Device> {
+        self.devices.iter().map(|d| d.device).collect()
+    }
+
+    /// Learners per device.
+    pub fn layout(&self) -> Vec<usize> {
+        self.devices.iter().map(|d| d.learners.len()).collect()
+    }
+
+    /// Total learners.
+    pub fn learners(&self) -> usize {
+        self.devices.iter().map(|d| d.learners.len()).sum()
+    }
+
+    /// Iterations run so far.
+    pub fn iteration(&self) -> u64 {
+        self.iteration
+    }
+
+    /// Training samples consumed so far.
+    pub fn samples(&self) -> u64 {
+        self.samples
+    }
+
+    /// The learning rate at the current progress.
+    pub fn current_lr(&self, samples_per_epoch: usize) -> f64 {
+        self.cfg.schedule.lr(self.cfg.sgd.lr as f64, self.epoch(samples_per_epoch))
+    }
+
+    fn epoch(&self, per_epoch: usize) -> f64 {
+        self.samples as f64 / per_epoch.max(1) as f64
+    }
+
+    /// Memory figures per learner and per device.
+    pub fn footprint(&self) -> Footprint {
+        let len = self.graph.param_len as u64;
+        let act = self.plan.planned_len() as u64 * 4;
+        let ws = self
+            .devices
+            .first()
+            .and_then(|d| d.learners.first())
+            .map(|l| l.exec.footprint().workspace as u64 * 4)
+            .unwrap_or(0);
+        let small = (self.program.batch + 2 + self.graph.stats_len) as u64 * 4;
+        let replica = Replica::<B>::bytes(&self.graph) as u64;
+        let sync_buffers = self.sync.learner_buffers() as u64 * len * 4;
+        Footprint {
+            bytes_per_learner: replica + sync_buffers + act + ws + small,
+            unplanned_activation_bytes: self.plan.unplanned_len as u64 * 4,
+            planned_activation_bytes: act,
+            fixed_bytes_per_device: (2 + self.sync.device_buffers() as u64) * len * 4,
+        }
+    }
+
+    /// A learner of device `d`, by position.
+    pub fn learner(&self, d: usize, j: usize) -> Option<&Learner<B>> {
+        self.devices.get(d)?.learners.get(j)
+    }
+
+    /// The central model of device `d`, downloaded.
+    pub fn central_to_host(&self, d: usize) -> Result<Vec<f32>> {
+        let dev = self.devices.get(d).ok_or_else(|| ReplicaError::Config(format!("no device {d}")))?;
+        let len = self.graph.param_len;
+        let mut v = vec![0.0; len];
+        dev.backend.download(View::new(&dev.central.z, 0..len)?, &mut v)?;
+        Ok(v)
+    }
+
+    /// The parameters of learner `j` of device `d`, downloaded.
+    pub fn learner_params(&self, d: usize, j: usize) -> Result<Vec<f32>> {
+        let l = self.learner(d, j).ok_or_else(|| ReplicaError::Config(format!("no learner {j} on device {d}")))?;
+        l.replica.params_to_host(&l.backend, self.graph.param_len)
+    }
+
+    /// Adds a learner to device `d`: a copy of the device's central model with zero momentum
+    /// and the device's mean batch-norm statistics. The learners of the device are given
+    /// fresh backends sized for the new count.
+    pub fn add_learner(&mut self, d: usize) -> Result<()> {
+        let z = self.central_to_host(d)?;
+        let state = self.mean_state(Some(d))?;
+        let n = self.devices[d].learners.len() + 1;
+        let l = self.new_learner(d, n, &z, &state)?;
+        self.devices[d].learners.push(l);
+        self.rebind(d)?;
+        self.learners_changed()
+    }
+
+    /// Removes the most recently added learner of device `d` (never the last one).
+    pub fn remove_learner(&mut self, d: usize) -> Result<()> {
+        let dev = self.devices.get_mut(d).ok_or_else(|| ReplicaError::Config(format!("no device {d}")))?;
+        if dev.learners.len() <= 1 {
+            return Err(ReplicaError::Config(format!("{} has one learner left; it cannot be removed", dev.device)));
+        }
+        let newest = dev.learners.iter().enumerate().max_by_key(|(_, l)| l.id).map(|(i, _)| i).unwrap_or(0);
+        // Its buffers may still be in use by its stream or read by the device's: wait first.
+        dev.learners[newest].backend.synchronize()?;
+        dev.backend.synchronize()?;
+        dev.learners.remove(newest);
+        self.rebind(d)?;
+        self.learners_changed()
+    }
+
+    /// Gives device `d`'s learners backends for their current count. Buffers stay where they
+    /// are: the device is the same, only the thread split (CPU) changes; executor workspaces
+    /// grow if the new backend needs more.
+    fn rebind(&mut self, d: usize) -> Result<()> {
+        if !self.factory.rebind_on_change() {
+            return Ok(());
+        }
+        let n = self.devices[d].learners.len();
+        for j in 0..n {
+            let be = self.factory.learner_backend(d, n)?;
+            let l = &mut self.devices[d].learners[j];
+            l.backend.synchronize()?;
+            l.exec.ensure_workspace(&be)?;
+            l.backend = be;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,194 @@
+//! One iteration: every learner computes and steps on its own batch, every device reduces,
+//! the all-reduce sums across devices, and every device updates its central model.
+
+use std::time::Instant;
+
+use crossbow_kernels::Backend;
+use crossbow_kernels::optim::SgdConfig;
+use rayon::prelude::*;
+use serde::Serialize;
+
+use super::{DeviceState, Engine, Learner, TrainBatch};
+use crate::error::{ReplicaError, Result};
+use crate::exec::mix;
+use crate::sync::{LearnerRef, StepInfo, Synchroniser};
+
+/// What one iteration did.
+#[derive(Clone, Debug, Serialize)]
+pub struct IterationRecord {
+    pub iteration: u64,
+    /// Epochs completed at the end of the iteration.
+    pub epoch: f64,
+    pub lr: f64,
+    /// Mean training loss over all learners' batches.
+    pub loss: f64,
+    /// Training accuracy over all learners' batches.
+    pub accuracy: f64,
+    pub images: usize,
+    /// Wall time of the whole iteration (every device, the all-reduce, the central update).
+    pub seconds: f64,
+    /// Each device's own compute time: its learners' forward, backward and local steps and
+    /// its reduction (the iteration's time for devices whose work is asynchronous, GPUs).
+    pub device_seconds: Vec<f64>,
+    /// Learners per device during the iteration.
+    pub learners: Vec<usize>,
+}
+
+impl<B: Backend> Engine<B> {
+    /// Runs one iteration: `batches` must hold one batch per learner (device order, then
+    /// learner order). `samples_per_epoch` converts progress into epochs for the schedule.
+    pub fn step<T: TrainBatch>(&mut self, batches: Vec<T>, samples_per_epoch: usize) -> Result<IterationRecord> {
+        let k = self.learners();
+        if batches.len() != k {
+            return Err(ReplicaError::Config(format!("iteration needs {k} batches, got {}", batches.len())));
+        }
+        let start = Instant::now();
+        let epoch = self.epoch(samples_per_epoch);
+        let lr = self.cfg.schedule.lr(self.cfg.sgd.lr as f64, epoch);
+        let stage = self.cfg.schedule.stage(epoch);
+        let info = StepInfo {
+            iteration: self.iteration,
+            epoch,
+            sgd: SgdConfig { lr: lr as f32, ..self.cfg.sgd },
+            base_lr: self.cfg.sgd.lr,
+            learners: k,
+            lr_dropped: stage > self.stage,
+        };
+        let len = self.graph.param_len;
+        let seed = mix(self.cfg.seed, self.iteration);
+
+        // Hand out the batches, device by device.
+        let mut per_device: Vec<Vec<T>> = Vec::with_capacity(self.devices.len());
+        let mut it = batches.into_iter();
+        for dev in &self.devices {
+            per_device.push(it.by_ref().take(dev.learners.len()).collect());
+        }
+
+        // Phase A: every learner computes and steps; every device reduces.
+        let sync = &*self.sync;
+        let results: Vec<Result<f64>> = if self.devices.len() == 1 {
+            // One device: run it on this thread.
+            let bs = per_device.pop().unwrap_or_default();
+            vec![self.devices[0].run_learners(sync, &info, bs, seed, len)]
+        } else {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = self
+                    .devices
+                    .iter_mut()
+                    .zip(per_device)
+                    .map(|(dev, bs)| s.spawn(move || dev.run_learners(sync, &info, bs, seed, len)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_else(|_| Err(ReplicaError::Config("a device thread panicked".into()))))
+                    .collect()
+            })
+        };
+        let mut device_seconds = results.into_iter().collect::<Result<Vec<f64>>>()?;
+
+        // Phase B: all-reduce the contributions.
+        {
+            let mut parts: Vec<(&B, &mut B::Buffer)> =
+                self.devices.iter_mut().map(|d| (&d.backend, &mut d.contribution)).collect();
+            self.allreduce.all_reduce_sum(&mut parts, len)?;
+        }
+
+        // Phase C: every device updates its central model, then its learners (on their own
+        // streams, after the update).
+        for dev in &mut self.devices {
+            sync.apply_device(&dev.backend, &info, &mut dev.contribution, &mut dev.central, len)?;
+            if !sync.after_apply_needed(&info) {
+                continue;
+            }
+            let z_new = dev.backend.record()?;
+            for l in &mut dev.learners {
+                l.backend.wait(&z_new)?;
+                let (be, lb) = l.sync_view();
+                sync.after_apply(be, &info, lb, &dev.central.z, len)?;
+            }
+        }
+
+        // Losses (this waits for the devices).
+        let mut loss = 0.0;
+        let mut correct = 0usize;
+        let mut images = 0usize;
+        for dev in &mut self.devices {
+            for l in &mut dev.learners {
+                l.last_loss = l.exec.loss_stats(&l.backend)?;
+                if !l.last_loss.0.is_finite() {
+                    return Err(ReplicaError::Diverged(format!(
+                        "learner {} on {} has loss {} at iteration {} (epoch {epoch:.3}); lower the learning rate",
+                        l.id, dev.device, l.last_loss.0, self.iteration
+                    )));
+                }
+                loss += l.last_loss.0;
+                correct += l.last_loss.1;
+                images += self.cfg.batch_size;
+            }
+        }
+        let seconds = start.elapsed().as_secs_f64();
+        if !self.factory.synchronous() {
+            device_seconds.iter_mut().for_each(|s| *s = seconds);
+        }
+        self.iteration += 1;
+        self.samples += images as u64;
+        self.stage = stage;
+        Ok(IterationRecord {
+            iteration: self.iteration,
+            epoch: self.epoch(samples_per_epoch),
+            lr,
+            loss: loss / images as f64,
+            accuracy: correct as f64 / images as f64,
+            images,
+            seconds,
+            device_seconds,
+            learners: self.layout(),
+        })
+    }
+}
+
+impl<B: Backend> DeviceState<B> {
+    /// The device's part of an iteration: every learner's forward, backward and local step
+    /// (concurrently), then the device reduction. Returns its host time.
+    fn run_learners<T: TrainBatch>(
+        &mut self,
+        sync: &dyn Synchroniser<B>,
+        info: &StepInfo,
+        batches: Vec<T>,
+        seed: u64,
+        len: usize,
+    ) -> Result<f64> {
+        let start = Instant::now();
+        let z = &self.central.z;
+        // On a GPU every learner has its own stream: forward and backward need nothing from
+        // other streams but the previous reduction (which may read the gradients); the
+        // learner step reads z (written on the device's stream) and the device reduction
+        // reads what the learner steps wrote. Events order exactly that.
+        let z_ready = self.backend.record()?;
+        let reduced = self.reduced.take();
+        let work = |(l, b): (&mut Learner<B>, T)| -> Result<B::Event> {
+            l.train_step(sync, info, &b, z, &z_ready, reduced.as_ref(), seed, len)
+        };
+        let items: Vec<(&mut Learner<B>, T)> = self.learners.iter_mut().zip(batches).collect();
+        let done = match &self.pool {
+            Some(p) if items.len() > 1 => p.install(|| items.into_par_iter().map(work).collect::<Result<Vec<_>>>())?,
+            _ => items.into_iter().map(work).collect::<Result<Vec<_>>>()?,
+        };
+        for e in &done {
+            self.backend.wait(e)?;
+        }
+        let refs: Vec<LearnerRef<'_, B>> = self
+            .learners
+            .iter()
+            .map(|l| LearnerRef {
+                index: l.slot,
+                params: &l.replica.params,
+                grads: &l.replica.grads,
+                sync_state: &l.sync_buffers,
+            })
+            .collect();
+        sync.reduce_device(&self.backend, info, &refs, &self.central, &mut self.contribution, len)?;
+        self.reduced = Some(self.backend.record()?);
+        Ok(start.elapsed().as_secs_f64())
+    }
+}
