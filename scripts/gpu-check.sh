@@ -10,9 +10,11 @@
 #      site-packages/nvidia/*/lib (cu12 layout: cuda_nvrtc, cublas, cudnn, ...; cu13 layout:
 #      cu13/lib); the local .nvrtc/ venv's NVRTC as a last resort. `nvidia-smi`.
 #   2. kernels-unit nvrtc: this machine's NVRTC compiles every kernel for sm_80 and sm_90.
-#   3. gpu-tests with CROSSBOW_REQUIRE_GPU=1: every op against the CPU on the GPU (cuDNN and
-#      fallback paths), streams, copies, caches. A fresh kernel cache directory, so kernels
-#      are compiled here, once.
+#   3. With CROSSBOW_REQUIRE_GPU=1: kernels-unit ::cuda — every op's tests (references,
+#      finite differences, agreement with the CPU) on the GPU, the `cuda` and `cuda_no_cudnn`
+#      variants of `test_backends!` (cuDNN and fallback paths); then gpu-tests: ResNet
+#      shapes, streams, copies, caches. A fresh kernel cache directory, so kernels are
+#      compiled here, once.
 #   4. Throughput: one learner, ResNet-32, batch 32 and 128 (`crossbow bench`, see
 #      bench_images_per_sec below; skipped when the bundle has no crossbow binary).
 #
@@ -111,14 +113,17 @@ else
 fi
 
 # ---- 3. GPU tests -------------------------------------------------------------------------
-hr "GPU tests (every op vs the CPU, cuDNN and fallback paths)"
+hr "GPU tests (every op's tests on the GPU, cuDNN and fallback paths; ResNet shapes, streams, caches)"
 export CROSSBOW_KERNEL_CACHE="$SCRATCH/kernel-cache"
 threads=()
 [ -n "${TEST_THREADS:-}" ] && threads=(--test-threads "$TEST_THREADS")
 if [ "$GPU" = 1 ]; then
     # NVIDIA_TF32_OVERRIDE=0: no TF32 anywhere, whatever the libraries' defaults.
+    NVIDIA_TF32_OVERRIDE=0 CROSSBOW_REQUIRE_GPU=1 run_tests "GPU op tests (every op, both paths)" \
+        "$BUNDLE/kernels-unit" ::cuda --show-output "${threads[@]}"
     NVIDIA_TF32_OVERRIDE=0 CROSSBOW_REQUIRE_GPU=1 run_tests "GPU tests" "$BUNDLE/gpu-tests" --show-output "${threads[@]}"
 else
+    run_tests "GPU op tests (no driver: all skip)" "$BUNDLE/kernels-unit" ::cuda --show-output "${threads[@]}"
     run_tests "GPU tests (no driver: all skip)" "$BUNDLE/gpu-tests" --show-output "${threads[@]}"
 fi
 

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use crossbow_kernels::conv2d::Conv2dGeom;
-use crossbow_kernels::{Backend, CpuBackend, CpuGemm, GemmConfig, View, ViewMut};
+use crossbow_kernels::prelude::*;
+use crossbow_kernels::{CpuGemm, GemmConfig};
 
 fn fill(len: usize) -> Vec<f32> {
     (0..len).map(|i| ((i * 7919 % 1000) as f32 / 1000.0) - 0.5).collect()

@@ -40,3 +40,11 @@ impl KernelError {
 pub(crate) fn check_len(op: &'static str, arg: &'static str, expected: usize, actual: usize) -> Result<()> {
     if expected == actual { Ok(()) } else { Err(KernelError::Length { op, arg, expected, actual }) }
 }
+
+/// Checks that every `others[i].1` equals `n` (views an element-wise op reads and writes).
+pub(crate) fn same_len(op: &'static str, n: usize, others: &[(&'static str, usize)]) -> Result<()> {
+    for &(arg, len) in others {
+        check_len(op, arg, n, len)?;
+    }
+    Ok(())
+}

@@ -1,31 +1,28 @@
-//! GPU tests: every op of the CUDA backend against the CPU reference (the conformance
-//! suite: proptest over shapes and values, forward and backward, within
-//! `suite::GPU_TOLERANCE` = 1e-4 relative + 1e-4 absolute in f32), on the cuDNN path and on
-//! the fallback kernels, plus streams, copies, the module cache and memory queries.
+//! GPU tests beyond the ops: ResNet-sized convolutions on both paths, streams, copies, the
+//! module cache and memory queries. Every op's own tests run on the GPU as the `cuda` (and
+//! `cuda_no_cudnn`) variants of the library's tests (`crossbow_kernels::test_backends!`):
+//! run them with the filter `::cuda` (scripts/gpu-check.sh does).
 //!
 //! One integration-test binary, so the GPU bundle stays small. Every test starts with
-//! `testing::cuda_device_or_skip`: without a driver it prints `skipped: no CUDA driver` and
-//! passes; with `CROSSBOW_REQUIRE_GPU=1` (scripts/gpu-check.sh) a skip fails instead.
-#![cfg(feature = "cuda")]
+//! `testing::cuda_device_or_skip`: without a driver — and without the `cuda` feature, where
+//! `CudaBackend` is the same backend over an uninhabited executor — it prints `skipped: no
+//! CUDA driver` and passes; with `CROSSBOW_REQUIRE_GPU=1` (scripts/gpu-check.sh) a skip
+//! fails instead.
 
 use std::sync::Arc;
 
 use crossbow_kernels::conv2d::Conv2dGeom;
 use crossbow_kernels::cuda::{self, CudaBackend, CudaDevice, CudaOptions};
 use crossbow_kernels::optim::SgdConfig;
-use crossbow_kernels::testing::{Tolerance, assert_close_f32, cuda_device_or_skip, random_vec, suite};
-use crossbow_kernels::{Backend, CpuBackend, View, ViewMut};
-
-/// Proptest cases per op and path.
-const CASES: u32 = 48;
+use crossbow_kernels::prelude::*;
+use crossbow_kernels::testing::{
+    GPU_TOLERANCE, Tolerance, assert_close_f32, cuda_device_or_skip, cuda_test_options, random_vec,
+};
 
 /// Options of the tests: cuDNN as the environment says, and a synchronisation after every
 /// launch so an asynchronous fault names its kernel.
 fn options(cudnn: bool) -> CudaOptions {
-    let mut o = CudaOptions::from_env();
-    o.cudnn &= cudnn;
-    o.sync_launches = true;
-    o
+    cuda_test_options(cudnn)
 }
 
 fn backend(test: &str, cudnn: bool) -> Option<CudaBackend> {
@@ -34,70 +31,7 @@ fn backend(test: &str, cudnn: bool) -> Option<CudaBackend> {
     Some(dev.new_backend().unwrap_or_else(|e| panic!("{test}: {e}")))
 }
 
-fn check_op(op: &str, cudnn: bool) {
-    let test = format!("{op}{}", if cudnn { "" } else { "_fallback" });
-    if let Some(be) = backend(&test, cudnn) {
-        assert_eq!(be.uses_cudnn(), cudnn && be.cuda_device().cudnn_status().is_enabled());
-        suite::check(&be, op, CASES).unwrap_or_else(|e| panic!("{test} on {}: {e}", be.describe()));
-    }
-}
-
-macro_rules! op_tests {
-    ($($name:ident => $op:literal;)*) => {$(
-        #[test]
-        fn $name() {
-            check_op($op, true);
-        }
-    )*};
-}
-
-// One test per name in `suite::OPS` (`every_op_has_a_test` keeps the list complete).
-op_tests! {
-    gemm => "gemm";
-    vector => "vector";
-    sgd => "sgd";
-    relu => "relu";
-    conv2d => "conv2d";
-    linear => "linear";
-    batch_norm => "batch_norm";
-    max_pool => "max_pool";
-    avg_pool => "avg_pool";
-    dropout => "dropout";
-    softmax_xent => "softmax_xent";
-    crop_flip => "crop_flip";
-}
-
-#[test]
-fn every_op_has_a_test() {
-    let here = [
-        "gemm",
-        "vector",
-        "sgd",
-        "relu",
-        "conv2d",
-        "linear",
-        "batch_norm",
-        "max_pool",
-        "avg_pool",
-        "dropout",
-        "softmax_xent",
-        "crop_flip",
-    ];
-    assert_eq!(suite::OPS, here);
-}
-
-/// The ops with a cuDNN path, on the fallback kernels (cuDNN disabled).
-#[test]
-fn conv2d_fallback() {
-    check_op("conv2d", false);
-}
-
-#[test]
-fn batch_norm_fallback() {
-    check_op("batch_norm", false);
-}
-
-/// CIFAR ResNet shapes at batch 32 and 128 (beyond the suite's small random shapes), both
+/// CIFAR ResNet shapes at batch 32 and 128 (beyond the op tests' small random shapes), both
 /// paths, forward and backward, against the CPU.
 #[test]
 fn conv2d_resnet_shapes_both_paths() {
@@ -118,7 +52,7 @@ fn conv2d_resnet_shapes_both_paths() {
             let dy = random_vec(3, g.output_len(), 1.0);
             let gpu = conv_passes(&be, &g, &x, &p, &dy);
             let reference = conv_passes(&cpu, &g, &x, &p, &dy);
-            let tol = suite::GPU_TOLERANCE;
+            let tol = GPU_TOLERANCE;
             assert_close_f32(&gpu.0, &reference.0, tol, &format!("{test} forward {g:?}"));
             assert_close_f32(&gpu.1, &reference.1, tol, &format!("{test} backward data {g:?}"));
             // Weight gradients sum up to 131k products: a larger absolute part for the
@@ -203,7 +137,7 @@ fn many_backends_run_concurrently() {
                 steps(&be, &g, &sgd, &x, &mut gpu);
                 let mut reference = p0;
                 steps(&CpuBackend::new(0), &g, &sgd, &x, &mut reference);
-                let tol = suite::GPU_TOLERANCE;
+                let tol = GPU_TOLERANCE;
                 let bad = gpu.iter().zip(&reference).filter(|(a, b)| !tol.accepts(**a as f64, **b as f64)).count();
                 if bad == 0 { Ok(()) } else { Err(format!("learner {t}: {bad} parameters differ from the CPU")) }
             })
@@ -282,7 +216,8 @@ fn module_cache_reuses_loaded_kernels() {
     assert_eq!(after.compiled, before.compiled, "reopening compiled again");
     assert!(after.memory_hits > before.memory_hits);
     assert_eq!(first.kernel_target(), second.kernel_target());
-    suite::check(&second.new_backend().expect("backend"), "relu", 4).unwrap_or_else(|e| panic!("{e}"));
+    crossbow_kernels::activation::tests::relu_length_mismatch_is_an_error(&second.new_backend().expect("backend"));
+    crossbow_kernels::activation::tests::relu_matches_cpu(&second.new_backend().expect("backend"));
 }
 
 #[test]

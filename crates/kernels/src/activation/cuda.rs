@@ -1,27 +1,41 @@
 //! GPU ReLU (`activation.cu`).
 
-use crate::cuda::exec::{Dv, Exec, KernelSource, int, launch_n, ptr};
+use super::Activation;
+use crate::backend::{View, ViewMut};
+use crate::cuda::GpuBackend;
+use crate::cuda::exec::{Exec, KernelSource, int, launch_n, ptr};
 use crate::error::Result;
 
-pub(crate) const SOURCE: KernelSource = KernelSource {
+pub(crate) const SOURCES: &[KernelSource] = &[KernelSource {
     module: "activation",
     code: include_str!("activation.cu"),
     kernels: &["cb_relu_fwd", "cb_relu_fwd_inplace", "cb_relu_bwd", "cb_relu_bwd_inplace"],
     cooperative: &[],
-};
+}];
 
-pub(crate) fn relu_forward<E: Exec>(e: &E, x: Dv, y: Dv) -> Result<()> {
-    launch_n(e, "cb_relu_fwd", y.len, &[ptr(x), ptr(y), int(y.len)])
-}
+impl<E: Exec> Activation for GpuBackend<E> {
+    fn relu_forward_inplace(&self, y: ViewMut<'_, Self>) -> Result<()> {
+        let y = self.dv_mut(y)?;
+        launch_n(&self.exec, "cb_relu_fwd_inplace", y.len, &[ptr(y), int(y.len)])
+    }
 
-pub(crate) fn relu_forward_inplace<E: Exec>(e: &E, y: Dv) -> Result<()> {
-    launch_n(e, "cb_relu_fwd_inplace", y.len, &[ptr(y), int(y.len)])
-}
+    unsafe fn relu_forward_unchecked(&self, x: View<'_, Self>, y: ViewMut<'_, Self>) -> Result<()> {
+        let (x, y) = (self.dv(x)?, self.dv_mut(y)?);
+        launch_n(&self.exec, "cb_relu_fwd", y.len, &[ptr(x), ptr(y), int(y.len)])
+    }
 
-pub(crate) fn relu_backward<E: Exec>(e: &E, y: Dv, dy: Dv, dx: Dv) -> Result<()> {
-    launch_n(e, "cb_relu_bwd", dx.len, &[ptr(y), ptr(dy), ptr(dx), int(dx.len)])
-}
+    unsafe fn relu_backward_unchecked(
+        &self,
+        y: View<'_, Self>,
+        dy: View<'_, Self>,
+        dx: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        let (y, dy, dx) = (self.dv(y)?, self.dv(dy)?, self.dv_mut(dx)?);
+        launch_n(&self.exec, "cb_relu_bwd", dx.len, &[ptr(y), ptr(dy), ptr(dx), int(dx.len)])
+    }
 
-pub(crate) fn relu_backward_inplace<E: Exec>(e: &E, y: Dv, d: Dv) -> Result<()> {
-    launch_n(e, "cb_relu_bwd_inplace", d.len, &[ptr(y), ptr(d), int(d.len)])
+    unsafe fn relu_backward_inplace_unchecked(&self, y: View<'_, Self>, d: ViewMut<'_, Self>) -> Result<()> {
+        let (y, d) = (self.dv(y)?, self.dv_mut(d)?);
+        launch_n(&self.exec, "cb_relu_bwd_inplace", d.len, &[ptr(y), ptr(d), int(d.len)])
+    }
 }

@@ -1,5 +1,21 @@
-use super::CropFlipGeom;
+//! CPU crop-and-flip.
+
+use super::{Augment, CropFlipGeom};
+use crate::backend::{View, ViewMut};
+use crate::cpu::{CpuBackend, sl, sm};
 use crate::error::{KernelError, Result};
+
+impl Augment for CpuBackend {
+    unsafe fn crop_flip_unchecked(
+        &self,
+        g: &CropFlipGeom,
+        x: View<'_, Self>,
+        params: View<'_, Self>,
+        y: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        crop_flip(g, sl(x), sl(params), sm(y))
+    }
+}
 
 /// Decodes and checks the parameters of image `n`: `(dy, dx, flip)`.
 fn image_params(g: &CropFlipGeom, params: &[f32], n: usize) -> Result<(usize, usize, bool)> {

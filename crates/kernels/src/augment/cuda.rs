@@ -1,17 +1,32 @@
 //! GPU crop-and-flip (`augment.cu`).
 
-use super::CropFlipGeom;
-use crate::cuda::exec::{Dv, Exec, KernelSource, int, launch_n, ptr};
+use super::{Augment, CropFlipGeom};
+use crate::backend::{View, ViewMut};
+use crate::cuda::GpuBackend;
+use crate::cuda::exec::{Exec, KernelSource, int, launch_n, ptr};
 use crate::error::Result;
 
-pub(crate) const SOURCE: KernelSource =
-    KernelSource { module: "augment", code: include_str!("augment.cu"), kernels: &["cb_crop_flip"], cooperative: &[] };
+pub(crate) const SOURCES: &[KernelSource] = &[KernelSource {
+    module: "augment",
+    code: include_str!("augment.cu"),
+    kernels: &["cb_crop_flip"],
+    cooperative: &[],
+}];
 
-pub(crate) fn crop_flip<E: Exec>(e: &E, g: &CropFlipGeom, x: Dv, params: Dv, y: Dv) -> Result<()> {
-    launch_n(
-        e,
-        "cb_crop_flip",
-        y.len,
-        &[ptr(x), ptr(params), ptr(y), int(g.batch), int(g.channels), int(g.height), int(g.width), int(g.pad)],
-    )
+impl<E: Exec> Augment for GpuBackend<E> {
+    unsafe fn crop_flip_unchecked(
+        &self,
+        g: &CropFlipGeom,
+        x: View<'_, Self>,
+        params: View<'_, Self>,
+        y: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        let (x, params, y) = (self.dv(x)?, self.dv(params)?, self.dv_mut(y)?);
+        launch_n(
+            &self.exec,
+            "cb_crop_flip",
+            y.len,
+            &[ptr(x), ptr(params), ptr(y), int(g.batch), int(g.channels), int(g.height), int(g.width), int(g.pad)],
+        )
+    }
 }

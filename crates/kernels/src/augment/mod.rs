@@ -18,15 +18,66 @@
 //! Invalid parameters (not integers in `0..=2*pad`, flip not 0 or 1) are an error on the
 //! CPU; on a GPU they turn that image into NaNs.
 
-pub(crate) mod cpu;
-#[cfg(feature = "cuda")]
+mod cpu;
 pub(crate) mod cuda;
-#[cfg(test)]
-mod tests;
+#[cfg(feature = "testing")]
+pub mod tests;
 
 use serde::{Deserialize, Serialize};
 
+use crate::backend::{Backend, Storage, View, ViewMut};
 use crate::error::{KernelError, Result, check_len};
+
+/// Augmentation. The provided method checks the arguments, then runs the backend's
+/// [`Augment::crop_flip_unchecked`] (what a backend implements; a backend without a device
+/// kernel can call [`crop_flip_via_host`]).
+pub trait Augment: Storage {
+    /// Random crop with zero padding and horizontal flip of a batch of images (see the
+    /// [module docs](self)): `params` holds 3 `f32`s per image (`dy`, `dx`, `flip`), drawn
+    /// on the host.
+    fn crop_flip(
+        &self,
+        g: &CropFlipGeom,
+        x: View<'_, Self>,
+        params: View<'_, Self>,
+        y: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        g.check("crop_flip", x.len(), params.len(), y.len())?;
+        // SAFETY: the geometry and the lengths were checked.
+        unsafe { self.crop_flip_unchecked(g, x, params, y) }
+    }
+
+    /// The kernel of [`Augment::crop_flip`].
+    ///
+    /// # Safety
+    /// `g` is valid and every view has the length it implies.
+    unsafe fn crop_flip_unchecked(
+        &self,
+        g: &CropFlipGeom,
+        x: View<'_, Self>,
+        params: View<'_, Self>,
+        y: ViewMut<'_, Self>,
+    ) -> Result<()>;
+}
+
+/// [`Augment::crop_flip`] through host memory, for any backend: downloads `x` and `params`,
+/// runs the CPU kernel and uploads `y`.
+pub fn crop_flip_via_host<B: Backend + ?Sized>(
+    be: &B,
+    g: &CropFlipGeom,
+    x: View<'_, B>,
+    params: View<'_, B>,
+    y: ViewMut<'_, B>,
+) -> Result<()> {
+    g.check("crop_flip", x.len(), params.len(), y.len())?;
+    let mut hx = vec![0.0; x.len()];
+    be.download(x, &mut hx)?;
+    let mut hp = vec![0.0; params.len()];
+    be.download(params, &mut hp)?;
+    let mut hy = vec![0.0; hx.len()];
+    cpu::crop_flip(g, &hx, &hp, &mut hy)?;
+    be.upload(&hy, y)
+}
 
 /// The geometry of a crop-and-flip call: input and output are both `[batch, channels,
 /// height, width]`.
@@ -78,6 +129,7 @@ impl CropFlipGeom {
         3 * self.batch
     }
 
+    /// Checks the geometry and the lengths of the views.
     pub(crate) fn check(&self, op: &'static str, x: usize, params: usize, y: usize) -> Result<()> {
         self.validate()?;
         check_len(op, "input", self.len(), x)?;

@@ -1,5 +1,50 @@
-use super::BatchNormGeom;
-use crate::cpu::{CpuCtx, split_mut_by, split_ranges};
+//! CPU batch norm: per-channel statistics in f64, the batch split over the backend's threads.
+
+use super::{BatchNorm, BatchNormGeom};
+use crate::backend::{View, ViewMut};
+use crate::cpu::{CpuBackend, CpuCtx, sl, sm, split_mut_by, split_ranges};
+use crate::error::Result;
+
+impl BatchNorm for CpuBackend {
+    unsafe fn batch_norm_forward_train_unchecked(
+        &self,
+        g: &BatchNormGeom,
+        x: View<'_, Self>,
+        params: View<'_, Self>,
+        y: ViewMut<'_, Self>,
+        saved: ViewMut<'_, Self>,
+        running: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        forward_train(self.ctx(), g, sl(x), sl(params), sm(y), sm(saved), sm(running));
+        Ok(())
+    }
+
+    unsafe fn batch_norm_forward_infer_unchecked(
+        &self,
+        g: &BatchNormGeom,
+        x: View<'_, Self>,
+        params: View<'_, Self>,
+        running: View<'_, Self>,
+        y: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        forward_infer(self.ctx(), g, sl(x), sl(params), sl(running), sm(y));
+        Ok(())
+    }
+
+    unsafe fn batch_norm_backward_unchecked(
+        &self,
+        g: &BatchNormGeom,
+        x: View<'_, Self>,
+        dy: View<'_, Self>,
+        params: View<'_, Self>,
+        saved: View<'_, Self>,
+        dx: ViewMut<'_, Self>,
+        dparams: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        backward(self.ctx(), g, sl(x), sl(dy), sl(params), sl(saved), sm(dx), sm(dparams));
+        Ok(())
+    }
+}
 
 /// `sum(x)` in f64 over eight independent lanes (vectorisable, and no worse than serial).
 #[inline]
@@ -90,7 +135,7 @@ fn affine(ctx: CpuCtx<'_>, g: &BatchNormGeom, x: &[f32], scale: &[f32], shift: &
     });
 }
 
-pub(crate) fn forward_train(
+fn forward_train(
     ctx: CpuCtx<'_>,
     g: &BatchNormGeom,
     x: &[f32],
@@ -121,14 +166,7 @@ pub(crate) fn forward_train(
     affine(ctx, g, x, &scale, &shift, y);
 }
 
-pub(crate) fn forward_infer(
-    ctx: CpuCtx<'_>,
-    g: &BatchNormGeom,
-    x: &[f32],
-    params: &[f32],
-    running: &[f32],
-    y: &mut [f32],
-) {
+fn forward_infer(ctx: CpuCtx<'_>, g: &BatchNormGeom, x: &[f32], params: &[f32], running: &[f32], y: &mut [f32]) {
     let c = g.channels;
     let (gamma, beta) = params.split_at(c);
     let (rmean, rvar) = running.split_at(c);
@@ -143,7 +181,7 @@ pub(crate) fn forward_infer(
 }
 
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn backward(
+fn backward(
     ctx: CpuCtx<'_>,
     g: &BatchNormGeom,
     x: &[f32],

@@ -6,15 +6,122 @@
 //! with the unbiased variance, `r = (1 - momentum) r + momentum * batch` (PyTorch). Inference
 //! mode uses the running statistics. Reductions accumulate in f64 on the CPU.
 
-pub(crate) mod cpu;
-#[cfg(feature = "cuda")]
+mod cpu;
 pub(crate) mod cuda;
-#[cfg(test)]
-mod tests;
+#[cfg(feature = "cuda")]
+pub(crate) mod cudnn;
+#[cfg(feature = "testing")]
+pub mod tests;
 
 use serde::{Deserialize, Serialize};
 
+use crate::backend::{Storage, View, ViewMut};
 use crate::error::{KernelError, Result, check_len};
+
+/// Batch normalisation (per channel over N, H, W). The provided methods check the
+/// arguments, then run the backend's `*_unchecked` kernels (what a backend implements).
+pub trait BatchNorm: Storage {
+    /// Training-mode batch norm with batch statistics. `params` = `[gamma(C), beta(C)]`;
+    /// writes `y`, `saved = [mean(C), inv_std(C)]` for the backward pass, and updates
+    /// `running = [mean(C), var(C)]` as `r = (1 - momentum) r + momentum * batch` with the
+    /// unbiased batch variance (PyTorch's convention).
+    fn batch_norm_forward_train(
+        &self,
+        g: &BatchNormGeom,
+        x: View<'_, Self>,
+        params: View<'_, Self>,
+        y: ViewMut<'_, Self>,
+        saved: ViewMut<'_, Self>,
+        running: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        let op = "batch_norm_forward_train";
+        g.check(op, x.len(), params.len(), y.len())?;
+        check_len(op, "saved", g.stats_len(), saved.len())?;
+        check_len(op, "running", g.stats_len(), running.len())?;
+        // SAFETY: the geometry and the lengths were checked.
+        unsafe { self.batch_norm_forward_train_unchecked(g, x, params, y, saved, running) }
+    }
+
+    /// Inference-mode batch norm with the running statistics `[mean(C), var(C)]`.
+    fn batch_norm_forward_infer(
+        &self,
+        g: &BatchNormGeom,
+        x: View<'_, Self>,
+        params: View<'_, Self>,
+        running: View<'_, Self>,
+        y: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        let op = "batch_norm_forward_infer";
+        g.check(op, x.len(), params.len(), y.len())?;
+        check_len(op, "running", g.stats_len(), running.len())?;
+        // SAFETY: the geometry and the lengths were checked.
+        unsafe { self.batch_norm_forward_infer_unchecked(g, x, params, running, y) }
+    }
+
+    /// Gradients of training-mode batch norm: `dx`, and `dparams = [dgamma, dbeta]`.
+    #[allow(clippy::too_many_arguments)]
+    fn batch_norm_backward(
+        &self,
+        g: &BatchNormGeom,
+        x: View<'_, Self>,
+        dy: View<'_, Self>,
+        params: View<'_, Self>,
+        saved: View<'_, Self>,
+        dx: ViewMut<'_, Self>,
+        dparams: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        let op = "batch_norm_backward";
+        g.check(op, x.len(), params.len(), dy.len())?;
+        check_len(op, "saved", g.stats_len(), saved.len())?;
+        check_len(op, "dx", g.len(), dx.len())?;
+        check_len(op, "dparams", g.stats_len(), dparams.len())?;
+        // SAFETY: the geometry and the lengths were checked.
+        unsafe { self.batch_norm_backward_unchecked(g, x, dy, params, saved, dx, dparams) }
+    }
+
+    /// The kernel of [`BatchNorm::batch_norm_forward_train`].
+    ///
+    /// # Safety
+    /// `g` is valid and every view has the length it implies.
+    unsafe fn batch_norm_forward_train_unchecked(
+        &self,
+        g: &BatchNormGeom,
+        x: View<'_, Self>,
+        params: View<'_, Self>,
+        y: ViewMut<'_, Self>,
+        saved: ViewMut<'_, Self>,
+        running: ViewMut<'_, Self>,
+    ) -> Result<()>;
+
+    /// The kernel of [`BatchNorm::batch_norm_forward_infer`].
+    ///
+    /// # Safety
+    /// `g` is valid and every view has the length it implies.
+    unsafe fn batch_norm_forward_infer_unchecked(
+        &self,
+        g: &BatchNormGeom,
+        x: View<'_, Self>,
+        params: View<'_, Self>,
+        running: View<'_, Self>,
+        y: ViewMut<'_, Self>,
+    ) -> Result<()>;
+
+    /// The kernel of [`BatchNorm::batch_norm_backward`].
+    ///
+    /// # Safety
+    /// `g` is valid and every view has the length it implies.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn batch_norm_backward_unchecked(
+        &self,
+        g: &BatchNormGeom,
+        x: View<'_, Self>,
+        dy: View<'_, Self>,
+        params: View<'_, Self>,
+        saved: View<'_, Self>,
+        dx: ViewMut<'_, Self>,
+        dparams: ViewMut<'_, Self>,
+    ) -> Result<()>;
+}
 
 /// The geometry and constants of a batch-norm call.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -80,6 +187,7 @@ impl BatchNormGeom {
         2 * self.channels
     }
 
+    /// Checks the geometry and the lengths of the input, parameter and output views.
     pub(crate) fn check(&self, op: &'static str, x: usize, params: usize, y: usize) -> Result<()> {
         self.validate()?;
         check_len(op, "input", self.len(), x)?;

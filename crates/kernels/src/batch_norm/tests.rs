@@ -1,15 +1,19 @@
-//! batch norm: training forward vs an f64 reference (including the running-statistics
-//! update), inference forward, and the backward pass vs central finite differences of the
-//! f64 training-mode forward.
+//! batch norm on every backend (and on a GPU with and without cuDNN): training forward vs an
+//! f64 reference (including the running-statistics update), inference forward, and the
+//! backward pass vs central finite differences of the f64 training-mode forward; against
+//! the CPU on larger shapes; argument errors.
 
 use proptest::prelude::*;
 
 use super::BatchNormGeom;
-use crate::testing::{Tolerance, assert_close, dot, finite_difference, random_distinct_vec, random_vec, to_f64};
-use crate::{Backend, CpuBackend, View, ViewMut};
+use crate::prelude::*;
+use crate::testing::{
+    GPU_TOLERANCE, Tolerance, assert_close, assert_close_f32, dot, download, finite_difference, nan_buffer,
+    proptest_config, random_distinct_vec, random_vec, to_f64, upload,
+};
 
-/// Training-mode batch norm in f64: returns y.
-fn bn_ref(g: &BatchNormGeom, x: &[f64], p: &[f64]) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+/// Training-mode batch norm in f64: `(y, batch means, biased batch variances)`.
+pub fn bn_ref(g: &BatchNormGeom, x: &[f64], p: &[f64]) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
     let (c, s, m) = (g.channels, g.spatial, g.count() as f64);
     let mut y = vec![0.0; g.len()];
     let mut means = vec![0.0; c];
@@ -33,16 +37,54 @@ fn bn_ref(g: &BatchNormGeom, x: &[f64], p: &[f64]) -> (Vec<f64>, Vec<f64>, Vec<f
     (y, means, vars)
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(48))]
-    /// Forward bound 1e-4 rel + 1e-5 abs (normalisation divides by small standard deviations);
-    /// gradients `Tolerance::GRAD` against central differences with h = 1e-3.
-    #[test]
-    fn batch_norm_matches_reference(batch in 1usize..5, channels in 1usize..5, spatial in 1usize..10,
-                                    threads in 1usize..3, seed in any::<u64>()) {
+/// The three passes on a backend: `(y, saved, running after, dx, dparams, inference y)`.
+#[allow(clippy::type_complexity)]
+fn passes<B: Backend>(
+    be: &B,
+    g: &BatchNormGeom,
+    x: &[f32],
+    p: &[f32],
+    running: &[f32],
+    dy: &[f32],
+) -> (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>) {
+    let c = g.channels;
+    let (xb, pb, dyb) = (upload(be, x), upload(be, p), upload(be, dy));
+    let (mut y, mut saved, mut run) = (nan_buffer(be, g.len()), nan_buffer(be, 2 * c), upload(be, running));
+    be.batch_norm_forward_train(
+        g,
+        View::whole(&xb),
+        View::whole(&pb),
+        ViewMut::whole(&mut y),
+        ViewMut::whole(&mut saved),
+        ViewMut::whole(&mut run),
+    )
+    .unwrap();
+    let (mut dx, mut dp) = (nan_buffer(be, g.len()), nan_buffer(be, 2 * c));
+    be.batch_norm_backward(
+        g,
+        View::whole(&xb),
+        View::whole(&dyb),
+        View::whole(&pb),
+        View::whole(&saved),
+        ViewMut::whole(&mut dx),
+        ViewMut::whole(&mut dp),
+    )
+    .unwrap();
+    // Inference with the updated running statistics.
+    let mut yi = nan_buffer(be, g.len());
+    be.batch_norm_forward_infer(g, View::whole(&xb), View::whole(&pb), View::whole(&run), ViewMut::whole(&mut yi))
+        .unwrap();
+    let d = |b: &B::Buffer| download(be, b);
+    (d(&y), d(&saved), d(&run), d(&dx), d(&dp), d(&yi))
+}
+
+/// Forward bound 1e-4 rel + 1e-5 abs (normalisation divides by small standard deviations);
+/// gradients `Tolerance::GRAD` against central differences with h = 1e-3 (plus the GPU bound
+/// off the CPU).
+pub fn batch_norm_matches_reference<B: Backend>(be: &B) {
+    proptest!(proptest_config::<B>(48), |(batch in 1usize..5, channels in 1usize..5, spatial in 1usize..10, seed in any::<u64>())| {
         prop_assume!(batch * spatial > 1);
         let g = BatchNormGeom { batch, channels, spatial, eps: 1e-5, momentum: 0.1 };
-        let be = CpuBackend::with_threads(0, threads).unwrap();
         // Values at least 0.1 apart: with two values per channel and close values the
         // normalisation is too curved for h = 1e-3 differences.
         let x = random_distinct_vec(seed, g.len(), 0.1);
@@ -51,53 +93,66 @@ proptest! {
         let dy = random_vec(seed ^ 2, g.len(), 1.0);
         let running0 = random_vec(seed ^ 3, 2 * channels, 0.5).iter().enumerate()
             .map(|(i, v)| if i >= channels { v.abs() + 0.5 } else { *v }).collect::<Vec<f32>>();
-        let mut running = running0.clone();
-        let mut y = vec![f32::NAN; g.len()];
-        let mut saved = vec![f32::NAN; 2 * channels];
-        be.batch_norm_forward_train(&g, View::whole(&x), View::whole(&p), ViewMut::whole(&mut y),
-            ViewMut::whole(&mut saved), ViewMut::whole(&mut running)).unwrap();
+        let (y, _saved, running, dx, dp, yi) = passes(be, &g, &x, &p, &running0, &dy);
         let (xd, pd, dyd) = (to_f64(&x), to_f64(&p), to_f64(&dy));
         let (yr, means, vars) = bn_ref(&g, &xd, &pd);
-        assert_close(&y, &yr, Tolerance::new(1e-4, 1e-5), "forward");
+        assert_close(&y, &yr, Tolerance::new(1e-4, 1e-5).for_backend::<B>(), "forward");
         let m = g.count() as f64;
         let mut want_running = vec![0.0; 2 * channels];
         for ch in 0..channels {
             want_running[ch] = 0.9 * running0[ch] as f64 + 0.1 * means[ch];
             want_running[channels + ch] = 0.9 * running0[channels + ch] as f64 + 0.1 * vars[ch] * m / (m - 1.0);
         }
-        assert_close(&running, &want_running, Tolerance::new(1e-5, 1e-6), "running statistics");
+        assert_close(&running, &want_running, Tolerance::new(1e-5, 1e-6).for_backend::<B>(), "running statistics");
 
-        let mut dx = vec![f32::NAN; g.len()];
-        let mut dp = vec![f32::NAN; 2 * channels];
-        be.batch_norm_backward(&g, View::whole(&x), View::whole(&dy), View::whole(&p), View::whole(&saved),
-            ViewMut::whole(&mut dx), ViewMut::whole(&mut dp)).unwrap();
         let fdx = finite_difference(&xd, 1e-3, |v| dot(&dyd, &bn_ref(&g, v, &pd).0));
-        assert_close(&dx, &fdx, Tolerance::new(2e-3, 5e-4), "dx");
+        assert_close(&dx, &fdx, Tolerance::new(2e-3, 5e-4).for_backend::<B>(), "dx");
         let fdp = finite_difference(&pd, 1e-3, |v| dot(&dyd, &bn_ref(&g, &xd, v).0));
-        assert_close(&dp, &fdp, Tolerance::GRAD, "dparams");
+        assert_close(&dp, &fdp, Tolerance::GRAD.for_backend::<B>(), "dparams");
 
         // Inference with the updated running statistics.
-        let mut yi = vec![f32::NAN; g.len()];
-        be.batch_norm_forward_infer(&g, View::whole(&x), View::whole(&p), View::whole(&running), ViewMut::whole(&mut yi)).unwrap();
         let want: Vec<f64> = (0..g.len()).map(|i| {
             let ch = (i / spatial) % channels;
             (xd[i] - running[ch] as f64) / (running[channels + ch] as f64 + 1e-5).sqrt() * pd[ch] + pd[channels + ch]
         }).collect();
-        assert_close(&yi, &want, Tolerance::new(1e-5, 1e-5), "inference");
-    }
+        assert_close(&yi, &want, Tolerance::new(1e-5, 1e-5).for_backend::<B>(), "inference");
+    });
 }
 
-#[test]
-fn batch_norm_bad_arguments_are_errors() {
+/// Every output of the three passes within [`GPU_TOLERANCE`] of the CPU, up to 8 × 16 × 64.
+pub fn batch_norm_matches_cpu<B: Backend>(be: &B) {
+    let cpu = CpuBackend::new(0);
+    proptest!(ProptestConfig::with_cases(12), |(n in 1usize..9, c in 1usize..17, sp in 1usize..65, seed in any::<u64>())| {
+        let g = BatchNormGeom::new(n, c, sp);
+        prop_assume!(g.count() >= 2);
+        let x = random_vec(seed, g.len(), 2.0);
+        let mut p = random_vec(seed ^ 1, 2 * c, 0.5);
+        for v in &mut p[..c] {
+            *v += 1.0;
+        }
+        let running: Vec<f32> = (0..2 * c).map(|i| if i < c { 0.1 } else { 1.0 }).collect();
+        let dy = random_vec(seed ^ 2, g.len(), 1.0);
+        let got = passes(be, &g, &x, &p, &running, &dy);
+        let want = passes(&cpu, &g, &x, &p, &running, &dy);
+        let what = format!("{g:?}");
+        assert_close_f32(&got.0, &want.0, GPU_TOLERANCE, &format!("bn forward {what}"));
+        assert_close_f32(&got.1, &want.1, GPU_TOLERANCE, &format!("bn saved stats {what}"));
+        assert_close_f32(&got.2, &want.2, GPU_TOLERANCE, &format!("bn running stats {what}"));
+        assert_close_f32(&got.3, &want.3, GPU_TOLERANCE, &format!("bn dx {what}"));
+        assert_close_f32(&got.4, &want.4, GPU_TOLERANCE, &format!("bn dparams {what}"));
+        assert_close_f32(&got.5, &want.5, GPU_TOLERANCE, &format!("bn inference {what}"));
+    });
+}
+
+pub fn batch_norm_bad_arguments_are_errors<B: Backend>(be: &B) {
     let g = BatchNormGeom::new(2, 3, 4);
     assert!(BatchNormGeom { eps: 0.0, ..g }.validate().is_err());
     assert!(BatchNormGeom { momentum: 1.5, ..g }.validate().is_err());
-    let be = CpuBackend::new(0);
-    let x = vec![0.0; g.len()];
-    let p = vec![1.0; 6];
-    let mut y = vec![0.0; g.len()];
-    let mut saved = vec![0.0; 5];
-    let mut running = vec![0.0; 6];
+    let x = upload(be, &vec![0.0; g.len()]);
+    let p = upload(be, &[1.0; 6]);
+    let mut y = nan_buffer(be, g.len());
+    let mut saved = nan_buffer(be, 5);
+    let mut running = upload(be, &[0.0; 6]);
     let e = be
         .batch_norm_forward_train(
             &g,
@@ -110,4 +165,10 @@ fn batch_norm_bad_arguments_are_errors() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("saved"), "{e}");
+}
+
+crate::test_backends! {
+    batch_norm_matches_reference: [cpu, cpu_threads, emu, cuda, cuda_no_cudnn],
+    batch_norm_matches_cpu: [cpu_threads, emu, cuda, cuda_no_cudnn],
+    batch_norm_bad_arguments_are_errors,
 }

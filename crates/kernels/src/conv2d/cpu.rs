@@ -1,12 +1,56 @@
 //! CPU conv2d: im2col + GEMM per image, batch split over the backend's threads.
 
-use super::Conv2dGeom;
-use crate::cpu::{CpuCtx, chunks_mut_n, split_mut_by, split_ranges};
+use super::{Conv2d, Conv2dGeom};
+use crate::backend::{View, ViewMut};
+use crate::cpu::{CpuBackend, CpuCtx, chunks_mut_n, sl, sm, split_mut_by, split_ranges};
+use crate::error::Result;
 use crate::gemm::cpu::{Mat, gemm_strided};
+
+impl Conv2d for CpuBackend {
+    fn conv2d_workspace_len(&self, g: &Conv2dGeom) -> usize {
+        workspace_len(g, self.threads())
+    }
+
+    unsafe fn conv2d_forward_unchecked(
+        &self,
+        g: &Conv2dGeom,
+        x: View<'_, Self>,
+        params: View<'_, Self>,
+        y: ViewMut<'_, Self>,
+        workspace: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        forward(self.ctx(), g, sl(x), sl(params), sm(y), sm(workspace));
+        Ok(())
+    }
+
+    unsafe fn conv2d_backward_data_unchecked(
+        &self,
+        g: &Conv2dGeom,
+        dy: View<'_, Self>,
+        params: View<'_, Self>,
+        dx: ViewMut<'_, Self>,
+        workspace: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        backward_data(self.ctx(), g, sl(dy), sl(params), sm(dx), sm(workspace));
+        Ok(())
+    }
+
+    unsafe fn conv2d_backward_params_unchecked(
+        &self,
+        g: &Conv2dGeom,
+        x: View<'_, Self>,
+        dy: View<'_, Self>,
+        dparams: ViewMut<'_, Self>,
+        workspace: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        backward_params(self.ctx(), g, sl(x), sl(dy), sm(dparams), sm(workspace));
+        Ok(())
+    }
+}
 
 /// Workspace elements: per thread group one im2col matrix, plus per group a partial weight
 /// and bias gradient (used by the backward-params pass when there is more than one group).
-pub(crate) fn workspace_len(g: &Conv2dGeom, threads: usize) -> usize {
+fn workspace_len(g: &Conv2dGeom, threads: usize) -> usize {
     let groups = threads.min(g.batch).max(1);
     let col = if g.is_pointwise() { 0 } else { g.col_rows() * g.col_cols() };
     let partial = if groups > 1 { g.params_len() } else { 0 };
@@ -235,7 +279,7 @@ fn weights_times_col(ctx: CpuCtx<'_>, m: usize, n: usize, k: usize, w: &[f32], c
     }
 }
 
-pub(crate) fn forward(ctx: CpuCtx<'_>, g: &Conv2dGeom, x: &[f32], params: &[f32], y: &mut [f32], ws: &mut [f32]) {
+fn forward(ctx: CpuCtx<'_>, g: &Conv2dGeom, x: &[f32], params: &[f32], y: &mut [f32], ws: &mut [f32]) {
     let groups = ctx.groups(g.batch);
     let ranges = split_ranges(g.batch, groups);
     let in_img = g.in_channels * g.in_h * g.in_w;
@@ -269,14 +313,7 @@ pub(crate) fn forward(ctx: CpuCtx<'_>, g: &Conv2dGeom, x: &[f32], params: &[f32]
     });
 }
 
-pub(crate) fn backward_data(
-    ctx: CpuCtx<'_>,
-    g: &Conv2dGeom,
-    dy: &[f32],
-    params: &[f32],
-    dx: &mut [f32],
-    ws: &mut [f32],
-) {
+fn backward_data(ctx: CpuCtx<'_>, g: &Conv2dGeom, dy: &[f32], params: &[f32], dx: &mut [f32], ws: &mut [f32]) {
     let groups = ctx.groups(g.batch);
     let ranges = split_ranges(g.batch, groups);
     let in_img = g.in_channels * g.in_h * g.in_w;
@@ -304,14 +341,7 @@ pub(crate) fn backward_data(
     });
 }
 
-pub(crate) fn backward_params(
-    ctx: CpuCtx<'_>,
-    g: &Conv2dGeom,
-    x: &[f32],
-    dy: &[f32],
-    dparams: &mut [f32],
-    ws: &mut [f32],
-) {
+fn backward_params(ctx: CpuCtx<'_>, g: &Conv2dGeom, x: &[f32], dy: &[f32], dparams: &mut [f32], ws: &mut [f32]) {
     let groups = ctx.groups(g.batch);
     let ranges = split_ranges(g.batch, groups);
     let in_img = g.in_channels * g.in_h * g.in_w;

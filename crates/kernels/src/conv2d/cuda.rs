@@ -1,22 +1,97 @@
-//! GPU conv2d: cuDNN when the device uses it and plans the geometry, else the fallback —
+//! GPU conv2d: cuDNN (`cudnn.rs`) when the device uses it and plans the geometry, else the
+//! fallback —
 //! im2col (`conv2d.cu`) over a chunk of images into the workspace, then one strided-batched
 //! cuBLAS GEMM per chunk (forward, backward-data + col2im) or one GEMM per image
 //! accumulating into the weight gradient (backward-params). A 1×1 stride-1 unpadded
 //! convolution skips im2col. The bias is added / reduced by the `vector.cu` kernels on both
 //! paths.
 
-use super::Conv2dGeom;
-use crate::cuda::exec::{ConvPass, Dv, Exec, KArg, KernelSource, int, launch_n};
+use super::{Conv2d, Conv2dGeom};
+use crate::backend::{View, ViewMut};
+use crate::cuda::GpuBackend;
+use crate::cuda::exec::{Dv, Exec, KArg, KernelSource, int, launch_n};
 use crate::error::Result;
 use crate::gemm::cuda::{RowGemm, row_gemm};
 use crate::vector::cuda::{channel_add, channel_sum};
 
-pub(crate) const SOURCE: KernelSource = KernelSource {
+pub(crate) const SOURCES: &[KernelSource] = &[KernelSource {
     module: "conv2d",
     code: include_str!("conv2d.cu"),
     kernels: &["cb_im2col", "cb_col2im"],
     cooperative: &[],
-};
+}];
+
+impl<E: Exec> Conv2d for GpuBackend<E> {
+    fn conv2d_workspace_len(&self, g: &Conv2dGeom) -> usize {
+        workspace_len(&self.exec, g)
+    }
+
+    unsafe fn conv2d_forward_unchecked(
+        &self,
+        g: &Conv2dGeom,
+        x: View<'_, Self>,
+        params: View<'_, Self>,
+        y: ViewMut<'_, Self>,
+        workspace: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        forward(&self.exec, g, self.dv(x)?, self.dv(params)?, self.dv_mut(y)?, self.dv_mut(workspace)?)
+    }
+
+    unsafe fn conv2d_backward_data_unchecked(
+        &self,
+        g: &Conv2dGeom,
+        dy: View<'_, Self>,
+        params: View<'_, Self>,
+        dx: ViewMut<'_, Self>,
+        workspace: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        backward_data(&self.exec, g, self.dv(dy)?, self.dv(params)?, self.dv_mut(dx)?, self.dv_mut(workspace)?)
+    }
+
+    unsafe fn conv2d_backward_params_unchecked(
+        &self,
+        g: &Conv2dGeom,
+        x: View<'_, Self>,
+        dy: View<'_, Self>,
+        dparams: ViewMut<'_, Self>,
+        workspace: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        backward_params(&self.exec, g, self.dv(x)?, self.dv(dy)?, self.dv_mut(dparams)?, self.dv_mut(workspace)?)
+    }
+}
+
+/// Which convolution pass a cuDNN call computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ConvPass {
+    /// `(x, weights) -> y`
+    Forward,
+    /// `(dy, weights) -> dx`
+    BackwardData,
+    /// `(x, dy) -> dweights`
+    BackwardFilter,
+}
+
+/// Runs one pass through cuDNN (`cudnn.rs`) when the executor has it and it handles `g`:
+/// `Ok(true)` when done, `Ok(false)` when the fallback must run.
+#[allow(unused_variables)]
+fn cudnn_pass<E: Exec>(e: &E, pass: ConvPass, g: &Conv2dGeom, a: Dv, b: Dv, out: Dv, ws: Dv) -> Result<bool> {
+    #[cfg(feature = "cuda")]
+    if let Some(done) = e.with_cudnn(|c| super::cudnn::conv(c, pass, g, a, b, out, ws))? {
+        return Ok(done);
+    }
+    Ok(false)
+}
+
+/// Workspace `f32`s cuDNN needs for all three passes of `g`, or `None` when it does not
+/// handle this geometry here.
+#[allow(unused_variables)]
+fn cudnn_workspace<E: Exec>(e: &E, g: &Conv2dGeom) -> Option<usize> {
+    #[cfg(feature = "cuda")]
+    if let Ok(Some(ws)) = e.with_cudnn(|c| Ok(super::cudnn::workspace(c, g))) {
+        return ws;
+    }
+    None
+}
 
 /// Most `f32`s of im2col workspace the fallback uses per chunk of images (16 MiB), unless a
 /// single image needs more.
@@ -36,14 +111,14 @@ pub(crate) fn fallback_workspace_len(g: &Conv2dGeom, budget: usize) -> usize {
     if g.is_pointwise() { 0 } else { chunk_images(g, budget).saturating_mul(g.col_rows().saturating_mul(g.col_cols())) }
 }
 
-/// [`crate::Backend::conv2d_workspace_len`]: enough for cuDNN (when it handles `g`) and for
-/// the fallback.
-pub(crate) fn workspace_len<E: Exec>(e: &E, g: &Conv2dGeom) -> usize {
+/// [`Conv2d::conv2d_workspace_len`]: enough for cuDNN (when it handles `g`) and for the
+/// fallback.
+fn workspace_len<E: Exec>(e: &E, g: &Conv2dGeom) -> usize {
     let fallback = fallback_workspace_len(g, e.conv_col_budget());
     if g.validate().is_err() {
         return fallback;
     }
-    e.conv2d_cudnn_workspace(g).map_or(fallback, |c| c.max(fallback))
+    cudnn_workspace(e, g).map_or(fallback, |c| c.max(fallback))
 }
 
 /// `C, H, W, KH, KW, SH, SW, PH, PW, OH, OW`.
@@ -93,10 +168,10 @@ fn chunks<E: Exec>(e: &E, g: &Conv2dGeom) -> Vec<(usize, usize)> {
     (0..g.batch).step_by(step).map(|n0| (n0, step.min(g.batch - n0))).collect()
 }
 
-pub(crate) fn forward<E: Exec>(e: &E, g: &Conv2dGeom, x: Dv, params: Dv, y: Dv, ws: Dv) -> Result<()> {
+fn forward<E: Exec>(e: &E, g: &Conv2dGeom, x: Dv, params: Dv, y: Dv, ws: Dv) -> Result<()> {
     let w = params.sub(0, g.weight_len());
     let (k, p) = (g.col_rows(), g.col_cols());
-    if !e.conv2d_cudnn(ConvPass::Forward, g, x, w, y, ws)? {
+    if !cudnn_pass(e, ConvPass::Forward, g, x, w, y, ws)? {
         for (n0, count) in chunks(e, g) {
             let (src, stride) = if g.is_pointwise() {
                 (x.at(n0 * in_image(g)), in_image(g))
@@ -123,9 +198,9 @@ pub(crate) fn forward<E: Exec>(e: &E, g: &Conv2dGeom, x: Dv, params: Dv, y: Dv, 
     Ok(())
 }
 
-pub(crate) fn backward_data<E: Exec>(e: &E, g: &Conv2dGeom, dy: Dv, params: Dv, dx: Dv, ws: Dv) -> Result<()> {
+fn backward_data<E: Exec>(e: &E, g: &Conv2dGeom, dy: Dv, params: Dv, dx: Dv, ws: Dv) -> Result<()> {
     let w = params.sub(0, g.weight_len());
-    if e.conv2d_cudnn(ConvPass::BackwardData, g, dy, w, dx, ws)? {
+    if cudnn_pass(e, ConvPass::BackwardData, g, dy, w, dx, ws)? {
         return Ok(());
     }
     let (k, p) = (g.col_rows(), g.col_cols());
@@ -150,10 +225,10 @@ pub(crate) fn backward_data<E: Exec>(e: &E, g: &Conv2dGeom, dy: Dv, params: Dv, 
     Ok(())
 }
 
-pub(crate) fn backward_params<E: Exec>(e: &E, g: &Conv2dGeom, x: Dv, dy: Dv, dparams: Dv, ws: Dv) -> Result<()> {
+fn backward_params<E: Exec>(e: &E, g: &Conv2dGeom, x: Dv, dy: Dv, dparams: Dv, ws: Dv) -> Result<()> {
     let dw = dparams.sub(0, g.weight_len());
     let (k, p) = (g.col_rows(), g.col_cols());
-    if !e.conv2d_cudnn(ConvPass::BackwardFilter, g, x, dy, dw, ws)? {
+    if !cudnn_pass(e, ConvPass::BackwardFilter, g, x, dy, dw, ws)? {
         let mut first = true;
         for (n0, count) in chunks(e, g) {
             let src = if g.is_pointwise() {

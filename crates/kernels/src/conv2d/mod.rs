@@ -8,14 +8,110 @@
 //! for a given thread count).
 
 pub(crate) mod cpu;
-#[cfg(feature = "cuda")]
 pub(crate) mod cuda;
-#[cfg(test)]
-mod tests;
+#[cfg(feature = "cuda")]
+pub(crate) mod cudnn;
+#[cfg(feature = "testing")]
+pub mod tests;
 
 use serde::{Deserialize, Serialize};
 
+use crate::backend::{Storage, View, ViewMut};
 use crate::error::{KernelError, Result};
+
+/// Convolution. The provided methods check the arguments (the workspace against
+/// [`Conv2d::conv2d_workspace_len`] too), then run the backend's `*_unchecked` kernels (what
+/// a backend implements).
+pub trait Conv2d: Storage {
+    /// Scratch `f32`s the conv2d calls need for this geometry (0 when none).
+    fn conv2d_workspace_len(&self, g: &Conv2dGeom) -> usize;
+
+    /// `y = conv(x, w) + b`; `params` = weights `[c_out, c_in, kh, kw]` then bias `[c_out]` if
+    /// the geometry has one.
+    fn conv2d_forward(
+        &self,
+        g: &Conv2dGeom,
+        x: View<'_, Self>,
+        params: View<'_, Self>,
+        y: ViewMut<'_, Self>,
+        workspace: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        let ws = self.conv2d_workspace_len(g);
+        g.check_pass("conv2d_forward", x.len(), params.len(), y.len(), workspace.len(), ws)?;
+        // SAFETY: the geometry and the lengths were checked.
+        unsafe { self.conv2d_forward_unchecked(g, x, params, y, workspace) }
+    }
+
+    /// `dx` from `dy` and the weights.
+    fn conv2d_backward_data(
+        &self,
+        g: &Conv2dGeom,
+        dy: View<'_, Self>,
+        params: View<'_, Self>,
+        dx: ViewMut<'_, Self>,
+        workspace: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        let ws = self.conv2d_workspace_len(g);
+        g.check_pass("conv2d_backward_data", dx.len(), params.len(), dy.len(), workspace.len(), ws)?;
+        // SAFETY: the geometry and the lengths were checked.
+        unsafe { self.conv2d_backward_data_unchecked(g, dy, params, dx, workspace) }
+    }
+
+    /// Weight (and bias) gradients, laid out like `params`.
+    fn conv2d_backward_params(
+        &self,
+        g: &Conv2dGeom,
+        x: View<'_, Self>,
+        dy: View<'_, Self>,
+        dparams: ViewMut<'_, Self>,
+        workspace: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        let ws = self.conv2d_workspace_len(g);
+        g.check_pass("conv2d_backward_params", x.len(), dparams.len(), dy.len(), workspace.len(), ws)?;
+        // SAFETY: the geometry and the lengths were checked.
+        unsafe { self.conv2d_backward_params_unchecked(g, x, dy, dparams, workspace) }
+    }
+
+    /// The kernel of [`Conv2d::conv2d_forward`].
+    ///
+    /// # Safety
+    /// `g` is valid, every view has the length it implies, and the workspace holds at least
+    /// [`Conv2d::conv2d_workspace_len`] elements.
+    unsafe fn conv2d_forward_unchecked(
+        &self,
+        g: &Conv2dGeom,
+        x: View<'_, Self>,
+        params: View<'_, Self>,
+        y: ViewMut<'_, Self>,
+        workspace: ViewMut<'_, Self>,
+    ) -> Result<()>;
+
+    /// The kernel of [`Conv2d::conv2d_backward_data`].
+    ///
+    /// # Safety
+    /// As for [`Conv2d::conv2d_forward_unchecked`].
+    unsafe fn conv2d_backward_data_unchecked(
+        &self,
+        g: &Conv2dGeom,
+        dy: View<'_, Self>,
+        params: View<'_, Self>,
+        dx: ViewMut<'_, Self>,
+        workspace: ViewMut<'_, Self>,
+    ) -> Result<()>;
+
+    /// The kernel of [`Conv2d::conv2d_backward_params`].
+    ///
+    /// # Safety
+    /// As for [`Conv2d::conv2d_forward_unchecked`].
+    unsafe fn conv2d_backward_params_unchecked(
+        &self,
+        g: &Conv2dGeom,
+        x: View<'_, Self>,
+        dy: View<'_, Self>,
+        dparams: ViewMut<'_, Self>,
+        workspace: ViewMut<'_, Self>,
+    ) -> Result<()>;
+}
 
 /// The geometry of a conv2d call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -155,10 +251,25 @@ impl Conv2dGeom {
         2.0 * self.batch as f64 * self.out_channels as f64 * self.col_rows() as f64 * self.col_cols() as f64
     }
 
-    pub(crate) fn check_lens(&self, op: &'static str, x: usize, params: usize, y: usize) -> Result<()> {
+    /// Checks the geometry, the lengths of a pass's views (for the backward passes, `dx` is
+    /// the input and `dy` the output side) and a workspace of at least `ws_need` elements.
+    pub(crate) fn check_pass(
+        &self,
+        op: &'static str,
+        input: usize,
+        params: usize,
+        output: usize,
+        ws_have: usize,
+        ws_need: usize,
+    ) -> Result<()> {
         self.validate()?;
-        crate::error::check_len(op, "input", self.input_len(), x)?;
+        crate::error::check_len(op, "input", self.input_len(), input)?;
         crate::error::check_len(op, "params", self.params_len(), params)?;
-        crate::error::check_len(op, "output", self.output_len(), y)
+        crate::error::check_len(op, "output", self.output_len(), output)?;
+        if ws_have >= ws_need {
+            Ok(())
+        } else {
+            Err(KernelError::Length { op: "conv2d", arg: "workspace", expected: ws_need, actual: ws_have })
+        }
     }
 }

@@ -1,14 +1,19 @@
-//! conv2d: forward against a naive f64 loop, backward (data and params) against central
-//! finite differences of that loop in f64, threaded against single-threaded, both GEMMs.
+//! conv2d on every backend (and on a GPU with and without cuDNN): forward against a naive
+//! f64 loop, backward (data and params) against central finite differences of that loop in
+//! f64, against the CPU on larger shapes; on the CPU also threaded against single-threaded,
+//! both GEMM crates, and the im2col fast path.
 
 use proptest::prelude::*;
 
 use super::Conv2dGeom;
-use crate::testing::{Tolerance, assert_close, dot, finite_difference, random_vec, to_f64};
-use crate::{Backend, CpuBackend, CpuGemm, View, ViewMut};
+use crate::prelude::*;
+use crate::testing::{
+    GPU_TOLERANCE, Tolerance, assert_close, assert_close_f32, dot, download, finite_difference, nan_buffer,
+    proptest_config, random_vec, to_f64, upload,
+};
 
 /// Naive direct convolution in f64.
-pub(crate) fn conv_ref(g: &Conv2dGeom, x: &[f64], p: &[f64]) -> Vec<f64> {
+pub fn conv_ref(g: &Conv2dGeom, x: &[f64], p: &[f64]) -> Vec<f64> {
     let (oh, ow) = (g.out_h(), g.out_w());
     let mut y = vec![0.0; g.output_len()];
     for n in 0..g.batch {
@@ -57,55 +62,164 @@ fn geom() -> impl Strategy<Value = Conv2dGeom> {
         .prop_filter("valid geometry", |g| g.validate().is_ok())
 }
 
-struct Outputs {
-    y: Vec<f32>,
-    dx: Vec<f32>,
-    dp: Vec<f32>,
+/// The three passes on a backend, outputs and workspace poisoned with NaNs first.
+pub struct Outputs {
+    pub y: Vec<f32>,
+    pub dx: Vec<f32>,
+    pub dp: Vec<f32>,
 }
 
-fn run(be: &CpuBackend, g: &Conv2dGeom, x: &[f32], p: &[f32], dy: &[f32]) -> Outputs {
-    let xb = x.to_vec();
-    let pb = p.to_vec();
-    let dyb = dy.to_vec();
-    let mut ws = be.alloc(be.conv2d_workspace_len(g)).unwrap();
-    let mut y = be.alloc(g.output_len()).unwrap();
-    let mut dx = be.alloc(g.input_len()).unwrap();
-    let mut dp = be.alloc(g.params_len()).unwrap();
+/// Runs forward, backward-data and backward-params of `g` on `be`.
+pub fn run<B: Backend>(be: &B, g: &Conv2dGeom, x: &[f32], p: &[f32], dy: &[f32]) -> Outputs {
+    let (xb, pb, dyb) = (upload(be, x), upload(be, p), upload(be, dy));
     // Poison outputs and workspace: every op must overwrite what it writes.
-    y.fill(f32::NAN);
-    dx.fill(f32::NAN);
-    dp.fill(f32::NAN);
-    ws.fill(f32::NAN);
+    let mut ws = nan_buffer(be, be.conv2d_workspace_len(g));
+    let mut y = nan_buffer(be, g.output_len());
+    let mut dx = nan_buffer(be, g.input_len());
+    let mut dp = nan_buffer(be, g.params_len());
     be.conv2d_forward(g, View::whole(&xb), View::whole(&pb), ViewMut::whole(&mut y), ViewMut::whole(&mut ws)).unwrap();
     be.conv2d_backward_data(g, View::whole(&dyb), View::whole(&pb), ViewMut::whole(&mut dx), ViewMut::whole(&mut ws))
         .unwrap();
     be.conv2d_backward_params(g, View::whole(&xb), View::whole(&dyb), ViewMut::whole(&mut dp), ViewMut::whole(&mut ws))
         .unwrap();
-    Outputs { y, dx, dp }
+    Outputs { y: download(be, &y), dx: download(be, &dx), dp: download(be, &dp) }
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(48))]
-
-    /// Forward vs naive f64 (bound 1e-5 rel + 1e-5 abs); backward vs central differences of
-    /// the f64 reference with h = 1e-3 (bound 2e-3 rel + 2e-4 abs: f32 accumulation against
-    /// an O(h^2)-exact difference of a linear function).
-    #[test]
-    fn conv2d_matches_reference_and_finite_differences(g in geom(), seed in any::<u64>()) {
+/// Forward vs naive f64 (bound 1e-5 rel + 1e-5 abs); backward vs central differences of the
+/// f64 reference with h = 1e-3 (bound 2e-3 rel + 2e-4 abs: f32 accumulation against an
+/// O(h^2)-exact difference of a linear function); plus the GPU bound off the CPU.
+pub fn conv2d_matches_reference_and_finite_differences<B: Backend>(be: &B) {
+    proptest!(proptest_config::<B>(48), |(g in geom(), seed in any::<u64>())| {
         let x = random_vec(seed, g.input_len(), 1.0);
         let p = random_vec(seed ^ 7, g.params_len(), 0.5);
         let dy = random_vec(seed ^ 9, g.output_len(), 1.0);
         let (xd, pd, dyd) = (to_f64(&x), to_f64(&p), to_f64(&dy));
-        for gemm in [CpuGemm::MatrixMultiply, CpuGemm::Gemm] {
-            let be = CpuBackend::new(0).with_gemm(gemm);
-            let out = run(&be, &g, &x, &p, &dy);
-            assert_close(&out.y, &conv_ref(&g, &xd, &pd), Tolerance::new(1e-5, 1e-5), &format!("forward {g:?} {gemm:?}"));
-            let fdx = finite_difference(&xd, 1e-3, |xv| dot(&dyd, &conv_ref(&g, xv, &pd)));
-            assert_close(&out.dx, &fdx, Tolerance::GRAD, &format!("dx {g:?}"));
-            let fdp = finite_difference(&pd, 1e-3, |pv| dot(&dyd, &conv_ref(&g, &xd, pv)));
-            assert_close(&out.dp, &fdp, Tolerance::GRAD, &format!("dparams {g:?}"));
-        }
+        let out = run(be, &g, &x, &p, &dy);
+        assert_close(&out.y, &conv_ref(&g, &xd, &pd), Tolerance::new(1e-5, 1e-5).for_backend::<B>(), &format!("forward {g:?}"));
+        let fdx = finite_difference(&xd, 1e-3, |xv| dot(&dyd, &conv_ref(&g, xv, &pd)));
+        assert_close(&out.dx, &fdx, Tolerance::GRAD.for_backend::<B>(), &format!("dx {g:?}"));
+        let fdp = finite_difference(&pd, 1e-3, |pv| dot(&dyd, &conv_ref(&g, &xd, pv)));
+        assert_close(&out.dp, &fdp, Tolerance::GRAD.for_backend::<B>(), &format!("dparams {g:?}"));
+    });
+}
+
+/// Real layer shapes, including a strided 3x3 and a 1x1 projection, forward vs reference.
+pub fn conv2d_lenet_and_resnet_layer_shapes<B: Backend>(be: &B) {
+    let shapes = [
+        Conv2dGeom::square(2, 1, (28, 28), 6, 5, 1, 0, true),
+        Conv2dGeom::square(2, 16, (32, 32), 32, 3, 2, 1, false),
+        Conv2dGeom::square(2, 16, (32, 32), 32, 1, 2, 0, false),
+        Conv2dGeom::square(2, 8, (8, 8), 8, 1, 1, 0, true),
+    ];
+    for g in shapes {
+        let x = random_vec(1, g.input_len(), 1.0);
+        let p = random_vec(2, g.params_len(), 0.3);
+        let dy = random_vec(3, g.output_len(), 1.0);
+        let out = run(be, &g, &x, &p, &dy);
+        let tol = Tolerance::new(1e-5, 1e-4).for_backend::<B>();
+        assert_close(&out.y, &conv_ref(&g, &to_f64(&x), &to_f64(&p)), tol, &format!("{g:?}"));
     }
+}
+
+fn large_geom() -> impl Strategy<Value = Conv2dGeom> {
+    (
+        1usize..5,
+        1usize..17,
+        1usize..17,
+        1usize..17,
+        1usize..17,
+        prop_oneof![Just(1usize), Just(3), Just(5), 1usize..8],
+        1usize..3,
+        0usize..3,
+        any::<bool>(),
+    )
+        .prop_map(|(n, ci, h, w, co, k, s, p, bias)| Conv2dGeom {
+            batch: n,
+            in_channels: ci,
+            in_h: h,
+            in_w: w,
+            out_channels: co,
+            kernel_h: k,
+            kernel_w: k,
+            stride_h: s,
+            stride_w: s,
+            pad_h: p,
+            pad_w: p,
+            bias,
+        })
+        .prop_filter("valid", |g| g.validate().is_ok())
+}
+
+/// All three passes within [`GPU_TOLERANCE`] of the CPU, up to 4 images of 16 channels of
+/// 16 × 16 and 7 × 7 kernels.
+pub fn conv2d_matches_cpu<B: Backend>(be: &B) {
+    let cpu = CpuBackend::new(0);
+    proptest!(ProptestConfig::with_cases(24), |(g in large_geom(), seed in any::<u64>())| {
+        let x = random_vec(seed, g.input_len(), 1.0);
+        let p = random_vec(seed ^ 1, g.params_len(), 0.5);
+        let dy = random_vec(seed ^ 2, g.output_len(), 1.0);
+        let got = run(be, &g, &x, &p, &dy);
+        let want = run(&cpu, &g, &x, &p, &dy);
+        assert_close_f32(&got.y, &want.y, GPU_TOLERANCE, &format!("conv2d forward {g:?}"));
+        assert_close_f32(&got.dx, &want.dx, GPU_TOLERANCE, &format!("conv2d backward data {g:?}"));
+        assert_close_f32(&got.dp, &want.dp, GPU_TOLERANCE, &format!("conv2d backward params {g:?}"));
+    });
+}
+
+pub fn conv2d_bad_shapes_are_errors<B: Backend>(be: &B) {
+    let g = Conv2dGeom::square(1, 2, (5, 5), 3, 3, 1, 1, true);
+    let x = upload(be, &vec![0.0; g.input_len()]);
+    let p = upload(be, &vec![0.0; g.params_len()]);
+    let mut y = nan_buffer(be, g.output_len() - 1);
+    let mut ws = nan_buffer(be, be.conv2d_workspace_len(&g));
+    let e = be
+        .conv2d_forward(&g, View::whole(&x), View::whole(&p), ViewMut::whole(&mut y), ViewMut::whole(&mut ws))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("conv2d_forward") && e.contains("output"), "{e}");
+    let big = Conv2dGeom::square(1, 2, (2, 2), 3, 5, 1, 0, false);
+    assert!(big.validate().unwrap_err().to_string().contains("larger than the padded input"));
+    let zero = Conv2dGeom { stride_h: 0, ..g };
+    assert!(zero.validate().is_err());
+    let mut small_ws = nan_buffer(be, 0);
+    let g3 = Conv2dGeom::square(1, 2, (5, 5), 3, 3, 1, 1, true);
+    let mut y3 = nan_buffer(be, g3.output_len());
+    let e = be
+        .conv2d_forward(&g3, View::whole(&x), View::whole(&p), ViewMut::whole(&mut y3), ViewMut::whole(&mut small_ws))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("workspace"), "{e}");
+}
+
+crate::test_backends! {
+    conv2d_matches_reference_and_finite_differences: [cpu, emu, cuda, cuda_no_cudnn],
+    conv2d_lenet_and_resnet_layer_shapes: [cpu_threads, emu, cuda, cuda_no_cudnn],
+    conv2d_matches_cpu: [cpu_threads, emu, cuda, cuda_no_cudnn],
+    conv2d_bad_shapes_are_errors,
+}
+
+/// The CPU backend with the other GEMM crate.
+#[test]
+fn conv2d_with_the_gemm_crate_matches_reference_and_finite_differences() {
+    conv2d_matches_reference_and_finite_differences(&CpuBackend::new(0).with_gemm(crate::CpuGemm::Gemm));
+}
+
+/// The GPU fallback with a tiny im2col budget on the emulator: several chunks per batch, one
+/// image per chunk at the limit.
+#[test]
+fn conv2d_matches_cpu_in_several_chunks_emu() {
+    match crate::cuda::emu::emu_backend_with_col_budget(300) {
+        Ok(Some(be)) => conv2d_matches_cpu(&be),
+        Ok(None) => {
+            println!("conv2d_matches_cpu_in_several_chunks_emu: skipped: no C++ compiler for the CUDA kernel emulator")
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[cfg(test)]
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
 
     /// Splitting the batch over threads gives the same forward and data gradient bit for bit,
     /// and the same weight gradient up to summation order.
@@ -122,51 +236,7 @@ proptest! {
     }
 }
 
-#[test]
-fn conv2d_lenet_and_resnet_layer_shapes() {
-    // Real layer shapes, including a strided 3x3 and a 1x1 projection, forward vs reference.
-    let shapes = [
-        Conv2dGeom::square(2, 1, (28, 28), 6, 5, 1, 0, true),
-        Conv2dGeom::square(2, 16, (32, 32), 32, 3, 2, 1, false),
-        Conv2dGeom::square(2, 16, (32, 32), 32, 1, 2, 0, false),
-        Conv2dGeom::square(2, 8, (8, 8), 8, 1, 1, 0, true),
-    ];
-    for g in shapes {
-        let x = random_vec(1, g.input_len(), 1.0);
-        let p = random_vec(2, g.params_len(), 0.3);
-        let dy = random_vec(3, g.output_len(), 1.0);
-        let out = run(&CpuBackend::with_threads(0, 2).unwrap(), &g, &x, &p, &dy);
-        assert_close(&out.y, &conv_ref(&g, &to_f64(&x), &to_f64(&p)), Tolerance::new(1e-5, 1e-4), &format!("{g:?}"));
-    }
-}
-
-#[test]
-fn conv2d_bad_shapes_are_errors() {
-    let be = CpuBackend::new(0);
-    let g = Conv2dGeom::square(1, 2, (5, 5), 3, 3, 1, 1, true);
-    let x = vec![0.0; g.input_len()];
-    let p = vec![0.0; g.params_len()];
-    let mut y = vec![0.0; g.output_len() - 1];
-    let mut ws = vec![0.0; be.conv2d_workspace_len(&g)];
-    let e = be
-        .conv2d_forward(&g, View::whole(&x), View::whole(&p), ViewMut::whole(&mut y), ViewMut::whole(&mut ws))
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("conv2d_forward") && e.contains("output"), "{e}");
-    let big = Conv2dGeom::square(1, 2, (2, 2), 3, 5, 1, 0, false);
-    assert!(big.validate().unwrap_err().to_string().contains("larger than the padded input"));
-    let zero = Conv2dGeom { stride_h: 0, ..g };
-    assert!(zero.validate().is_err());
-    let mut small_ws = vec![0.0; 0];
-    let g3 = Conv2dGeom::square(1, 2, (5, 5), 3, 3, 1, 1, true);
-    let mut y3 = vec![0.0; g3.output_len()];
-    let e = be
-        .conv2d_forward(&g3, View::whole(&x), View::whole(&p), ViewMut::whole(&mut y3), ViewMut::whole(&mut small_ws))
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("workspace"), "{e}");
-}
-
+#[cfg(test)]
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(96))]
     /// The block-copy im2col/col2im of same-size stride-1 convolutions equal the general

@@ -2,13 +2,17 @@
 //! `matrixmultiply` (or `gemm`), optional intra-op parallelism over the batch with a private
 //! rayon pool. It is both a real trainer for machines without GPUs and the reference every
 //! other backend is tested against.
-
-mod backend_impl;
+//!
+//! This file holds the backend itself (threads, GEMM choice) and its memory; each op's CPU
+//! kernels and `impl <Op> for CpuBackend` live in the op's folder (`src/<op>/cpu.rs`).
 
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::error::{KernelError, Result};
+use crossbow_tensor::Device;
+
+use crate::backend::{Backend, Storage, View, ViewMut};
+use crate::error::{KernelError, Result, check_len};
 use crate::gemm::CpuGemm;
 
 /// The CPU backend for one CPU device.
@@ -146,4 +150,84 @@ pub(crate) fn chunks_mut_n(data: &mut [f32], count: usize, size: usize) -> Vec<&
         return (0..count).map(|_| &mut [][..]).collect();
     }
     data.chunks_mut(size).take(count).collect()
+}
+
+/// The slice a CPU view reads.
+pub(crate) fn sl<'a>(v: View<'a, CpuBackend>) -> &'a [f32] {
+    &v.buffer()[v.range()]
+}
+
+/// The slice a CPU view writes.
+pub(crate) fn sm<'a>(v: ViewMut<'a, CpuBackend>) -> &'a mut [f32] {
+    let (buf, r) = v.into_parts();
+    &mut buf[r]
+}
+
+impl Storage for CpuBackend {
+    type Buffer = Vec<f32>;
+
+    fn buffer_len(buf: &Vec<f32>) -> usize {
+        buf.len()
+    }
+}
+
+impl Backend for CpuBackend {
+    fn device(&self) -> Device {
+        Device::Cpu(self.index)
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "cpu:{} ({} thread{}, {:?} GEMM)",
+            self.index,
+            self.threads,
+            if self.threads == 1 { "" } else { "s" },
+            self.gemm
+        )
+    }
+
+    fn alloc(&self, len: usize) -> Result<Vec<f32>> {
+        let mut v = Vec::new();
+        v.try_reserve_exact(len)
+            .map_err(|_| KernelError::invalid("alloc", format!("cannot allocate {len} f32s on the CPU")))?;
+        v.resize(len, 0.0);
+        Ok(v)
+    }
+
+    fn upload(&self, src: &[f32], dst: ViewMut<'_, Self>) -> Result<()> {
+        check_len("upload", "dst", src.len(), dst.len())?;
+        sm(dst).copy_from_slice(src);
+        Ok(())
+    }
+
+    fn download(&self, src: View<'_, Self>, dst: &mut [f32]) -> Result<()> {
+        check_len("download", "dst", src.len(), dst.len())?;
+        dst.copy_from_slice(sl(src));
+        Ok(())
+    }
+
+    fn copy(&self, src: View<'_, Self>, dst: ViewMut<'_, Self>) -> Result<()> {
+        check_len("copy", "dst", src.len(), dst.len())?;
+        sm(dst).copy_from_slice(sl(src));
+        Ok(())
+    }
+
+    fn fill(&self, dst: ViewMut<'_, Self>, value: f32) -> Result<()> {
+        sm(dst).fill(value);
+        Ok(())
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+
+    type Event = ();
+
+    fn record(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn wait(&self, _event: &()) -> Result<()> {
+        Ok(())
+    }
 }

@@ -14,7 +14,7 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 use cudarc::nvrtc::Ptx;
 
 use super::common::KernelCacheStats;
-use super::exec::{KernelSource, SOURCES};
+use super::exec::{KernelSource, fnv1a, sources};
 use super::nvrtc::{self, NVRTC_OPTIONS};
 use crate::error::{KernelError, Result};
 
@@ -33,21 +33,6 @@ pub fn kernel_cache_stats() -> KernelCacheStats {
         disk_write_errors: DISK_WRITE_ERRORS.load(Ordering::Relaxed),
         memory_hits: MEMORY_HITS.load(Ordering::Relaxed),
     }
-}
-
-/// 64-bit FNV-1a: stable across builds and platforms (unlike `DefaultHasher`).
-pub(crate) fn fnv1a(parts: &[&[u8]]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for p in parts {
-        for &b in *p {
-            h ^= b as u64;
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        // Separate the parts, so ("ab", "c") and ("a", "bc") differ.
-        h ^= 0xff;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
 }
 
 /// What to compile for: a CUBIN for a real architecture the NVRTC knows (no JIT at load),
@@ -274,7 +259,7 @@ pub(crate) fn load_all(
     dir: Option<&Path>,
 ) -> Result<HashMap<&'static str, CudaFunction>> {
     let mut fns = HashMap::new();
-    for source in SOURCES {
+    for source in sources() {
         let m = module(ctx, ordinal, source, target, dir)?;
         for &name in source.kernels {
             let f = m.load_function(name).map_err(|e| KernelError::Cuda {

@@ -17,11 +17,9 @@ use super::cache::{self, Target};
 use super::common::{CudaOptions, CudnnStatus, DeviceInfo, DriverStatus, MemInfo};
 use super::cudnn::{self, Cudnn};
 use super::driver::{device_info, driver_status, status_error};
-use super::exec::{BLOCK, BnCall, ColGemm, ConvPass, Dv, Exec, KArg, Sealed};
+use super::exec::{BLOCK, ColGemm, Exec, KArg, Sealed};
 use super::gpu::GpuBackend;
 use super::nvrtc;
-use crate::batch_norm::BatchNormGeom;
-use crate::conv2d::Conv2dGeom;
 use crate::error::{KernelError, Result};
 
 /// The backend of one learner on a GPU: [`GpuBackend`] on a [`CudaExec`] (its own stream,
@@ -482,29 +480,14 @@ impl Exec for CudaExec {
         Ok(())
     }
 
-    fn conv2d_cudnn_workspace(&self, g: &Conv2dGeom) -> Option<usize> {
-        self.bind().ok()?;
-        self.cudnn.as_ref()?.conv_workspace(g)
-    }
-
-    fn conv2d_cudnn(&self, pass: ConvPass, g: &Conv2dGeom, a: Dv, b: Dv, out: Dv, ws: Dv) -> Result<bool> {
-        let Some(c) = self.cudnn.as_ref() else { return Ok(false) };
+    fn with_cudnn<T>(&self, f: impl FnOnce(&Cudnn) -> Result<T>) -> Result<Option<T>> {
+        let Some(c) = self.cudnn.as_ref() else { return Ok(None) };
         self.bind()?;
-        let done = c.conv(pass, g, a, b, out, ws)?;
-        if done && self.dev.inner.options.sync_launches {
+        let out = f(c)?;
+        if self.dev.inner.options.sync_launches {
             self.synchronize()?;
         }
-        Ok(done)
-    }
-
-    fn batch_norm_cudnn(&self, g: &BatchNormGeom, call: BnCall) -> Result<bool> {
-        let Some(c) = self.cudnn.as_ref() else { return Ok(false) };
-        self.bind()?;
-        let done = c.batch_norm(g, call)?;
-        if done && self.dev.inner.options.sync_launches {
-            self.synchronize()?;
-        }
-        Ok(done)
+        Ok(Some(out))
     }
 }
 

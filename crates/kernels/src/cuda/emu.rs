@@ -1,5 +1,5 @@
 //! A host emulator of the CUDA backend, for testing on machines without a GPU (feature
-//! `testing`).
+//! `testing`; the `cuda` feature is not needed).
 //!
 //! The `.cu` sources are compiled with the host C++ compiler (`$CXX`, else `c++`; C++20)
 //! behind `emu.h`, which defines the CUDA built-ins the kernels use, into a shared library
@@ -22,8 +22,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use crossbow_tensor::Device;
 
-use super::cache::fnv1a;
-use super::exec::{BLOCK, ColGemm, Exec, KArg, PRELUDE, SOURCES, Sealed, source_of};
+use super::exec::{BLOCK, ColGemm, Exec, KArg, PRELUDE, Sealed, fnv1a, source_of, sources};
 use super::gpu::GpuBackend;
 use crate::error::{KernelError, Result};
 
@@ -83,7 +82,7 @@ fn build_into(dir: &Path, cxx: &str) -> Result<PathBuf> {
     write("emu.h", EMU_H)?;
     write("emu_runtime.cpp", RUNTIME)?;
     let mut files = vec!["emu_runtime.cpp".to_string()];
-    for s in SOURCES {
+    for s in sources() {
         let name = format!("{}.cpp", s.module);
         write(&name, &unit(s))?;
         files.push(name);
@@ -128,7 +127,7 @@ fn load() -> Result<Option<Arc<Lib>>> {
         _ => return Ok(None),
     };
     let mut parts: Vec<String> = vec![EMU_H.into(), RUNTIME.into(), version, FLAGS.join(" ")];
-    parts.extend(SOURCES.iter().map(|s| unit(s)));
+    parts.extend(sources().map(unit));
     let hash = fnv1a(&parts.iter().map(|p| p.as_bytes()).collect::<Vec<_>>());
     let dir = std::env::temp_dir().join(format!("crossbow-emu-{hash:016x}"));
     let lib_path = dir.join("libcrossbow_emu.so");

@@ -1,8 +1,9 @@
 //! The executor interface behind [`super::GpuBackend`]: what an op's GPU code needs (launch
 //! a named kernel, a column-major GEMM, copies, and optionally cuDNN), implemented by
-//! [`super::CudaExec`] on a real GPU and by the host emulator of the CPU tests
-//! (`cuda::emu`). Op code (each op's `cuda.rs`) is written once against it, so the CPU
-//! tests run the very launch sequences, arguments and GEMM calls the GPU runs.
+//! [`super::CudaExec`] on a real GPU, by the host emulator of the CPU tests (`cuda::emu`),
+//! and — without the `cuda` feature — by the uninhabited `NoDevice` (so `CudaBackend`
+//! exists and cannot be constructed). Op code (each op's `cuda.rs`) is written once against
+//! it, so the CPU tests run the very launch sequences, arguments and GEMM calls the GPU runs.
 //!
 //! Device memory is addressed by raw `u64` addresses (a CUDA device pointer, or a host
 //! pointer under the emulator) in [`Dv`]s built from range-checked views, so every address
@@ -10,8 +11,6 @@
 
 use crossbow_tensor::Device;
 
-use crate::batch_norm::BatchNormGeom;
-use crate::conv2d::Conv2dGeom;
 use crate::error::{KernelError, Result};
 
 /// Threads per block of every launch (`CB_BLOCK` in `prelude.cuh`).
@@ -45,22 +44,32 @@ impl KernelSource {
     }
 }
 
-/// Every kernel source, one per op folder.
-pub const SOURCES: &[&KernelSource] = &[
-    &crate::vector::cuda::SOURCE,
-    &crate::activation::cuda::SOURCE,
-    &crate::optim::cuda::SOURCE,
-    &crate::dropout::cuda::SOURCE,
-    &crate::softmax_xent::cuda::SOURCE,
-    &crate::batch_norm::cuda::SOURCE,
-    &crate::pool::cuda::SOURCE,
-    &crate::conv2d::cuda::SOURCE,
-    &crate::augment::cuda::SOURCE,
-];
+/// Every kernel source: the `SOURCES` of each op folder's `cuda.rs`, in the order of the
+/// crate's op list.
+pub fn sources() -> impl Iterator<Item = &'static KernelSource> {
+    crate::KERNEL_SOURCES.iter().flat_map(|s| s.iter())
+}
 
 /// The source that defines `kernel`.
 pub fn source_of(kernel: &str) -> Option<&'static KernelSource> {
-    SOURCES.iter().copied().find(|s| s.kernels.contains(&kernel))
+    sources().find(|s| s.kernels.contains(&kernel))
+}
+
+/// 64-bit FNV-1a: stable across builds and platforms (unlike `DefaultHasher`); the key of
+/// the kernel caches.
+#[cfg(any(feature = "cuda", feature = "testing"))]
+pub(crate) fn fnv1a(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for &b in *p {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        // Separate the parts, so ("ab", "c") and ("a", "bc") differ.
+        h ^= 0xff;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
 }
 
 /// A region of device memory: address of its first `f32` and its length.
@@ -158,25 +167,6 @@ pub struct ColGemm {
     pub stride_c: usize,
 }
 
-/// Which convolution pass a cuDNN call computes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ConvPass {
-    /// `(x, weights) -> y`
-    Forward,
-    /// `(dy, weights) -> dx`
-    BackwardData,
-    /// `(x, dy) -> dweights`
-    BackwardFilter,
-}
-
-/// A batch-norm call offered to cuDNN (views as in [`crate::Backend`]).
-#[derive(Clone, Copy, Debug)]
-pub enum BnCall {
-    Train { x: Dv, params: Dv, y: Dv, saved: Dv, running: Dv },
-    Infer { x: Dv, params: Dv, running: Dv, y: Dv },
-    Backward { x: Dv, dy: Dv, params: Dv, saved: Dv, dx: Dv, dparams: Dv },
-}
-
 mod sealed {
     pub trait Sealed {}
 }
@@ -222,20 +212,12 @@ pub trait Exec: Sealed + Send + Sync + 'static {
         crate::conv2d::cuda::COL_BUDGET
     }
 
-    /// Workspace `f32`s cuDNN needs for all three passes of `g`, or `None` when cuDNN does
-    /// not handle this geometry here (then the fallback runs).
-    fn conv2d_cudnn_workspace(&self, _g: &Conv2dGeom) -> Option<usize> {
-        None
-    }
-    /// Runs one convolution pass through cuDNN (no bias) if it handles `g`: `Ok(true)` when
-    /// done, `Ok(false)` when the caller must run the fallback. `(a, b) -> out` is
-    /// `(x, weights) -> y` forward, `(dy, weights) -> dx` for the data gradient, and
-    /// `(x, dy) -> dweights` for the filter gradient.
-    fn conv2d_cudnn(&self, _pass: ConvPass, _g: &Conv2dGeom, _a: Dv, _b: Dv, _out: Dv, _ws: Dv) -> Result<bool> {
-        Ok(false)
-    }
-    /// Runs a batch-norm call through cuDNN if it handles `g`; as [`Exec::conv2d_cudnn`].
-    fn batch_norm_cudnn(&self, _g: &BatchNormGeom, _call: BnCall) -> Result<bool> {
-        Ok(false)
+    /// Runs `f` with this executor's cuDNN handle (context bound, and synchronised after
+    /// when launches are), or returns `Ok(None)` when it has none: then the op runs its
+    /// fallback kernels. Ops' `cudnn.rs` files are the only callers.
+    #[cfg(feature = "cuda")]
+    fn with_cudnn<T>(&self, f: impl FnOnce(&super::cudnn::Cudnn) -> Result<T>) -> Result<Option<T>> {
+        let _ = f;
+        Ok(None)
     }
 }

@@ -1,20 +1,25 @@
-//! The CUDA backend (feature `cuda`), and without the feature a stub with the same names
-//! whose functions return [`KernelError::NotCompiledWithCuda`](crate::KernelError), so
-//! callers need no `cfg`.
+//! The GPU backend: [`GpuBackend`] over an executor ([`exec::Exec`]). With the feature
+//! `cuda` the executor is [`CudaExec`] (cudarc, cuBLAS, cuDNN) and [`CudaBackend`] =
+//! `GpuBackend<CudaExec>`; without it `CudaExec` is uninhabited and the device-level entry
+//! points return [`KernelError::NotCompiledWithCuda`](crate::KernelError), so callers need no
+//! `cfg`. With the feature `testing`, `emu` runs the same backend on a host emulator of
+//! the kernels (with or without `cuda`).
 //!
 //! # What runs where
 //!
 //! | op | on the GPU |
 //! |---|---|
 //! | GEMM, linear | cuBLAS `sgemm` (row-major through the column-major transpose trick, `gemm/cuda.rs`), bias kernels of `vector.cu` |
-//! | conv2d | cuDNN (`CUDNN_FMA_MATH`, no FFT algorithms) when enabled, else im2col / col2im (`conv2d.cu`) + strided-batched cuBLAS |
-//! | batch norm | cuDNN spatial batch norm when enabled, else `batch_norm.cu` (two-pass, double accumulation) |
+//! | conv2d | cuDNN (`conv2d/cudnn.rs`: `CUDNN_FMA_MATH`, no FFT algorithms) when enabled, else im2col / col2im (`conv2d.cu`) + strided-batched cuBLAS |
+//! | batch norm | cuDNN spatial batch norm (`batch_norm/cudnn.rs`) when enabled, else `batch_norm.cu` (two-pass, double accumulation) |
 //! | pooling | always `pool.cu` (cuDNN cannot express the CPU's ceil-mode / tie / divisor rules exactly) |
-//! | ReLU, dropout, softmax-xent, SGD, vector ops, crop+flip | `activation.cu`, `dropout.cu`, `softmax_xent.cu`, `optim.cu`, `vector.cu`, `augment.cu` |
+//! | every other op | its folder's own `.cu` (`activation.cu`, `dropout.cu`, `vector.cu`, ...) |
 //!
-//! Each op's kernels live next to it (`src/<op>/<op>.cu`, launched from `src/<op>/cuda.rs`),
-//! are embedded with `include_str!` after the shared `prelude.cuh`, and are compiled with
-//! NVRTC (`--fmad=false`, so element-wise results equal the CPU's) when a device is opened.
+//! Each op's kernels live next to it (`src/<op>/<op>.cu`, listed in the folder's
+//! `cuda.rs` as `SOURCES` and launched from the same file's `impl<E: Exec> <Op> for
+//! GpuBackend<E>`), are embedded with `include_str!` after the shared `prelude.cuh`, and are
+//! compiled with NVRTC (`--fmad=false`, so element-wise results equal the CPU's) when a
+//! device is opened.
 //!
 //! # Devices, learners, streams
 //!
@@ -54,7 +59,8 @@
 //! cuDNN is used when `libcudnn.so.9` loads and exports every function used (checked
 //! before any call), unless [`CudaOptions::cudnn`] is false (env
 //! `CROSSBOW_DISABLE_CUDNN=1`). Without it, convolution and batch norm run on the crate's
-//! kernels. Either way the same conformance suite checks every op against the CPU.
+//! kernels. Either way the same tests check every op (the `cuda` and `cuda_no_cudnn`
+//! variants of each op's tests).
 //!
 //! # Environment
 //!
@@ -68,30 +74,31 @@
 //!
 //! * `nvrtc` tests compile every source for `sm_80` and `sm_90` (PTX and CUBIN) with the
 //!   NVRTC of the `nvidia-cuda-nvrtc` pip wheel — no driver needed ([`compile_all_for_arch`]).
-//! * `cuda::emu` (with the `testing` feature) compiles the same sources with the host C++
-//!   compiler behind a small CUDA emulation header and runs the whole GPU backend — the op
-//!   code of every `cuda.rs`, its launches and its GEMM calls (cuBLAS replaced by a
-//!   reference column-major GEMM) — through the conformance suite against the CPU. Only
-//!   cudarc/cuBLAS/cuDNN themselves and real-GPU concurrency are left to `tests/gpu.rs` on a
-//!   GPU machine.
+//! * `cuda::emu` (with the `testing` feature, no `cuda` needed) compiles the same sources
+//!   with the host C++ compiler behind a small CUDA emulation header and runs the whole GPU
+//!   backend — the op code of every `cuda.rs`, its launches and its GEMM calls (cuBLAS
+//!   replaced by a reference column-major GEMM) — through every op's tests (their `emu`
+//!   variants, see `test_backends!`). Only cudarc/cuBLAS/cuDNN themselves and real-GPU
+//!   concurrency are left to the `cuda` variants and `tests/gpu.rs` on a GPU machine.
 
 mod common;
 pub use common::*;
 
+pub mod exec;
+mod gpu;
+pub use gpu::GpuBackend;
+
+#[cfg(feature = "testing")]
+pub mod emu;
+
 #[cfg(feature = "cuda")]
 mod cache;
 #[cfg(feature = "cuda")]
-mod cudnn;
+pub(crate) mod cudnn;
 #[cfg(feature = "cuda")]
 mod device;
 #[cfg(feature = "cuda")]
 mod driver;
-#[cfg(all(feature = "cuda", feature = "testing"))]
-pub mod emu;
-#[cfg(feature = "cuda")]
-pub mod exec;
-#[cfg(feature = "cuda")]
-mod gpu;
 #[cfg(feature = "cuda")]
 mod nvrtc;
 
@@ -102,11 +109,11 @@ pub use cudarc;
 #[cfg(feature = "cuda")]
 pub use cudarc::driver::CudaEvent;
 #[cfg(feature = "cuda")]
+pub use cudnn::Cudnn;
+#[cfg(feature = "cuda")]
 pub use device::{CudaBackend, CudaBuffer, CudaDevice, CudaExec};
 #[cfg(feature = "cuda")]
 pub use driver::{device_count, device_info, devices, driver_status};
-#[cfg(feature = "cuda")]
-pub use gpu::GpuBackend;
 #[cfg(feature = "cuda")]
 pub use nvrtc::{compile_all_for_arch, nvrtc_available, nvrtc_version};
 
@@ -115,5 +122,5 @@ mod stub;
 #[cfg(not(feature = "cuda"))]
 pub use stub::*;
 
-#[cfg(all(test, feature = "cuda"))]
+#[cfg(test)]
 mod tests;

@@ -7,7 +7,7 @@ use std::ffi::{CStr, CString, c_char, c_int};
 use cudarc::nvrtc::{result, sys};
 
 use super::common::CompiledSource;
-use super::exec::{KernelSource, SOURCES};
+use super::exec::{KernelSource, sources};
 use crate::error::{KernelError, Result};
 
 /// Options every kernel is compiled with: no FMA contraction (`a * b + c` rounds twice, as
@@ -141,8 +141,7 @@ pub fn compile_all_for_arch(arch: &str) -> Result<Vec<CompiledSource>> {
     if !ok {
         return Err(KernelError::invalid("compile_all_for_arch", format!("'{arch}' is not sm_XY or compute_XY")));
     }
-    SOURCES
-        .iter()
+    sources()
         .map(|s| {
             let c = compile(s, arch)?;
             Ok(CompiledSource {

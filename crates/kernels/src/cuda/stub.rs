@@ -1,21 +1,18 @@
 //! Without the `cuda` feature: the CUDA API's names, every function an error
 //! ([`KernelError::NotCompiledWithCuda`]) and every type uninhabited, so code that uses the
 //! CUDA backend compiles unchanged and fails cleanly at run time.
+//!
+//! [`CudaBackend`] is the real [`GpuBackend`] — every op's GPU code included — over the
+//! uninhabited executor [`NoDevice`], so it has exactly the real backend's API and can never
+//! be constructed; only the device-level API ([`CudaDevice`]) and the free functions are
+//! written out here.
 
 use crossbow_tensor::Device;
 
 use super::common::{CompiledSource, CudaOptions, CudnnStatus, DeviceInfo, DriverStatus, KernelCacheStats, MemInfo};
-use crate::augment::CropFlipGeom;
-use crate::backend::{Backend, View, ViewMut};
-use crate::batch_norm::BatchNormGeom;
-use crate::conv2d::Conv2dGeom;
-use crate::dropout::DropoutConfig;
+use super::exec::{ColGemm, Exec, KArg, Sealed};
+use super::gpu::GpuBackend;
 use crate::error::{KernelError, Result};
-use crate::gemm::GemmConfig;
-use crate::linear::LinearGeom;
-use crate::optim::SgdConfig;
-use crate::pool::Pool2dGeom;
-use crate::softmax_xent::SoftmaxXentGeom;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Never {}
@@ -60,6 +57,9 @@ pub fn kernel_cache_stats() -> KernelCacheStats {
     KernelCacheStats::default()
 }
 
+// The types below hold a private uninhabited field rather than being empty enums, so that
+// code outside this module that uses them (callers' GPU paths) is not linted as unreachable.
+
 /// A CUDA event (uninhabited without the `cuda` feature).
 #[derive(Debug)]
 pub struct CudaEvent(Never);
@@ -67,6 +67,80 @@ pub struct CudaEvent(Never);
 /// A device buffer (uninhabited without the `cuda` feature).
 #[derive(Debug)]
 pub struct CudaBuffer(Never);
+
+/// The executor of [`CudaBackend`] without the `cuda` feature: uninhabited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NoDevice(Never);
+
+/// The name the real executor has with the `cuda` feature.
+pub type CudaExec = NoDevice;
+
+/// A learner's GPU backend (cannot exist without the `cuda` feature).
+pub type CudaBackend = GpuBackend<NoDevice>;
+
+impl Sealed for NoDevice {}
+
+impl Exec for NoDevice {
+    type Buffer = CudaBuffer;
+
+    fn buffer_len(buf: &CudaBuffer) -> usize {
+        match buf.0 {}
+    }
+
+    fn addr(&self, _buf: &CudaBuffer) -> Result<u64> {
+        match self.0 {}
+    }
+
+    fn addr_mut(&self, _buf: &mut CudaBuffer) -> Result<u64> {
+        match self.0 {}
+    }
+
+    fn device(&self) -> Device {
+        match self.0 {}
+    }
+
+    fn describe(&self) -> String {
+        match self.0 {}
+    }
+
+    fn alloc(&self, _len: usize) -> Result<CudaBuffer> {
+        match self.0 {}
+    }
+
+    fn upload(&self, _src: &[f32], _dst: u64) -> Result<()> {
+        match self.0 {}
+    }
+
+    fn download(&self, _src: u64, _dst: &mut [f32]) -> Result<()> {
+        match self.0 {}
+    }
+
+    fn copy(&self, _src: u64, _dst: u64, _len: usize) -> Result<()> {
+        match self.0 {}
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        match self.0 {}
+    }
+
+    type Event = CudaEvent;
+
+    fn record(&self) -> Result<CudaEvent> {
+        match self.0 {}
+    }
+
+    fn wait(&self, _event: &CudaEvent) -> Result<()> {
+        match self.0 {}
+    }
+
+    fn launch(&self, _kernel: &'static str, _grid: u32, _args: &[KArg]) -> Result<()> {
+        match self.0 {}
+    }
+
+    fn gemm(&self, _g: &ColGemm) -> Result<()> {
+        match self.0 {}
+    }
+}
 
 /// A GPU (cannot be opened without the `cuda` feature).
 #[derive(Clone, Debug)]
@@ -120,294 +194,26 @@ impl CudaDevice {
     }
 }
 
-/// A learner's GPU backend (cannot exist without the `cuda` feature).
-#[derive(Debug)]
-pub struct CudaBackend(Never);
-
-impl CudaBackend {
+/// Stream-level controls of a learner's backend (as with the `cuda` feature).
+impl GpuBackend<NoDevice> {
     pub fn cuda_device(&self) -> &CudaDevice {
-        match self.0 {}
+        match self.exec.0 {}
     }
 
     pub fn uses_cudnn(&self) -> bool {
-        match self.0 {}
+        match self.exec.0 {}
     }
 
     pub fn record_event(&self) -> Result<CudaEvent> {
-        match self.0 {}
+        match self.exec.0 {}
     }
 
     pub fn wait_event(&self, _event: &CudaEvent) -> Result<()> {
-        match self.0 {}
+        match self.exec.0 {}
     }
 
     pub fn wait_for(&self, _other: &CudaBackend) -> Result<()> {
-        match self.0 {}
-    }
-}
-
-impl Backend for CudaBackend {
-    type Buffer = CudaBuffer;
-
-    fn buffer_len(buf: &CudaBuffer) -> usize {
-        match buf.0 {}
-    }
-
-    fn device(&self) -> Device {
-        match self.0 {}
-    }
-
-    fn describe(&self) -> String {
-        match self.0 {}
-    }
-
-    fn alloc(&self, _len: usize) -> Result<CudaBuffer> {
-        match self.0 {}
-    }
-
-    fn upload(&self, _src: &[f32], _dst: ViewMut<'_, Self>) -> Result<()> {
-        match self.0 {}
-    }
-
-    fn download(&self, _src: View<'_, Self>, _dst: &mut [f32]) -> Result<()> {
-        match self.0 {}
-    }
-
-    fn copy(&self, _src: View<'_, Self>, _dst: ViewMut<'_, Self>) -> Result<()> {
-        match self.0 {}
-    }
-
-    fn fill(&self, _dst: ViewMut<'_, Self>, _value: f32) -> Result<()> {
-        match self.0 {}
-    }
-
-    fn synchronize(&self) -> Result<()> {
-        match self.0 {}
-    }
-
-    type Event = CudaEvent;
-
-    fn record(&self) -> Result<CudaEvent> {
-        match self.0 {}
-    }
-
-    fn wait(&self, _event: &CudaEvent) -> Result<()> {
-        match self.0 {}
-    }
-
-    fn gemm(&self, _cfg: &GemmConfig, _a: View<'_, Self>, _b: View<'_, Self>, _c: ViewMut<'_, Self>) -> Result<()> {
-        match self.0 {}
-    }
-
-    fn add(&self, _a: View<'_, Self>, _b: View<'_, Self>, _y: ViewMut<'_, Self>) -> Result<()> {
-        match self.0 {}
-    }
-
-    fn sub(&self, _a: View<'_, Self>, _b: View<'_, Self>, _y: ViewMut<'_, Self>) -> Result<()> {
-        match self.0 {}
-    }
-
-    fn mul(&self, _a: View<'_, Self>, _b: View<'_, Self>, _y: ViewMut<'_, Self>) -> Result<()> {
-        match self.0 {}
-    }
-
-    fn axpy(&self, _alpha: f32, _x: View<'_, Self>, _y: ViewMut<'_, Self>) -> Result<()> {
-        match self.0 {}
-    }
-
-    fn axpby(&self, _alpha: f32, _x: View<'_, Self>, _beta: f32, _y: ViewMut<'_, Self>) -> Result<()> {
-        match self.0 {}
-    }
-
-    fn scale(&self, _alpha: f32, _y: ViewMut<'_, Self>) -> Result<()> {
-        match self.0 {}
-    }
-
-    fn sum_squares(&self, _x: View<'_, Self>, _out: ViewMut<'_, Self>) -> Result<()> {
-        match self.0 {}
-    }
-
-    fn sgd_step(
-        &self,
-        _cfg: &SgdConfig,
-        _param: ViewMut<'_, Self>,
-        _grad: View<'_, Self>,
-        _velocity: ViewMut<'_, Self>,
-    ) -> Result<()> {
-        match self.0 {}
-    }
-
-    fn relu_forward(&self, _x: View<'_, Self>, _y: ViewMut<'_, Self>) -> Result<()> {
-        match self.0 {}
-    }
-
-    fn relu_forward_inplace(&self, _y: ViewMut<'_, Self>) -> Result<()> {
-        match self.0 {}
-    }
-
-    fn relu_backward(&self, _y: View<'_, Self>, _dy: View<'_, Self>, _dx: ViewMut<'_, Self>) -> Result<()> {
-        match self.0 {}
-    }
-
-    fn relu_backward_inplace(&self, _y: View<'_, Self>, _d: ViewMut<'_, Self>) -> Result<()> {
-        match self.0 {}
-    }
-
-    fn conv2d_workspace_len(&self, _g: &Conv2dGeom) -> usize {
-        match self.0 {}
-    }
-
-    fn conv2d_forward(
-        &self,
-        _g: &Conv2dGeom,
-        _x: View<'_, Self>,
-        _params: View<'_, Self>,
-        _y: ViewMut<'_, Self>,
-        _workspace: ViewMut<'_, Self>,
-    ) -> Result<()> {
-        match self.0 {}
-    }
-
-    fn conv2d_backward_data(
-        &self,
-        _g: &Conv2dGeom,
-        _dy: View<'_, Self>,
-        _params: View<'_, Self>,
-        _dx: ViewMut<'_, Self>,
-        _workspace: ViewMut<'_, Self>,
-    ) -> Result<()> {
-        match self.0 {}
-    }
-
-    fn conv2d_backward_params(
-        &self,
-        _g: &Conv2dGeom,
-        _x: View<'_, Self>,
-        _dy: View<'_, Self>,
-        _dparams: ViewMut<'_, Self>,
-        _workspace: ViewMut<'_, Self>,
-    ) -> Result<()> {
-        match self.0 {}
-    }
-
-    fn linear_forward(
-        &self,
-        _g: &LinearGeom,
-        _x: View<'_, Self>,
-        _params: View<'_, Self>,
-        _y: ViewMut<'_, Self>,
-    ) -> Result<()> {
-        match self.0 {}
-    }
-
-    fn linear_backward_data(
-        &self,
-        _g: &LinearGeom,
-        _dy: View<'_, Self>,
-        _params: View<'_, Self>,
-        _dx: ViewMut<'_, Self>,
-    ) -> Result<()> {
-        match self.0 {}
-    }
-
-    fn linear_backward_params(
-        &self,
-        _g: &LinearGeom,
-        _x: View<'_, Self>,
-        _dy: View<'_, Self>,
-        _dparams: ViewMut<'_, Self>,
-    ) -> Result<()> {
-        match self.0 {}
-    }
-
-    fn batch_norm_forward_train(
-        &self,
-        _g: &BatchNormGeom,
-        _x: View<'_, Self>,
-        _params: View<'_, Self>,
-        _y: ViewMut<'_, Self>,
-        _saved: ViewMut<'_, Self>,
-        _running: ViewMut<'_, Self>,
-    ) -> Result<()> {
-        match self.0 {}
-    }
-
-    fn batch_norm_forward_infer(
-        &self,
-        _g: &BatchNormGeom,
-        _x: View<'_, Self>,
-        _params: View<'_, Self>,
-        _running: View<'_, Self>,
-        _y: ViewMut<'_, Self>,
-    ) -> Result<()> {
-        match self.0 {}
-    }
-
-    fn batch_norm_backward(
-        &self,
-        _g: &BatchNormGeom,
-        _x: View<'_, Self>,
-        _dy: View<'_, Self>,
-        _params: View<'_, Self>,
-        _saved: View<'_, Self>,
-        _dx: ViewMut<'_, Self>,
-        _dparams: ViewMut<'_, Self>,
-    ) -> Result<()> {
-        match self.0 {}
-    }
-
-    fn max_pool_forward(&self, _g: &Pool2dGeom, _x: View<'_, Self>, _y: ViewMut<'_, Self>) -> Result<()> {
-        match self.0 {}
-    }
-
-    fn max_pool_backward(
-        &self,
-        _g: &Pool2dGeom,
-        _x: View<'_, Self>,
-        _y: View<'_, Self>,
-        _dy: View<'_, Self>,
-        _dx: ViewMut<'_, Self>,
-    ) -> Result<()> {
-        match self.0 {}
-    }
-
-    fn avg_pool_forward(&self, _g: &Pool2dGeom, _x: View<'_, Self>, _y: ViewMut<'_, Self>) -> Result<()> {
-        match self.0 {}
-    }
-
-    fn avg_pool_backward(&self, _g: &Pool2dGeom, _dy: View<'_, Self>, _dx: ViewMut<'_, Self>) -> Result<()> {
-        match self.0 {}
-    }
-
-    fn dropout_forward(
-        &self,
-        _cfg: &DropoutConfig,
-        _x: View<'_, Self>,
-        _y: ViewMut<'_, Self>,
-        _mask: ViewMut<'_, Self>,
-    ) -> Result<()> {
-        match self.0 {}
-    }
-
-    fn softmax_xent(
-        &self,
-        _g: &SoftmaxXentGeom,
-        _logits: View<'_, Self>,
-        _labels: View<'_, Self>,
-        _dlogits: Option<ViewMut<'_, Self>>,
-        _stats: ViewMut<'_, Self>,
-    ) -> Result<()> {
-        match self.0 {}
-    }
-
-    fn crop_flip(
-        &self,
-        _g: &CropFlipGeom,
-        _x: View<'_, Self>,
-        _params: View<'_, Self>,
-        _y: ViewMut<'_, Self>,
-    ) -> Result<()> {
-        match self.0 {}
+        match self.exec.0 {}
     }
 }
 

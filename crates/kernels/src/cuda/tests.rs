@@ -1,17 +1,21 @@
-//! CPU-only tests of the CUDA backend: driver detection, NVRTC compilation of every source
-//! (tests named `nvrtc_*`, which CI runs with the PyPI NVRTC), the disk cache, and the
-//! whole GPU backend through the conformance suite on the kernel emulator (`emu_*`).
+//! CPU-only tests of the CUDA backend: the kernel lists, driver detection, NVRTC
+//! compilation of every source (tests named `nvrtc_*`, which CI runs with the PyPI NVRTC),
+//! and the disk cache. The GPU backend itself runs every op folder's tests on the kernel
+//! emulator (their `emu` variants).
 
 use std::path::PathBuf;
 
+#[cfg(feature = "cuda")]
 use super::cache::{self, Origin, Target};
 use super::common::env;
-use super::emu::{emu_backend, emu_backend_with_col_budget};
-use super::exec::{KernelSource, SOURCES};
+#[cfg(feature = "cuda")]
+use super::exec::KernelSource;
+use super::exec::sources;
 use super::*;
+#[cfg(feature = "cuda")]
 use crate::KernelError;
-use crate::testing::suite;
 
+#[cfg(feature = "cuda")]
 /// NVRTC present, or skip (a failure when `CROSSBOW_REQUIRE_NVRTC=1`).
 fn nvrtc_or_skip(test: &str) -> bool {
     if nvrtc_available() {
@@ -23,6 +27,7 @@ fn nvrtc_or_skip(test: &str) -> bool {
 }
 
 #[test]
+#[cfg(feature = "cuda")]
 fn driver_detection_never_panics() {
     let status = driver_status();
     println!("driver: {}", status.describe());
@@ -41,7 +46,9 @@ fn driver_detection_never_panics() {
 #[test]
 fn every_kernel_is_listed_once_and_named_cb() {
     let mut seen = std::collections::HashSet::new();
-    for s in SOURCES {
+    let mut modules = std::collections::HashSet::new();
+    for s in sources() {
+        assert!(modules.insert(s.module), "module {} listed twice", s.module);
         for k in s.kernels {
             assert!(k.starts_with("cb_"), "{k}");
             assert!(seen.insert(*k), "{k} listed twice");
@@ -60,13 +67,14 @@ fn every_kernel_is_listed_once_and_named_cb() {
     }
 }
 
+#[cfg(feature = "cuda")]
 fn compile_all(test: &str, arch: &str) {
     if !nvrtc_or_skip(test) {
         return;
     }
     let t = std::time::Instant::now();
     let out = compile_all_for_arch(arch).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(out.len(), SOURCES.len());
+    assert_eq!(out.len(), sources().count());
     for c in &out {
         assert!(c.ptx_len > 0, "{}: empty PTX", c.module);
         assert!(c.cubin_len > 0, "{}: no CUBIN for {arch}", c.module);
@@ -77,16 +85,19 @@ fn compile_all(test: &str, arch: &str) {
 }
 
 #[test]
+#[cfg(feature = "cuda")]
 fn nvrtc_compiles_every_kernel_sm80() {
     compile_all("nvrtc_compiles_every_kernel_sm80", "sm_80");
 }
 
 #[test]
+#[cfg(feature = "cuda")]
 fn nvrtc_compiles_every_kernel_sm90() {
     compile_all("nvrtc_compiles_every_kernel_sm90", "sm_90");
 }
 
 #[test]
+#[cfg(feature = "cuda")]
 fn nvrtc_compiles_ptx_for_a_virtual_arch_and_rejects_bad_archs() {
     if !nvrtc_or_skip("nvrtc_compiles_ptx_for_a_virtual_arch") {
         return;
@@ -98,6 +109,7 @@ fn nvrtc_compiles_ptx_for_a_virtual_arch_and_rejects_bad_archs() {
 }
 
 #[test]
+#[cfg(feature = "cuda")]
 fn nvrtc_target_selection() {
     if !nvrtc_or_skip("nvrtc_target_selection") {
         return;
@@ -113,6 +125,7 @@ fn nvrtc_target_selection() {
     assert!(Target::for_device((1, 0)).is_err());
 }
 
+#[cfg(feature = "cuda")]
 const BROKEN: KernelSource = KernelSource {
     module: "broken",
     code: "extern \"C\" __global__ void cb_broken(float* y) { y[0] = undefined_name; }\n",
@@ -121,6 +134,7 @@ const BROKEN: KernelSource = KernelSource {
 };
 
 #[test]
+#[cfg(feature = "cuda")]
 fn nvrtc_compile_errors_carry_the_log() {
     if !nvrtc_or_skip("nvrtc_compile_errors_carry_the_log") {
         return;
@@ -131,6 +145,7 @@ fn nvrtc_compile_errors_carry_the_log() {
     assert!(e.contains("broken.cu(1)"), "{e}");
 }
 
+#[cfg(feature = "cuda")]
 fn temp_dir(tag: &str) -> PathBuf {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     let d = std::env::temp_dir().join(format!("crossbow-kcache-{tag}-{}-{nanos}", std::process::id()));
@@ -138,6 +153,7 @@ fn temp_dir(tag: &str) -> PathBuf {
     d
 }
 
+#[cfg(feature = "cuda")]
 fn only_file(dir: &std::path::Path) -> PathBuf {
     let files: Vec<PathBuf> =
         std::fs::read_dir(dir).map(|r| r.filter_map(|e| e.ok().map(|e| e.path())).collect()).unwrap_or_default();
@@ -146,12 +162,13 @@ fn only_file(dir: &std::path::Path) -> PathBuf {
 }
 
 #[test]
+#[cfg(feature = "cuda")]
 fn nvrtc_disk_cache_hits_and_survives_corruption() {
     if !nvrtc_or_skip("nvrtc_disk_cache_hits_and_survives_corruption") {
         return;
     }
     let dir = temp_dir("cache");
-    let src = &crate::dropout::cuda::SOURCE;
+    let src = &crate::dropout::cuda::SOURCES[0];
     let target = Target::Cubin("sm_90".into());
     let (img, origin, key) = cache::image(src, &target, Some(&dir), false).unwrap();
     assert_eq!(origin, Origin::Compiled);
@@ -182,6 +199,7 @@ fn nvrtc_disk_cache_hits_and_survives_corruption() {
 }
 
 #[test]
+#[cfg(feature = "cuda")]
 fn nvrtc_unwritable_cache_dir_is_not_fatal() {
     if !nvrtc_or_skip("nvrtc_unwritable_cache_dir_is_not_fatal") {
         return;
@@ -191,7 +209,8 @@ fn nvrtc_unwritable_cache_dir_is_not_fatal() {
     std::fs::write(&blocker, b"x").unwrap();
     let before = kernel_cache_stats().disk_write_errors;
     let (img, origin, _) =
-        cache::image(&crate::augment::cuda::SOURCE, &Target::Ptx("compute_80".into()), Some(&blocker), false).unwrap();
+        cache::image(&crate::augment::cuda::SOURCES[0], &Target::Ptx("compute_80".into()), Some(&blocker), false)
+            .unwrap();
     assert_eq!(origin, Origin::Compiled);
     assert!(!img.cubin && img.bytes.starts_with(b"//"));
     assert!(kernel_cache_stats().disk_write_errors > before);
@@ -210,97 +229,4 @@ fn kernel_cache_dir_follows_the_environment() {
             }
         }
     }
-}
-
-// ---- the GPU backend on the kernel emulator --------------------------------------------
-
-fn emu_or_skip(test: &str, col_budget: Option<usize>) -> Option<emu::EmuBackend> {
-    let be = match col_budget {
-        Some(b) => emu_backend_with_col_budget(b),
-        None => emu_backend(),
-    };
-    match be {
-        Ok(Some(be)) => Some(be),
-        Ok(None) => {
-            println!("{test}: skipped: no C++ compiler for the CUDA kernel emulator");
-            None
-        }
-        Err(e) => panic!("{test}: {e}"),
-    }
-}
-
-fn emu_check(op: &str, cases: u32) {
-    let test = format!("emu_{op}");
-    if let Some(be) = emu_or_skip(&test, None) {
-        suite::check(&be, op, cases).unwrap_or_else(|e| panic!("{test}: {e}"));
-    }
-}
-
-macro_rules! emu_tests {
-    ($($name:ident => $op:literal, $cases:literal;)*) => {$(
-        #[test]
-        fn $name() {
-            emu_check($op, $cases);
-        }
-    )*};
-}
-
-emu_tests! {
-    emu_gemm => "gemm", 24;
-    emu_vector => "vector", 24;
-    emu_sgd => "sgd", 24;
-    emu_relu => "relu", 24;
-    emu_conv2d => "conv2d", 24;
-    emu_linear => "linear", 24;
-    emu_batch_norm => "batch_norm", 12;
-    emu_max_pool => "max_pool", 24;
-    emu_avg_pool => "avg_pool", 24;
-    emu_dropout => "dropout", 24;
-    emu_softmax_xent => "softmax_xent", 12;
-    emu_crop_flip => "crop_flip", 24;
-}
-
-#[test]
-fn emu_suite_covers_every_op() {
-    let tested = [
-        "gemm",
-        "vector",
-        "sgd",
-        "relu",
-        "conv2d",
-        "linear",
-        "batch_norm",
-        "max_pool",
-        "avg_pool",
-        "dropout",
-        "softmax_xent",
-        "crop_flip",
-    ];
-    assert_eq!(suite::OPS, tested);
-}
-
-/// The conv2d fallback with a tiny im2col budget: several chunks per batch, one image per
-/// chunk at the limit.
-#[test]
-fn emu_conv2d_in_several_chunks() {
-    if let Some(be) = emu_or_skip("emu_conv2d_in_several_chunks", Some(300)) {
-        suite::check(&be, "conv2d", 24).unwrap_or_else(|e| panic!("{e}"));
-    }
-}
-
-/// Errors from the backend are the CPU's errors, and nothing is launched for them.
-#[test]
-fn emu_argument_errors_match_the_cpu() {
-    use crate::{Backend, View, ViewMut};
-    let Some(be) = emu_or_skip("emu_argument_errors_match_the_cpu", None) else { return };
-    let a = be.alloc(4).unwrap();
-    let mut y = be.alloc(3).unwrap();
-    let e = be.add(View::whole(&a), View::whole(&a), ViewMut::whole(&mut y)).unwrap_err();
-    assert!(matches!(e, KernelError::Length { op: "add", arg: "y", expected: 4, actual: 3 }), "{e}");
-    let z = be.alloc(0).unwrap();
-    let mut out = vec![1.0f32];
-    let mut o = be.alloc(1).unwrap();
-    be.sum_squares(View::whole(&z), ViewMut::whole(&mut o)).unwrap();
-    be.download(View::whole(&o), &mut out).unwrap();
-    assert_eq!(out, [0.0]);
 }

@@ -1,10 +1,24 @@
-use super::{DropoutConfig, keep};
+//! CPU dropout.
 
-pub(crate) fn forward(cfg: &DropoutConfig, x: &[f32], y: &mut [f32], mask: &mut [f32]) {
-    let s = cfg.scale();
-    for (i, ((yo, mo), &xv)) in y.iter_mut().zip(mask.iter_mut()).zip(x).enumerate() {
-        let m = if keep(cfg.seed, i as u64, cfg.p) { s } else { 0.0 };
-        *mo = m;
-        *yo = xv * m;
+use super::{Dropout, DropoutConfig, keep};
+use crate::backend::{View, ViewMut};
+use crate::cpu::{CpuBackend, sl, sm};
+use crate::error::Result;
+
+impl Dropout for CpuBackend {
+    unsafe fn dropout_forward_unchecked(
+        &self,
+        cfg: &DropoutConfig,
+        x: View<'_, Self>,
+        y: ViewMut<'_, Self>,
+        mask: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        let s = cfg.scale();
+        for (i, ((yo, mo), &xv)) in sm(y).iter_mut().zip(sm(mask).iter_mut()).zip(sl(x)).enumerate() {
+            let m = if keep(cfg.seed, i as u64, cfg.p) { s } else { 0.0 };
+            *mo = m;
+            *yo = xv * m;
+        }
+        Ok(())
     }
 }

@@ -4,15 +4,47 @@
 //! finaliser, the same arithmetic in `dropout.cu`), so the CPU and GPU draw identical masks
 //! and a learner's mask is reproducible from its seed without storing generator state.
 
-pub(crate) mod cpu;
-#[cfg(feature = "cuda")]
+mod cpu;
 pub(crate) mod cuda;
-#[cfg(test)]
-mod tests;
+#[cfg(feature = "testing")]
+pub mod tests;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{KernelError, Result};
+use crate::backend::{Storage, View, ViewMut};
+use crate::error::{KernelError, Result, same_len};
+
+/// Dropout. The provided method checks the arguments, then runs the backend's
+/// [`Dropout::dropout_forward_unchecked`] (what a backend implements).
+pub trait Dropout: Storage {
+    /// Inverted dropout: `mask[i] = keep(i) ? 1/(1-p) : 0`, `y = x * mask`, where `keep(i)`
+    /// comes from a counter-based hash of `(seed, i)` ([`keep`]), so every backend draws the
+    /// same mask. The backward pass is `dx = dy * mask` ([`crate::vector::Vector::mul`]).
+    fn dropout_forward(
+        &self,
+        cfg: &DropoutConfig,
+        x: View<'_, Self>,
+        y: ViewMut<'_, Self>,
+        mask: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        cfg.validate()?;
+        same_len("dropout_forward", x.len(), &[("y", y.len()), ("mask", mask.len())])?;
+        // SAFETY: the configuration and the lengths were checked.
+        unsafe { self.dropout_forward_unchecked(cfg, x, y, mask) }
+    }
+
+    /// The kernel of [`Dropout::dropout_forward`].
+    ///
+    /// # Safety
+    /// `cfg` is valid; `x`, `y` and `mask` have the same length.
+    unsafe fn dropout_forward_unchecked(
+        &self,
+        cfg: &DropoutConfig,
+        x: View<'_, Self>,
+        y: ViewMut<'_, Self>,
+        mask: ViewMut<'_, Self>,
+    ) -> Result<()>;
+}
 
 /// Dropout probability and the seed of this call's mask.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]

@@ -1,6 +1,22 @@
 //! CPU GEMM on raw slices with explicit strides.
 
-use super::CpuGemm;
+use super::{CpuGemm, Gemm, GemmConfig};
+use crate::backend::{View, ViewMut};
+use crate::cpu::{CpuBackend, sl, sm};
+use crate::error::Result;
+
+impl Gemm for CpuBackend {
+    unsafe fn gemm_unchecked(
+        &self,
+        cfg: &GemmConfig,
+        a: View<'_, Self>,
+        b: View<'_, Self>,
+        c: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        gemm_config(self.gemm_kind(), cfg, sl(a), sl(b), sm(c));
+        Ok(())
+    }
+}
 
 /// A matrix operand: pointer data plus row and column strides, in elements.
 #[derive(Clone, Copy)]
@@ -95,8 +111,8 @@ fn extent(r: usize, c: usize, rs: isize, cs: isize) -> usize {
     if r == 0 || c == 0 { 0 } else { ((r - 1) as isize * rs + (c - 1) as isize * cs) as usize + 1 }
 }
 
-/// Row-major contiguous `C = alpha op(A) op(B) + beta C` as described by [`super::GemmConfig`].
-pub(crate) fn gemm_config(which: CpuGemm, cfg: &super::GemmConfig, a: &[f32], b: &[f32], c: &mut [f32]) {
+/// Row-major contiguous `C = alpha op(A) op(B) + beta C` as described by [`GemmConfig`].
+pub(crate) fn gemm_config(which: CpuGemm, cfg: &GemmConfig, a: &[f32], b: &[f32], c: &mut [f32]) {
     let (m, n, k) = (cfg.m, cfg.n, cfg.k);
     let am = if cfg.trans_a { Mat { data: a, rs: 1, cs: m as isize } } else { Mat { data: a, rs: k as isize, cs: 1 } };
     let bm = if cfg.trans_b { Mat { data: b, rs: 1, cs: k as isize } } else { Mat { data: b, rs: n as isize, cs: 1 } };

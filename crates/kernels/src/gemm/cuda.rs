@@ -5,9 +5,36 @@
 //! GEMM with the operands swapped, `m` and `n` swapped, the transpose flags swapped, and
 //! each leading dimension the stored row length of its matrix (candle's `gemm_config`).
 
-use super::GemmConfig;
-use crate::cuda::exec::{ColGemm, Dv, Exec};
+use super::{Gemm, GemmConfig};
+use crate::backend::{View, ViewMut};
+use crate::cuda::GpuBackend;
+use crate::cuda::exec::{ColGemm, Dv, Exec, KernelSource};
 use crate::error::Result;
+
+/// No kernels of its own: cuBLAS (and `vector.cu`'s `cb_axpby` for `k == 0`).
+pub(crate) const SOURCES: &[KernelSource] = &[];
+
+impl<E: Exec> Gemm for GpuBackend<E> {
+    unsafe fn gemm_unchecked(
+        &self,
+        cfg: &GemmConfig,
+        a: View<'_, Self>,
+        b: View<'_, Self>,
+        c: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        let (a, b, c) = (self.dv(a)?, self.dv(b)?, self.dv_mut(c)?);
+        row_gemm(
+            &self.exec,
+            &RowGemm {
+                trans_a: cfg.trans_a,
+                trans_b: cfg.trans_b,
+                alpha: cfg.alpha,
+                beta: cfg.beta,
+                ..RowGemm::single(cfg.m, cfg.n, cfg.k, a.addr, b.addr, c.addr)
+            },
+        )
+    }
+}
 
 /// A batch of row-major GEMMs `C_i[m, n] = alpha * op(A_i) * op(B_i) + beta * C_i`, the
 /// matrices stored densely (`A` as `[m, k]`, or `[k, m]` when `trans_a`; `B` as `[k, n]`,
@@ -91,18 +118,4 @@ pub(crate) fn row_gemm<E: Exec>(e: &E, r: &RowGemm) -> Result<()> {
         return Ok(());
     }
     e.gemm(&r.col_major())
-}
-
-/// [`crate::Backend::gemm`] (lengths checked by the caller).
-pub(crate) fn gemm<E: Exec>(e: &E, cfg: &GemmConfig, a: Dv, b: Dv, c: Dv) -> Result<()> {
-    row_gemm(
-        e,
-        &RowGemm {
-            trans_a: cfg.trans_a,
-            trans_b: cfg.trans_b,
-            alpha: cfg.alpha,
-            beta: cfg.beta,
-            ..RowGemm::single(cfg.m, cfg.n, cfg.k, a.addr, b.addr, c.addr)
-        },
-    )
 }

@@ -11,14 +11,37 @@
 //! batch (one learner) or from running several learners at once.
 
 pub(crate) mod cpu;
-#[cfg(feature = "cuda")]
 pub(crate) mod cuda;
-#[cfg(test)]
-mod tests;
+#[cfg(feature = "testing")]
+pub mod tests;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{KernelError, Result};
+use crate::backend::{Storage, View, ViewMut};
+use crate::error::{KernelError, Result, check_len};
+
+/// GEMM. The provided method checks the arguments, then runs the backend's
+/// [`Gemm::gemm_unchecked`] (what a backend implements).
+pub trait Gemm: Storage {
+    /// Row-major `C = alpha * op(A) * op(B) + beta * C` (see [`GemmConfig`]).
+    fn gemm(&self, cfg: &GemmConfig, a: View<'_, Self>, b: View<'_, Self>, c: ViewMut<'_, Self>) -> Result<()> {
+        cfg.check(a.len(), b.len(), c.len())?;
+        // SAFETY: the lengths were checked.
+        unsafe { self.gemm_unchecked(cfg, a, b, c) }
+    }
+
+    /// The kernel of [`Gemm::gemm`].
+    ///
+    /// # Safety
+    /// `a`, `b` and `c` have the lengths [`GemmConfig::lens`] gives.
+    unsafe fn gemm_unchecked(
+        &self,
+        cfg: &GemmConfig,
+        a: View<'_, Self>,
+        b: View<'_, Self>,
+        c: ViewMut<'_, Self>,
+    ) -> Result<()>;
+}
 
 /// Row-major `C[m, n] = alpha * op(A)[m, k] * op(B)[k, n] + beta * C`.
 ///
@@ -47,6 +70,14 @@ impl GemmConfig {
             a.checked_mul(b).ok_or_else(|| KernelError::invalid("gemm", format!("{a} x {b} overflows")))
         };
         Ok((mul(self.m, self.k)?, mul(self.k, self.n)?, mul(self.m, self.n)?))
+    }
+
+    /// Checks the lengths of `A`, `B` and `C`.
+    pub(crate) fn check(&self, a: usize, b: usize, c: usize) -> Result<()> {
+        let (la, lb, lc) = self.lens()?;
+        check_len("gemm", "a", la, a)?;
+        check_len("gemm", "b", lb, b)?;
+        check_len("gemm", "c", lc, c)
     }
 
     /// The FLOP count `2 m n k` (for benchmarks).

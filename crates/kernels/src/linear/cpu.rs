@@ -1,8 +1,47 @@
-use super::LinearGeom;
-use crate::cpu::{CpuCtx, split_mut_by, split_ranges};
+//! CPU fully connected layer.
+
+use super::{Linear, LinearGeom};
+use crate::backend::{View, ViewMut};
+use crate::cpu::{CpuBackend, CpuCtx, sl, sm, split_mut_by, split_ranges};
+use crate::error::Result;
 use crate::gemm::cpu::{Mat, gemm_strided};
 
-pub(crate) fn forward(ctx: CpuCtx<'_>, g: &LinearGeom, x: &[f32], params: &[f32], y: &mut [f32]) {
+impl Linear for CpuBackend {
+    unsafe fn linear_forward_unchecked(
+        &self,
+        g: &LinearGeom,
+        x: View<'_, Self>,
+        params: View<'_, Self>,
+        y: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        forward(self.ctx(), g, sl(x), sl(params), sm(y));
+        Ok(())
+    }
+
+    unsafe fn linear_backward_data_unchecked(
+        &self,
+        g: &LinearGeom,
+        dy: View<'_, Self>,
+        params: View<'_, Self>,
+        dx: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        backward_data(self.ctx(), g, sl(dy), sl(params), sm(dx));
+        Ok(())
+    }
+
+    unsafe fn linear_backward_params_unchecked(
+        &self,
+        g: &LinearGeom,
+        x: View<'_, Self>,
+        dy: View<'_, Self>,
+        dparams: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        backward_params(self.ctx(), g, sl(x), sl(dy), sm(dparams));
+        Ok(())
+    }
+}
+
+fn forward(ctx: CpuCtx<'_>, g: &LinearGeom, x: &[f32], params: &[f32], y: &mut [f32]) {
     let (w, b) = params.split_at(g.weight_len());
     let (inf, outf) = (g.in_features, g.out_features);
     let ranges = split_ranges(g.batch, ctx.groups(g.batch));
@@ -35,7 +74,7 @@ pub(crate) fn forward(ctx: CpuCtx<'_>, g: &LinearGeom, x: &[f32], params: &[f32]
     });
 }
 
-pub(crate) fn backward_data(ctx: CpuCtx<'_>, g: &LinearGeom, dy: &[f32], params: &[f32], dx: &mut [f32]) {
+fn backward_data(ctx: CpuCtx<'_>, g: &LinearGeom, dy: &[f32], params: &[f32], dx: &mut [f32]) {
     let w = &params[..g.weight_len()];
     let (inf, outf) = (g.in_features, g.out_features);
     let ranges = split_ranges(g.batch, ctx.groups(g.batch));
@@ -59,7 +98,7 @@ pub(crate) fn backward_data(ctx: CpuCtx<'_>, g: &LinearGeom, dy: &[f32], params:
     });
 }
 
-pub(crate) fn backward_params(ctx: CpuCtx<'_>, g: &LinearGeom, x: &[f32], dy: &[f32], dparams: &mut [f32]) {
+fn backward_params(ctx: CpuCtx<'_>, g: &LinearGeom, x: &[f32], dy: &[f32], dparams: &mut [f32]) {
     let (inf, outf, n) = (g.in_features, g.out_features, g.batch);
     let (dw, db) = dparams.split_at_mut(g.weight_len());
     let ranges = split_ranges(outf, ctx.groups(outf));

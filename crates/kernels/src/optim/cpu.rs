@@ -1,6 +1,24 @@
-use super::SgdConfig;
+//! CPU SGD step.
 
-pub(crate) fn sgd_step(cfg: &SgdConfig, p: &mut [f32], grad: &[f32], v: &mut [f32]) {
+use super::{Optim, SgdConfig};
+use crate::backend::{View, ViewMut};
+use crate::cpu::{CpuBackend, sl, sm};
+use crate::error::Result;
+
+impl Optim for CpuBackend {
+    unsafe fn sgd_step_unchecked(
+        &self,
+        cfg: &SgdConfig,
+        param: ViewMut<'_, Self>,
+        grad: View<'_, Self>,
+        velocity: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        sgd_step(cfg, sm(param), sl(grad), sm(velocity));
+        Ok(())
+    }
+}
+
+fn sgd_step(cfg: &SgdConfig, p: &mut [f32], grad: &[f32], v: &mut [f32]) {
     let (lr, mu, wd) = (cfg.lr, cfg.momentum, cfg.weight_decay);
     if cfg.nesterov {
         for ((pv, &gv), vv) in p.iter_mut().zip(grad).zip(v.iter_mut()) {

@@ -1,26 +1,37 @@
 //! GPU SGD step (`optim.cu`).
 
-use super::SgdConfig;
-use crate::cuda::exec::{Dv, Exec, KArg, KernelSource, int, launch_n, ptr};
+use super::{Optim, SgdConfig};
+use crate::backend::{View, ViewMut};
+use crate::cuda::GpuBackend;
+use crate::cuda::exec::{Exec, KArg, KernelSource, int, launch_n, ptr};
 use crate::error::Result;
 
-pub(crate) const SOURCE: KernelSource =
-    KernelSource { module: "optim", code: include_str!("optim.cu"), kernels: &["cb_sgd"], cooperative: &[] };
+pub(crate) const SOURCES: &[KernelSource] =
+    &[KernelSource { module: "optim", code: include_str!("optim.cu"), kernels: &["cb_sgd"], cooperative: &[] }];
 
-pub(crate) fn sgd_step<E: Exec>(e: &E, cfg: &SgdConfig, p: Dv, g: Dv, v: Dv) -> Result<()> {
-    launch_n(
-        e,
-        "cb_sgd",
-        p.len,
-        &[
-            ptr(p),
-            ptr(g),
-            ptr(v),
-            int(p.len),
-            KArg::F32(cfg.lr),
-            KArg::F32(cfg.momentum),
-            KArg::F32(cfg.weight_decay),
-            KArg::I32(cfg.nesterov as i32),
-        ],
-    )
+impl<E: Exec> Optim for GpuBackend<E> {
+    unsafe fn sgd_step_unchecked(
+        &self,
+        cfg: &SgdConfig,
+        param: ViewMut<'_, Self>,
+        grad: View<'_, Self>,
+        velocity: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        let (p, g, v) = (self.dv_mut(param)?, self.dv(grad)?, self.dv_mut(velocity)?);
+        launch_n(
+            &self.exec,
+            "cb_sgd",
+            p.len,
+            &[
+                ptr(p),
+                ptr(g),
+                ptr(v),
+                int(p.len),
+                KArg::F32(cfg.lr),
+                KArg::F32(cfg.momentum),
+                KArg::F32(cfg.weight_decay),
+                KArg::I32(cfg.nesterov as i32),
+            ],
+        )
+    }
 }

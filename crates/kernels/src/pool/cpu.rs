@@ -1,5 +1,43 @@
-use super::Pool2dGeom;
-use crate::cpu::CpuCtx;
+//! CPU pooling: (n, c) planes split over the backend's threads.
+
+use super::{Pool2d, Pool2dGeom};
+use crate::backend::{View, ViewMut};
+use crate::cpu::{CpuBackend, CpuCtx, sl, sm};
+use crate::error::Result;
+
+impl Pool2d for CpuBackend {
+    unsafe fn max_pool_forward_unchecked(&self, g: &Pool2dGeom, x: View<'_, Self>, y: ViewMut<'_, Self>) -> Result<()> {
+        max_forward(self.ctx(), g, sl(x), sm(y));
+        Ok(())
+    }
+
+    unsafe fn max_pool_backward_unchecked(
+        &self,
+        g: &Pool2dGeom,
+        x: View<'_, Self>,
+        y: View<'_, Self>,
+        dy: View<'_, Self>,
+        dx: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        max_backward(self.ctx(), g, sl(x), sl(y), sl(dy), sm(dx));
+        Ok(())
+    }
+
+    unsafe fn avg_pool_forward_unchecked(&self, g: &Pool2dGeom, x: View<'_, Self>, y: ViewMut<'_, Self>) -> Result<()> {
+        avg_forward(self.ctx(), g, sl(x), sm(y));
+        Ok(())
+    }
+
+    unsafe fn avg_pool_backward_unchecked(
+        &self,
+        g: &Pool2dGeom,
+        dy: View<'_, Self>,
+        dx: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        avg_backward(self.ctx(), g, sl(dy), sm(dx));
+        Ok(())
+    }
+}
 
 fn planes(ctx: CpuCtx<'_>, g: &Pool2dGeom) -> usize {
     ctx.groups(g.batch * g.channels)
@@ -24,7 +62,7 @@ fn over_planes(
     });
 }
 
-pub(crate) fn max_forward(ctx: CpuCtx<'_>, g: &Pool2dGeom, x: &[f32], y: &mut [f32]) {
+fn max_forward(ctx: CpuCtx<'_>, g: &Pool2dGeom, x: &[f32], y: &mut [f32]) {
     let (oh, ow, ih, iw) = (g.out_h(), g.out_w(), g.in_h, g.in_w);
     over_planes(ctx, g, y, oh * ow, |p, yp| {
         let xp = &x[p * ih * iw..(p + 1) * ih * iw];
@@ -46,7 +84,7 @@ pub(crate) fn max_forward(ctx: CpuCtx<'_>, g: &Pool2dGeom, x: &[f32], y: &mut [f
     });
 }
 
-pub(crate) fn max_backward(ctx: CpuCtx<'_>, g: &Pool2dGeom, x: &[f32], y: &[f32], dy: &[f32], dx: &mut [f32]) {
+fn max_backward(ctx: CpuCtx<'_>, g: &Pool2dGeom, x: &[f32], y: &[f32], dy: &[f32], dx: &mut [f32]) {
     let (oh, ow, ih, iw) = (g.out_h(), g.out_w(), g.in_h, g.in_w);
     over_planes(ctx, g, dx, ih * iw, |p, dxp| {
         dxp.fill(0.0);
@@ -72,7 +110,7 @@ pub(crate) fn max_backward(ctx: CpuCtx<'_>, g: &Pool2dGeom, x: &[f32], y: &[f32]
     });
 }
 
-pub(crate) fn avg_forward(ctx: CpuCtx<'_>, g: &Pool2dGeom, x: &[f32], y: &mut [f32]) {
+fn avg_forward(ctx: CpuCtx<'_>, g: &Pool2dGeom, x: &[f32], y: &mut [f32]) {
     let (oh, ow, ih, iw) = (g.out_h(), g.out_w(), g.in_h, g.in_w);
     over_planes(ctx, g, y, oh * ow, |p, yp| {
         let xp = &x[p * ih * iw..(p + 1) * ih * iw];
@@ -90,7 +128,7 @@ pub(crate) fn avg_forward(ctx: CpuCtx<'_>, g: &Pool2dGeom, x: &[f32], y: &mut [f
     });
 }
 
-pub(crate) fn avg_backward(ctx: CpuCtx<'_>, g: &Pool2dGeom, dy: &[f32], dx: &mut [f32]) {
+fn avg_backward(ctx: CpuCtx<'_>, g: &Pool2dGeom, dy: &[f32], dx: &mut [f32]) {
     let (oh, ow, ih, iw) = (g.out_h(), g.out_w(), g.in_h, g.in_w);
     over_planes(ctx, g, dx, ih * iw, |p, dxp| {
         dxp.fill(0.0);

@@ -3,16 +3,18 @@
 //! at the border, gradient to the first maximum of a window, averages over in-bounds
 //! elements of clipped windows), and these kernels reproduce the CPU's accumulation order.
 
-use super::Pool2dGeom;
+use super::{Pool2d, Pool2dGeom};
+use crate::backend::{View, ViewMut};
+use crate::cuda::GpuBackend;
 use crate::cuda::exec::{Dv, Exec, KArg, KernelSource, int, launch_n, ptr};
 use crate::error::Result;
 
-pub(crate) const SOURCE: KernelSource = KernelSource {
+pub(crate) const SOURCES: &[KernelSource] = &[KernelSource {
     module: "pool",
     code: include_str!("pool.cu"),
     kernels: &["cb_max_pool_fwd", "cb_max_pool_bwd", "cb_avg_pool_fwd", "cb_avg_pool_bwd"],
     cooperative: &[],
-};
+}];
 
 /// `NC, H, W, OH, OW, KH, KW, SH, SW, PH, PW`.
 fn dims(g: &Pool2dGeom) -> [KArg; 11] {
@@ -35,18 +37,36 @@ fn args(bufs: &[Dv], g: &Pool2dGeom) -> Vec<KArg> {
     bufs.iter().map(|&d| ptr(d)).chain(dims(g)).collect()
 }
 
-pub(crate) fn max_forward<E: Exec>(e: &E, g: &Pool2dGeom, x: Dv, y: Dv) -> Result<()> {
-    launch_n(e, "cb_max_pool_fwd", y.len, &args(&[x, y], g))
-}
+impl<E: Exec> Pool2d for GpuBackend<E> {
+    unsafe fn max_pool_forward_unchecked(&self, g: &Pool2dGeom, x: View<'_, Self>, y: ViewMut<'_, Self>) -> Result<()> {
+        let (x, y) = (self.dv(x)?, self.dv_mut(y)?);
+        launch_n(&self.exec, "cb_max_pool_fwd", y.len, &args(&[x, y], g))
+    }
 
-pub(crate) fn max_backward<E: Exec>(e: &E, g: &Pool2dGeom, x: Dv, y: Dv, dy: Dv, dx: Dv) -> Result<()> {
-    launch_n(e, "cb_max_pool_bwd", dx.len, &args(&[x, y, dy, dx], g))
-}
+    unsafe fn max_pool_backward_unchecked(
+        &self,
+        g: &Pool2dGeom,
+        x: View<'_, Self>,
+        y: View<'_, Self>,
+        dy: View<'_, Self>,
+        dx: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        let (x, y, dy, dx) = (self.dv(x)?, self.dv(y)?, self.dv(dy)?, self.dv_mut(dx)?);
+        launch_n(&self.exec, "cb_max_pool_bwd", dx.len, &args(&[x, y, dy, dx], g))
+    }
 
-pub(crate) fn avg_forward<E: Exec>(e: &E, g: &Pool2dGeom, x: Dv, y: Dv) -> Result<()> {
-    launch_n(e, "cb_avg_pool_fwd", y.len, &args(&[x, y], g))
-}
+    unsafe fn avg_pool_forward_unchecked(&self, g: &Pool2dGeom, x: View<'_, Self>, y: ViewMut<'_, Self>) -> Result<()> {
+        let (x, y) = (self.dv(x)?, self.dv_mut(y)?);
+        launch_n(&self.exec, "cb_avg_pool_fwd", y.len, &args(&[x, y], g))
+    }
 
-pub(crate) fn avg_backward<E: Exec>(e: &E, g: &Pool2dGeom, dy: Dv, dx: Dv) -> Result<()> {
-    launch_n(e, "cb_avg_pool_bwd", dx.len, &args(&[dy, dx], g))
+    unsafe fn avg_pool_backward_unchecked(
+        &self,
+        g: &Pool2dGeom,
+        dy: View<'_, Self>,
+        dx: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        let (dy, dx) = (self.dv(dy)?, self.dv_mut(dx)?);
+        launch_n(&self.exec, "cb_avg_pool_bwd", dx.len, &args(&[dy, dx], g))
+    }
 }

@@ -1,7 +1,24 @@
-use super::SoftmaxXentGeom;
+//! CPU fused softmax + cross-entropy + accuracy.
+
+use super::{SoftmaxXent, SoftmaxXentGeom};
+use crate::backend::{View, ViewMut};
+use crate::cpu::{CpuBackend, sl, sm};
 use crate::error::{KernelError, Result};
 
-pub(crate) fn forward(
+impl SoftmaxXent for CpuBackend {
+    unsafe fn softmax_xent_unchecked(
+        &self,
+        g: &SoftmaxXentGeom,
+        logits: View<'_, Self>,
+        labels: View<'_, Self>,
+        dlogits: Option<ViewMut<'_, Self>>,
+        stats: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        forward(g, sl(logits), sl(labels), dlogits.map(sm), sm(stats))
+    }
+}
+
+fn forward(
     g: &SoftmaxXentGeom,
     logits: &[f32],
     labels: &[f32],

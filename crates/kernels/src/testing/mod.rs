@@ -1,16 +1,30 @@
-//! Numerical test helpers and the backend conformance suite (feature `testing`).
+//! Numerical test helpers and the per-backend test generator (feature `testing`).
 //!
 //! * [`Tolerance`] and [`assert_close`]: the comparison rule every kernel test states
-//!   explicitly — `|actual - expected| <= rel * max(|actual|, |expected|) + abs`.
+//!   explicitly — `|actual - expected| <= rel * max(|actual|, |expected|) + abs`;
+//!   [`Tolerance::for_backend`] widens a CPU bound by [`GPU_TOLERANCE`] off the CPU.
 //! * [`random_vec`] and friends: deterministic inputs from a seed.
 //! * [`finite_difference`]: central differences in `f64` for checking backward passes.
-//! * [`suite`]: one test body per op, generic over [`crate::Backend`], comparing any backend
-//!   with the CPU reference on random shapes and values. The CPU tests run it against itself
-//!   (which checks the suite), the CUDA tests against the GPU.
+//! * [`upload`], [`download`], [`nan_buffer`]: buffers of any backend in one call.
+//! * [`test_backends!`](crate::test_backends): turns a test function generic over the
+//!   backend into one named `#[test]` per backend — the CPU, the GPU backend on the kernel
+//!   emulator ([`emu_backend_or_skip`]) and on a real GPU ([`cuda_backend_or_skip`], which
+//!   prints `skipped: no CUDA driver` and passes where there is none). Every op folder's
+//!   `tests.rs` is written this way, and other crates use it for their engine and
+//!   synchroniser tests.
 
-pub mod suite;
+use std::any::TypeId;
+use std::sync::OnceLock;
 
 use crossbow_tensor::Rng;
+
+use crate::cuda::emu::{EmuBackend, emu_backend};
+use crate::cuda::{CudaBackend, CudaDevice, CudaOptions, DriverStatus, driver_status, env};
+use crate::{Backend, CpuBackend, View, ViewMut};
+
+/// The bound between a GPU backend and the CPU: 1e-4 relative, 1e-4 absolute (reductions of
+/// up to a few thousand f32 terms run in a different order on a GPU).
+pub const GPU_TOLERANCE: Tolerance = Tolerance::new(1e-4, 1e-4);
 
 /// An explicit error bound: `|actual - expected| <= rel * max(|actual|, |expected|) + abs`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -35,6 +49,12 @@ impl Tolerance {
 
     /// Analytic f32 gradients against f64 central finite differences.
     pub const GRAD: Tolerance = Tolerance::new(2e-3, 2e-4);
+
+    /// The bound for backend `B`: this one on the CPU (the reference), this one plus
+    /// [`GPU_TOLERANCE`] elsewhere (reductions in another order, cuBLAS, cuDNN).
+    pub fn for_backend<B: 'static>(self) -> Tolerance {
+        if is_cpu::<B>() { self } else { Tolerance::new(self.rel + GPU_TOLERANCE.rel, self.abs + GPU_TOLERANCE.abs) }
+    }
 
     /// True when `actual` is within the bound of `expected`.
     pub fn accepts(&self, actual: f64, expected: f64) -> bool {
@@ -139,29 +159,238 @@ pub fn to_f64(v: &[f32]) -> Vec<f64> {
     v.iter().map(|&x| x as f64).collect()
 }
 
-/// The gate every GPU test starts with: device 0 opened with `options`, or `None` after
-/// printing `<test>: skipped: <why>` (`skipped: no CUDA driver` where there is none). With
-/// `CROSSBOW_REQUIRE_GPU=1` a skip is a failure instead (`scripts/gpu-check.sh` sets it).
-/// Never panics otherwise: the driver is looked for before any driver call.
-#[cfg(feature = "cuda")]
-pub fn cuda_device_or_skip(test: &str, options: &crate::cuda::CudaOptions) -> Option<crate::cuda::CudaDevice> {
-    use crate::cuda::{CudaDevice, DriverStatus, driver_status, env};
-    let skip = |why: String| -> Option<CudaDevice> {
-        assert!(!env::flag(env::REQUIRE_GPU), "{test}: {why}, but {} is set", env::REQUIRE_GPU);
-        println!("{test}: skipped: {why}");
-        None
-    };
-    match driver_status() {
-        DriverStatus::Ready { devices, .. } if devices > 0 => {}
-        DriverStatus::Ready { .. } => return skip("no CUDA device".into()),
-        DriverStatus::NoDriver { .. } | DriverStatus::NotCompiled => return skip("no CUDA driver".into()),
-        other => return skip(other.describe()),
-    }
-    match CudaDevice::open_with(0, options) {
-        Ok(d) => Some(d),
-        Err(e) => skip(format!("cuda:0 is not usable: {e}")),
+/// Proptest settings for a test of backend `B` that runs `cases` random cases: all of them on
+/// the CPU and a GPU; an eighth of them (at least 8) on the kernel emulator, which runs a
+/// kernel with barriers on one host thread per GPU thread and is slow at it. (Tests that
+/// compare a backend with the CPU set their case counts directly: the emulator runs those in
+/// full.) `PROPTEST_CASES` overrides either.
+pub fn proptest_config<B: 'static>(cases: u32) -> proptest::test_runner::Config {
+    let cases = if TypeId::of::<B>() == TypeId::of::<EmuBackend>() { (cases / 8).max(8) } else { cases };
+    proptest::test_runner::Config::with_cases(cases)
+}
+
+/// True when `B` is the CPU backend (the reference).
+pub fn is_cpu<B: 'static>() -> bool {
+    TypeId::of::<B>() == TypeId::of::<CpuBackend>()
+}
+
+/// A new buffer holding `data` (panics on a backend error: for tests).
+#[track_caller]
+pub fn upload<B: Backend>(be: &B, data: &[f32]) -> B::Buffer {
+    let mut buf = be.alloc(data.len()).unwrap_or_else(|e| panic!("alloc: {e}"));
+    be.upload(data, ViewMut::whole(&mut buf)).unwrap_or_else(|e| panic!("upload: {e}"));
+    buf
+}
+
+/// A buffer's contents (panics on a backend error: for tests).
+#[track_caller]
+pub fn download<B: Backend>(be: &B, buf: &B::Buffer) -> Vec<f32> {
+    let mut v = vec![0.0; B::buffer_len(buf)];
+    be.download(View::whole(buf), &mut v).unwrap_or_else(|e| panic!("download: {e}"));
+    v
+}
+
+/// A buffer of `len` NaNs, for outputs: every op must overwrite what it writes.
+#[track_caller]
+pub fn nan_buffer<B: Backend>(be: &B, len: usize) -> B::Buffer {
+    upload(be, &vec![f32::NAN; len])
+}
+
+/// A CPU backend whose ops split the batch over a private pool of 3 threads (uneven splits
+/// of small batches included).
+pub fn threaded_cpu() -> CpuBackend {
+    CpuBackend::with_threads(0, 3).unwrap_or_else(|e| panic!("threaded CPU backend: {e}"))
+}
+
+/// The GPU backend on the kernel emulator, or `None` after printing `<test>: skipped: no
+/// C++ compiler ...` (the emulator compiles the `.cu` sources with the host C++ compiler).
+pub fn emu_backend_or_skip(test: &str) -> Option<EmuBackend> {
+    match emu_backend() {
+        Ok(Some(be)) => Some(be),
+        Ok(None) => {
+            println!("{test}: skipped: no C++ compiler for the CUDA kernel emulator");
+            None
+        }
+        Err(e) => panic!("{test}: {e}"),
     }
 }
+
+/// Prints `<test>: skipped: <why>` and returns `None`; with `CROSSBOW_REQUIRE_GPU=1`
+/// (`scripts/gpu-check.sh`) a skip is a failure instead.
+fn skip<T>(test: &str, why: &str) -> Option<T> {
+    assert!(!env::flag(env::REQUIRE_GPU), "{test}: {why}, but {} is set", env::REQUIRE_GPU);
+    println!("{test}: skipped: {why}");
+    None
+}
+
+/// Device 0 opened with `options`, or why not (`no CUDA driver` where there is none, and
+/// without the `cuda` feature). Never panics: the driver is looked for before any driver
+/// call.
+fn open_device(options: &CudaOptions) -> Result<CudaDevice, String> {
+    match driver_status() {
+        DriverStatus::Ready { devices, .. } if devices > 0 => {}
+        DriverStatus::Ready { .. } => return Err("no CUDA device".into()),
+        DriverStatus::NoDriver { .. } | DriverStatus::NotCompiled => return Err("no CUDA driver".into()),
+        other => return Err(other.describe()),
+    }
+    CudaDevice::open_with(0, options).map_err(|e| format!("cuda:0 is not usable: {e}"))
+}
+
+/// The gate every GPU test starts with: device 0 opened with `options`, or `None` after
+/// printing `<test>: skipped: <why>` (`skipped: no CUDA driver` where there is none). With
+/// `CROSSBOW_REQUIRE_GPU=1` a skip is a failure instead.
+pub fn cuda_device_or_skip(test: &str, options: &CudaOptions) -> Option<CudaDevice> {
+    open_device(options).map_or_else(|why| skip(test, &why), Some)
+}
+
+/// The options of the real-GPU test variants: cuDNN as the environment says (and not at all
+/// when `cudnn` is false), and a synchronisation after every launch so an asynchronous
+/// fault names its kernel.
+pub fn cuda_test_options(cudnn: bool) -> CudaOptions {
+    let mut o = CudaOptions::from_env();
+    o.cudnn &= cudnn;
+    o.sync_launches = true;
+    o
+}
+
+/// A new learner backend on GPU 0 (opened once per process with [`cuda_test_options`]),
+/// or `None` after printing `<test>: skipped: <why>` — `skipped: no CUDA driver` without a
+/// driver, or without the `cuda` feature. With `cudnn` false convolution and batch norm run
+/// on the fallback kernels; the backend is checked to use cuDNN exactly when asked for and
+/// available.
+pub fn cuda_backend_or_skip(test: &str, cudnn: bool) -> Option<CudaBackend> {
+    static DEVICES: [OnceLock<Result<CudaDevice, String>>; 2] = [OnceLock::new(), OnceLock::new()];
+    let dev = match DEVICES[cudnn as usize].get_or_init(|| open_device(&cuda_test_options(cudnn))) {
+        Ok(d) => d,
+        Err(why) => return skip(test, why),
+    };
+    let be = dev.new_backend().unwrap_or_else(|e| panic!("{test}: {e}"));
+    assert_eq!(be.uses_cudnn(), cudnn && dev.cudnn_status().is_enabled(), "{test}: cuDNN use");
+    Some(be)
+}
+
+/// What the engine and synchroniser tests need beyond [`Backend`]: more backends of the same
+/// device (one per learner).
+pub trait TestBackend: Backend + Sized {
+    /// Another backend of the same device whose buffers this one may use (on a GPU a new
+    /// stream; ordering across them is the caller's, with events).
+    fn sibling(&self) -> crate::Result<Self>;
+}
+
+impl TestBackend for CpuBackend {
+    fn sibling(&self) -> crate::Result<Self> {
+        Ok(self.clone())
+    }
+}
+
+impl TestBackend for EmuBackend {
+    fn sibling(&self) -> crate::Result<Self> {
+        Ok(self.clone())
+    }
+}
+
+impl TestBackend for CudaBackend {
+    fn sibling(&self) -> crate::Result<Self> {
+        self.cuda_device().new_backend()
+    }
+}
+
+/// Turns test functions generic over the backend into one named `#[test]` per backend.
+///
+/// Each `name` is a function `fn name<B: ...>(be: &B)` in scope (bound by [`Backend`] or
+/// [`TestBackend`]); the macro makes a module `name` with one `#[test]` per backend:
+///
+/// | variant | backend |
+/// |---|---|
+/// | `cpu` | [`CpuBackend::new(0)`](CpuBackend::new) (single-threaded, the reference) |
+/// | `cpu_threads` | [`threaded_cpu`] (batch split over 3 threads) |
+/// | `emu` | the GPU backend on the kernel emulator ([`emu_backend_or_skip`]) |
+/// | `cuda` | the GPU backend on GPU 0 ([`cuda_backend_or_skip`]: prints `skipped: no CUDA driver` and passes without one) |
+/// | `cuda_no_cudnn` | the same with cuDNN off (convolution and batch norm on the fallback kernels) |
+///
+/// The default is `[cpu, emu, cuda]`; a list after the name chooses others. Attributes
+/// before a name (`#[ignore]`, ...) apply to every variant.
+///
+/// ```
+/// use crossbow_kernels::Backend;
+/// use crossbow_kernels::testing::TestBackend;
+///
+/// fn describes_itself<B: Backend>(be: &B) {
+///     assert!(!be.describe().is_empty());
+/// }
+///
+/// fn two_learners<B: TestBackend>(be: &B) {
+///     let other = be.sibling().unwrap();
+///     assert_eq!(other.device(), be.device());
+/// }
+///
+/// crossbow_kernels::test_backends! {
+///     describes_itself,                           // describes_itself::{cpu, emu, cuda}
+///     two_learners: [cpu, cpu_threads, emu, cuda],
+/// }
+/// # fn main() {}
+/// ```
+///
+/// Run one backend's variants with a filter: `cargo test ::emu`, `cargo test ::cuda`.
+#[macro_export]
+macro_rules! test_backends {
+    ($($(#[$meta:meta])* $test:ident $(: [$($backend:ident),+ $(,)?])?),+ $(,)?) => {
+        $($crate::test_backends!(@test [$(#[$meta])*] $test [$($($backend),+)?]);)+
+    };
+    (@test $attrs:tt $test:ident []) => {
+        $crate::test_backends!(@test $attrs $test [cpu, emu, cuda]);
+    };
+    (@test $attrs:tt $test:ident [$($backend:ident),+]) => {
+        mod $test {
+            $($crate::test_backends!(@variant $attrs $test $backend);)+
+        }
+    };
+    (@variant [$(#[$meta:meta])*] $test:ident cpu) => {
+        #[test]
+        $(#[$meta])*
+        fn cpu() {
+            super::$test(&$crate::CpuBackend::new(0));
+        }
+    };
+    (@variant [$(#[$meta:meta])*] $test:ident cpu_threads) => {
+        #[test]
+        $(#[$meta])*
+        fn cpu_threads() {
+            super::$test(&$crate::testing::threaded_cpu());
+        }
+    };
+    (@variant [$(#[$meta:meta])*] $test:ident emu) => {
+        #[test]
+        $(#[$meta])*
+        fn emu() {
+            if let Some(be) = $crate::testing::emu_backend_or_skip(::core::concat!(::core::module_path!(), "::emu")) {
+                super::$test(&be);
+            }
+        }
+    };
+    (@variant [$(#[$meta:meta])*] $test:ident cuda) => {
+        #[test]
+        $(#[$meta])*
+        fn cuda() {
+            if let Some(be) = $crate::testing::cuda_backend_or_skip(::core::concat!(::core::module_path!(), "::cuda"), true) {
+                super::$test(&be);
+            }
+        }
+    };
+    (@variant [$(#[$meta:meta])*] $test:ident cuda_no_cudnn) => {
+        #[test]
+        $(#[$meta])*
+        fn cuda_no_cudnn() {
+            if let Some(be) =
+                $crate::testing::cuda_backend_or_skip(::core::concat!(::core::module_path!(), "::cuda_no_cudnn"), false)
+            {
+                super::$test(&be);
+            }
+        }
+    };
+}
+
+pub use crate::test_backends;
 
 #[cfg(test)]
 mod tests {

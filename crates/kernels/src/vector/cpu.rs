@@ -1,28 +1,72 @@
-pub(crate) fn add(a: &[f32], b: &[f32], y: &mut [f32]) {
+//! CPU element-wise and vector ops.
+
+use super::{BinaryOp, Vector};
+use crate::backend::{View, ViewMut};
+use crate::cpu::{CpuBackend, sl, sm};
+use crate::error::Result;
+
+impl Vector for CpuBackend {
+    fn scale(&self, alpha: f32, y: ViewMut<'_, Self>) -> Result<()> {
+        scale(alpha, sm(y));
+        Ok(())
+    }
+
+    unsafe fn binary_unchecked(
+        &self,
+        op: BinaryOp,
+        a: View<'_, Self>,
+        b: View<'_, Self>,
+        y: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        match op {
+            BinaryOp::Add => add(sl(a), sl(b), sm(y)),
+            BinaryOp::Sub => sub(sl(a), sl(b), sm(y)),
+            BinaryOp::Mul => mul(sl(a), sl(b), sm(y)),
+        }
+        Ok(())
+    }
+
+    unsafe fn axpy_unchecked(&self, alpha: f32, x: View<'_, Self>, y: ViewMut<'_, Self>) -> Result<()> {
+        axpy(alpha, sl(x), sm(y));
+        Ok(())
+    }
+
+    unsafe fn axpby_unchecked(&self, alpha: f32, x: View<'_, Self>, beta: f32, y: ViewMut<'_, Self>) -> Result<()> {
+        axpby(alpha, sl(x), beta, sm(y));
+        Ok(())
+    }
+
+    unsafe fn sum_squares_unchecked(&self, x: View<'_, Self>, out: ViewMut<'_, Self>) -> Result<()> {
+        sm(out)[0] = sum_squares(sl(x));
+        Ok(())
+    }
+}
+
+fn add(a: &[f32], b: &[f32], y: &mut [f32]) {
     for ((o, &x), &z) in y.iter_mut().zip(a).zip(b) {
         *o = x + z;
     }
 }
 
-pub(crate) fn sub(a: &[f32], b: &[f32], y: &mut [f32]) {
+fn sub(a: &[f32], b: &[f32], y: &mut [f32]) {
     for ((o, &x), &z) in y.iter_mut().zip(a).zip(b) {
         *o = x - z;
     }
 }
 
-pub(crate) fn mul(a: &[f32], b: &[f32], y: &mut [f32]) {
+fn mul(a: &[f32], b: &[f32], y: &mut [f32]) {
     for ((o, &x), &z) in y.iter_mut().zip(a).zip(b) {
         *o = x * z;
     }
 }
 
-pub(crate) fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
+fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
     for (o, &v) in y.iter_mut().zip(x) {
         *o += alpha * v;
     }
 }
 
-pub(crate) fn axpby(alpha: f32, x: &[f32], beta: f32, y: &mut [f32]) {
+fn axpby(alpha: f32, x: &[f32], beta: f32, y: &mut [f32]) {
     if beta == 0.0 {
         for (o, &v) in y.iter_mut().zip(x) {
             *o = alpha * v;
@@ -34,13 +78,13 @@ pub(crate) fn axpby(alpha: f32, x: &[f32], beta: f32, y: &mut [f32]) {
     }
 }
 
-pub(crate) fn scale(alpha: f32, y: &mut [f32]) {
+fn scale(alpha: f32, y: &mut [f32]) {
     for o in y.iter_mut() {
         *o *= alpha;
     }
 }
 
-pub(crate) fn sum_squares(x: &[f32]) -> f32 {
+fn sum_squares(x: &[f32]) -> f32 {
     // Eight independent f64 partial sums: accurate and vectorisable.
     let mut acc = [0.0f64; 8];
     let chunks = x.chunks_exact(8);
