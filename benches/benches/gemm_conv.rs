@@ -1,6 +1,9 @@
 //! GEMM and conv2d throughput at the layer shapes of LeNet-5 and the CIFAR ResNets, in
 //! FLOP/s (criterion's "elements" are FLOPs). `cargo bench -p crossbow-benches --bench gemm_conv`
 
+// Benchmarks: a failing setup or kernel call should abort the run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};

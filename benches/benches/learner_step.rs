@@ -16,12 +16,16 @@
 //!
 //! `cargo bench -p crossbow-benches --bench learner_step` (filter with e.g. `-- resnet32/`)
 
+// Benchmarks: a failing setup or kernel call should abort the run.
+#![allow(clippy::unwrap_used)]
+
 use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use crossbow_kernels::optim::SgdConfig;
-use crossbow_kernels::{Backend, CpuBackend, View, ViewMut};
+use crossbow_kernels::prelude::*;
+use crossbow_kernels::{CpuBackend, View, ViewMut};
 use crossbow_replica::exec::Executor;
 use crossbow_replica::program::Mode;
 use crossbow_replica::{Graph, ModelKind, Replica};

@@ -9,6 +9,9 @@
 //!
 //! `cargo bench -p crossbow-benches --bench memory_plan`
 
+// Benchmarks: a failing setup or kernel call should abort the run.
+#![allow(clippy::unwrap_used)]
+
 use std::hint::black_box;
 use std::time::Duration;
 

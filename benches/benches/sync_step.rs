@@ -22,6 +22,9 @@
 //!
 //! `cargo bench -p crossbow-benches --bench sync_step` (filter with e.g. `-- cpu/resnet32/sma/`)
 
+// Benchmarks: a failing setup or kernel call should abort the run.
+#![allow(clippy::unwrap_used)]
+
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};

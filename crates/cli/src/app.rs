@@ -113,7 +113,7 @@ struct TrainArgs {
     #[arg(long)]
     central_momentum: Option<f64>,
     /// SMA learner update: paper (plain SGD steps, momentum only on the central model) or
-    /// local-momentum (learners keep momentum too, as the original code) [default: paper]
+    /// local-momentum (learners keep momentum too, as the original code) [default: local-momentum]
     #[arg(long)]
     sma_form: Option<String>,
     /// Batch-norm statistics for evaluating the central model: mean (of the learners' running

@@ -47,12 +47,19 @@ pub fn random_batches(graph: &Graph, batch: usize, count: usize) -> Vec<MemBatch
 /// One measured configuration.
 #[derive(Clone, Debug, Serialize)]
 pub struct BenchRow {
+    /// Model name (`resnet32`, ...).
     pub model: String,
+    /// Batch size per learner.
     pub batch: usize,
+    /// Learners on each device.
     pub learners_per_device: usize,
+    /// Number of devices.
     pub devices: usize,
+    /// Training throughput over the measured iterations, images per second (all learners).
     pub images_per_sec: f64,
+    /// Iterations measured (warm-up excluded).
     pub iterations: usize,
+    /// Wall time of the measured iterations, in seconds.
     pub seconds: f64,
 }
 
@@ -114,7 +121,9 @@ pub fn measure<B: Backend>(
 /// What the tuner did in a bench run.
 #[derive(Clone, Debug, Serialize)]
 pub struct TunerRow {
+    /// Model name (`resnet32`, ...).
     pub model: String,
+    /// Batch size per learner.
     pub batch: usize,
     /// Learners per device the tuner settled on (device 0).
     pub picked: usize,
@@ -122,6 +131,7 @@ pub struct TunerRow {
     pub images_per_sec: f64,
     /// Iterations until it settled.
     pub iterations_to_settle: usize,
+    /// The tuner's decisions, one line each, prefixed with their iteration.
     pub decisions: Vec<String>,
 }
 

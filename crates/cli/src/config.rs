@@ -53,34 +53,63 @@ impl FromStr for LearnersPerDevice {
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct TrainFile {
+    /// Model name: `lenet5`, `resnet20`/32/44/56/110 (any 6n+2), `vgg16`, `resnet50`.
     pub model: Option<String>,
+    /// Dataset name: `mnist`, `cifar10`, `cifar100`, `synthetic-digits`, `synthetic-shapes`.
     pub dataset: Option<String>,
+    /// Directory holding the dataset files (file-based datasets only).
     pub data_dir: Option<PathBuf>,
+    /// Images per learner per iteration, >= 1.
     pub batch_size: Option<usize>,
+    /// Base learning rate, > 0.
     pub lr: Option<f64>,
+    /// Momentum of each learner's SGD, in `[0, 1)`.
     pub momentum: Option<f64>,
+    /// L2 weight decay, >= 0.
     pub weight_decay: Option<f64>,
+    /// Use Nesterov momentum (needs `momentum` > 0).
     pub nesterov: Option<bool>,
+    /// Learning-rate schedule as text (`constant`, `multistep:E1,E2[:GAMMA]`, ...).
     pub schedule: Option<String>,
+    /// Epoch limit, > 0 (fractions allowed).
     pub epochs: Option<f64>,
+    /// Stop when the central model's test accuracy reaches this (0..1, or a percentage).
     pub target_accuracy: Option<f64>,
+    /// Seed of initialisation, data order, augmentation and dropout.
     pub seed: Option<u64>,
+    /// Threads per CPU device, >= 1.
     pub threads: Option<usize>,
+    /// File to write one JSON object per evaluation (and start, tuner decisions, end) to.
     pub metrics: Option<PathBuf>,
+    /// Devices as text: `auto`, `cpu`, `cpu:N`, `cuda`, `cuda:0,1`.
     pub devices: Option<String>,
+    /// Learners per device: a whole number >= 1, or `auto` for the auto-tuner.
     pub learners_per_device: Option<String>,
+    /// The synchroniser's name in the registry (`sma`, `ssgd`, `easgd`, ...).
     pub sync: Option<String>,
+    /// SMA/EA-SGD pull towards the central model, >= 0 (unset: `1/k` or `0.9/k`).
     pub alpha: Option<f64>,
+    /// SMA central momentum, in `[0, 1)`.
     pub central_momentum: Option<f64>,
+    /// SMA learner update: `paper` or `local-momentum`.
     pub sma_form: Option<String>,
+    /// Batch-norm statistics for evaluation: `mean`, `recalibrate` or `recalibrate:N`.
     pub bn_eval: Option<String>,
+    /// Evaluate the central model every this many epochs, > 0.
     pub eval_every: Option<f64>,
+    /// Evaluate every this many iterations instead of by epochs, >= 1.
     pub eval_every_iterations: Option<u64>,
+    /// Batch size of evaluation, >= 1.
     pub eval_batch_size: Option<usize>,
+    /// Training images to use (synthetic: generated; files: the first N), >= 1.
     pub train_size: Option<usize>,
+    /// Test images to use, >= 1.
     pub test_size: Option<usize>,
+    /// Data pipeline worker threads, >= 1.
     pub workers: Option<usize>,
+    /// Most learners per device the auto-tuner may use, >= 1.
     pub max_learners: Option<usize>,
+    /// Relative throughput gain the tuner needs to keep an added learner, >= 0 (0.05 = 5%).
     pub tuner_threshold: Option<f64>,
     /// The synchroniser's generic options (`[sync-options]`; `--sync-opt KEY=VALUE`).
     pub sync_options: Option<BTreeMap<String, toml::Value>>,
@@ -144,23 +173,38 @@ impl TrainFile {
 /// The validated settings of a training run.
 #[derive(Clone, Debug, Serialize)]
 pub struct TrainConfig {
+    /// The model to train.
     pub model: ModelKind,
+    /// The dataset to train and evaluate on.
     pub dataset: DatasetKind,
+    /// Directory of the dataset files (unused by the synthetic datasets).
     pub data_dir: PathBuf,
+    /// Images per learner per iteration, >= 1.
     pub batch_size: usize,
+    /// Base learning rate, > 0 (before the schedule).
     pub lr: f64,
+    /// Momentum of each learner's SGD, in `[0, 1)`.
     pub momentum: f64,
+    /// L2 weight decay, >= 0.
     pub weight_decay: f64,
+    /// Whether the learners use Nesterov momentum.
     pub nesterov: bool,
+    /// Learning-rate schedule over epochs (a cosine without total ends at `epochs`).
     pub schedule: Schedule,
+    /// Epoch limit, > 0 (fractions allowed).
     pub epochs: f64,
+    /// Stop when the central model's test accuracy reaches this, in `[0, 1]`.
     pub target_accuracy: Option<f64>,
+    /// Seed of initialisation, data order, augmentation and dropout.
     pub seed: u64,
     /// Threads per CPU device (default: the machine's cores divided among the CPU devices).
     pub threads: Option<usize>,
+    /// File the JSON-lines metrics are written to, if any.
     pub metrics: Option<PathBuf>,
+    /// Which devices train (`auto` = every GPU, else the CPU).
     #[serde(serialize_with = "ser_display")]
     pub devices: DeviceSpec,
+    /// Learners per device, fixed or chosen by the auto-tuner.
     pub learners_per_device: LearnersPerDevice,
     /// The synchroniser's registered name (see [`SyncRegistry::build_for`]).
     pub sync_name: String,
@@ -179,11 +223,17 @@ pub struct TrainConfig {
     pub eval_every: f64,
     /// Evaluate every this many iterations instead (when set).
     pub eval_every_iterations: Option<u64>,
+    /// Batch size of evaluation, >= 1.
     pub eval_batch_size: usize,
+    /// Training images to use (`None`: synthetic 20000, files all).
     pub train_size: Option<usize>,
+    /// Test images to use (`None`: synthetic 4000, files all).
     pub test_size: Option<usize>,
+    /// Data pipeline worker threads, >= 1.
     pub workers: usize,
+    /// Most learners per device the auto-tuner may use, >= 1.
     pub max_learners: usize,
+    /// Relative throughput gain the tuner needs to keep an added learner, >= 0.
     pub tuner_threshold: f64,
 }
 

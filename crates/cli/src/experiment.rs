@@ -116,19 +116,31 @@ pub struct Run {
     pub phase: String,
     /// The variant as given to `--sync` (for merged k = 1 runs: the first of them).
     pub variant: String,
+    /// The synchroniser's name (the variant without its settings).
     pub sync: String,
+    /// Learner count k, all on one CPU device.
     pub learners: usize,
+    /// Batch size per learner.
     pub batch: usize,
+    /// Seed of initialisation, data order, augmentation and dropout.
     pub seed: u64,
+    /// Base learning rate of the run.
     pub lr: f64,
+    /// Whether the central model reached the target test accuracy.
     pub reached: bool,
+    /// Epochs completed at the first evaluation at or above target.
     pub epochs_to_target: Option<f64>,
+    /// Training seconds (evaluation excluded) until the first evaluation at or above target.
     pub seconds_to_target: Option<f64>,
+    /// Highest test accuracy of the central model, 0..1 (0 for a failed run).
     pub best_accuracy: f64,
+    /// Epochs completed (0 for a failed run).
     pub epochs: f64,
+    /// Mean training throughput, images per second (0 for a failed run).
     pub images_per_sec: f64,
     /// Why the run stopped early (for example divergence), if it did.
     pub error: Option<String>,
+    /// Every evaluation of the run, for the plots (not read back by `--resume`).
     #[serde(skip_deserializing)]
     pub curve: Vec<CurvePoint>,
 }
@@ -136,8 +148,11 @@ pub struct Run {
 /// One evaluation of a run, for the plots.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct CurvePoint {
+    /// Epochs completed (fractional).
     pub epoch: f64,
+    /// Training time so far (evaluation excluded), seconds.
     pub train_seconds: f64,
+    /// Test accuracy of the central model, 0..1.
     pub test_accuracy: f64,
 }
 

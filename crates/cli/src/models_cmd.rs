@@ -13,19 +13,25 @@ use crate::error::CliError;
 /// One row of the model table.
 #[derive(Clone, Debug, Serialize)]
 pub struct ModelRow {
+    /// Model name (`resnet32`, ...).
     pub model: String,
+    /// Per-sample input shape the model is built for, as text (`[3, 32, 32]`).
     pub input: String,
+    /// Number of output classes.
     pub classes: usize,
+    /// Number of trainable parameters.
     pub parameters: usize,
     /// Forward FLOPs per image (convolutions and linear layers, multiply-add = 2).
     pub mflops_per_image: f64,
+    /// Batch size per learner the memory figures are for.
     pub batch: usize,
-    /// Training activations + gradients per learner, with and without the memory plan.
+    /// Training activations + gradients per learner with the memory plan, in bytes.
     pub planned_activation_bytes: usize,
+    /// Training activations + gradients per learner without the memory plan, in bytes.
     pub unplanned_activation_bytes: usize,
-    /// Parameters, gradients, momentum and statistics.
+    /// Parameters, gradients, momentum and statistics, in bytes.
     pub replica_bytes: usize,
-    /// Conv workspace of a single-threaded CPU learner.
+    /// Conv workspace of a single-threaded CPU learner, in bytes.
     pub workspace_bytes: usize,
 }
 

@@ -15,43 +15,66 @@ use crate::error::CliError;
 /// One evaluation of the central model.
 #[derive(Clone, Debug, Serialize)]
 pub struct EvalLine {
+    /// Iterations completed before the evaluation.
     pub iteration: u64,
+    /// Epochs completed before the evaluation (fractional).
     pub epoch: f64,
     /// Training time so far (evaluation excluded), seconds.
     pub train_seconds: f64,
     /// Wall time since the start of training, seconds.
     pub wall_seconds: f64,
+    /// Learning rate of the last iteration, after the schedule.
     pub lr: f64,
     /// Mean training loss since the previous evaluation.
     pub train_loss: f64,
+    /// Training accuracy of the learners since the previous evaluation, 0..1.
     pub train_accuracy: f64,
+    /// Mean test loss per sample of the central model.
     pub test_loss: f64,
+    /// Test accuracy of the central model, 0..1.
     pub test_accuracy: f64,
     /// Training images per second since the previous evaluation.
     pub images_per_sec: f64,
+    /// Learners on each device at the evaluation.
     pub learners: Vec<usize>,
 }
 
 /// The outcome of a run.
 #[derive(Clone, Debug, Serialize)]
 pub struct Summary {
+    /// Model name (`resnet32`, ...).
     pub model: String,
+    /// Dataset name (`cifar10`, ...).
     pub dataset: String,
+    /// The devices trained on (`cpu:0`, `cuda:1`, ...).
     pub devices: Vec<String>,
+    /// Learners on each device at the end of the run.
     pub learners: Vec<usize>,
+    /// The synchroniser's name.
     pub sync: String,
+    /// Test accuracy the run aimed for, 0..1, if any.
     pub target_accuracy: Option<f64>,
+    /// Whether an evaluation reached `target_accuracy`.
     pub reached_target: bool,
     /// Training seconds (evaluation excluded) until the first evaluation at or above target.
     pub time_to_target_seconds: Option<f64>,
+    /// Epochs completed at the first evaluation at or above target.
     pub epochs_to_target: Option<f64>,
+    /// Highest test accuracy of the central model over all evaluations, 0..1.
     pub best_accuracy: f64,
+    /// Test accuracy at the last evaluation, 0..1 (0 if there was none).
     pub final_accuracy: f64,
+    /// Epochs completed (fractional).
     pub epochs: f64,
+    /// Iterations completed.
     pub iterations: u64,
+    /// Training time (evaluation excluded), seconds.
     pub train_seconds: f64,
+    /// Wall time of the whole run, seconds.
     pub wall_seconds: f64,
+    /// Mean training throughput over the run, images per second (over training time).
     pub images_per_sec: f64,
+    /// Every evaluation, in order.
     pub evaluations: Vec<EvalLine>,
 }
 

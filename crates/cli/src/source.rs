@@ -20,6 +20,7 @@ impl TrainBatch for DataBatch {
 
 /// The training stream: the prefetching pipeline.
 pub struct PipelineSource {
+    /// The prefetching, augmenting pipeline batches are taken from.
     pub pipeline: Pipeline,
 }
 
@@ -38,7 +39,9 @@ impl TrainSource for PipelineSource {
 
 /// The test set, normalised like the training set, not augmented.
 pub struct TestSet {
+    /// The test images and labels.
     pub dataset: Arc<Dataset>,
+    /// Per-channel normalisation, the training set's.
     pub normalize: Normalize,
 }
 

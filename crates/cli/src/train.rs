@@ -23,7 +23,9 @@ use crate::source::{PipelineSource, TestSet};
 
 /// The loaded training and test sets.
 pub struct Data {
+    /// The training set (augmented by the pipeline).
     pub train: Arc<Dataset>,
+    /// The test set the central model is evaluated on.
     pub test: Arc<Dataset>,
 }
 
@@ -44,9 +46,17 @@ pub fn build_graph(cfg: &TrainConfig, data: &Data) -> Result<Graph, CliError> {
 #[derive(Clone, Debug)]
 pub enum Hardware {
     /// `count` CPU devices of `threads` threads each.
-    Cpu { count: usize, threads: usize },
+    Cpu {
+        /// Number of CPU devices.
+        count: usize,
+        /// Threads per device, shared by its learners.
+        threads: usize,
+    },
     /// CUDA GPUs by ordinal.
-    Cuda { ordinals: Vec<usize> },
+    Cuda {
+        /// CUDA device ordinals, as the driver numbers them.
+        ordinals: Vec<usize>,
+    },
 }
 
 /// Cores of this machine.

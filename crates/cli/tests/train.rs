@@ -8,6 +8,7 @@ use crossbow_cli::config::{TrainConfig, TrainFile};
 use crossbow_cli::report::Reporter;
 use crossbow_cli::train::train;
 
+#[allow(clippy::expect_used)] // Test helper: an invalid config should fail the test.
 fn config(extra: TrainFile) -> TrainConfig {
     let base = TrainFile {
         devices: Some("cpu".into()),
@@ -112,6 +113,7 @@ fn metrics_file_has_one_json_line_per_evaluation() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+#[allow(clippy::expect_used)] // Test helper: failing to start the binary should fail the test.
 fn crossbow(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_crossbow")).args(args).output().expect("run crossbow");
     (

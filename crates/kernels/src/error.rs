@@ -11,13 +11,34 @@ pub enum KernelError {
     Shape(#[from] ShapeError),
     /// A buffer view has the wrong length for the op's geometry.
     #[error("{op}: argument '{arg}' has {actual} elements, expected {expected}")]
-    Length { op: &'static str, arg: &'static str, expected: usize, actual: usize },
+    Length {
+        /// The op that was called (`"conv2d_forward"`, ...).
+        op: &'static str,
+        /// The argument whose view is wrong (`"input"`, `"params"`, `"workspace"`, ...).
+        arg: &'static str,
+        /// Elements the geometry implies.
+        expected: usize,
+        /// Elements the view has.
+        actual: usize,
+    },
     /// A view's range does not lie inside its buffer.
     #[error("view {start}..{end} is out of range for a buffer of {len} elements")]
-    Range { start: usize, end: usize, len: usize },
+    Range {
+        /// First element of the requested range.
+        start: usize,
+        /// One past the last element of the requested range.
+        end: usize,
+        /// Elements in the buffer (or parent view).
+        len: usize,
+    },
     /// An argument value is invalid (probability outside [0, 1), non-finite learning rate, ...).
     #[error("{op}: {msg}")]
-    Invalid { op: &'static str, msg: String },
+    Invalid {
+        /// The op or config that rejected the value (`"sgd"`, `"batch_norm"`, ...).
+        op: &'static str,
+        /// What is wrong, with the offending value.
+        msg: String,
+    },
     /// No CUDA driver library could be loaded on this machine.
     #[error("no CUDA driver found ({0}); use --devices cpu or install the NVIDIA driver")]
     NoCudaDriver(String),
@@ -26,7 +47,12 @@ pub enum KernelError {
     NotCompiledWithCuda,
     /// A CUDA driver, NVRTC, cuBLAS or cuDNN call failed.
     #[error("CUDA error in {context}: {msg}")]
-    Cuda { context: String, msg: String },
+    Cuda {
+        /// Where it failed: the library and call, or the kernel (`"cuDNN ..."`, `"CUDA driver"`).
+        context: String,
+        /// What went wrong: the library's error code or message.
+        msg: String,
+    },
 }
 
 impl KernelError {

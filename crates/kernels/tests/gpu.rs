@@ -69,6 +69,9 @@ fn conv2d_resnet_shapes_both_paths() {
 
 type Passes = (Vec<f32>, Vec<f32>, Vec<f32>);
 
+/// Forward, backward-data and backward-params of `g` on `be`: `(y, dx, dparams)`.
+// A test helper (not `#[test]`, so clippy does not see it as one): a failed call panics the test.
+#[allow(clippy::expect_used)]
 fn conv_passes<B: Backend>(be: &B, g: &Conv2dGeom, x: &[f32], p: &[f32], dy: &[f32]) -> Passes {
     let up = |d: &[f32]| {
         let mut b = be.alloc(d.len()).expect("alloc");
@@ -95,6 +98,8 @@ fn conv_passes<B: Backend>(be: &B, g: &Conv2dGeom, x: &[f32], p: &[f32], dy: &[f
 }
 
 /// Ten dependent steps (conv forward, a gradient from its output, SGD) on one backend.
+// A test helper (not `#[test]`, so clippy does not see it as one): a failed call panics the test.
+#[allow(clippy::expect_used)]
 fn steps<B: Backend>(be: &B, g: &Conv2dGeom, sgd: &SgdConfig, x: &[f32], p: &mut [f32]) {
     let up = |d: &[f32]| {
         let mut b = be.alloc(d.len()).expect("alloc");

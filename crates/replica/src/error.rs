@@ -1,3 +1,5 @@
+//! The error type of the replica crate, wrapping kernel and shape errors.
+
 use crossbow_kernels::KernelError;
 use crossbow_tensor::ShapeError;
 
@@ -24,7 +26,12 @@ pub enum ReplicaError {
     Diverged(String),
     /// A synchroniser failed.
     #[error("synchroniser {name}: {msg}")]
-    Sync { name: String, msg: String },
+    Sync {
+        /// The synchroniser's name (`sma`, `ssgd`, ...).
+        name: String,
+        /// What went wrong.
+        msg: String,
+    },
     /// The data pipeline failed.
     #[error("data: {0}")]
     Data(String),

@@ -20,21 +20,63 @@ pub enum Layer {
     /// The input batch.
     Input,
     /// 2-d convolution.
-    Conv2d { out_channels: usize, kernel: usize, stride: usize, pad: usize, bias: bool },
+    Conv2d {
+        /// Output channels (number of filters).
+        out_channels: usize,
+        /// Side of the square kernel, in pixels.
+        kernel: usize,
+        /// Step between windows, in pixels.
+        stride: usize,
+        /// Zero padding added on each side, in pixels.
+        pad: usize,
+        /// Whether a per-channel bias is added.
+        bias: bool,
+    },
     /// Batch normalisation over channels.
-    BatchNorm { eps: f32, momentum: f32 },
+    BatchNorm {
+        /// Added to the variance before the square root, > 0 (PyTorch default 1e-5).
+        eps: f32,
+        /// Running-statistics update rate, in `[0, 1]`: `r = (1 - momentum) r + momentum * batch`.
+        momentum: f32,
+    },
     /// `max(x, 0)`.
     Relu,
     /// Max pooling.
-    MaxPool { kernel: usize, stride: usize, pad: usize, ceil: bool },
+    MaxPool {
+        /// Side of the square window, in pixels.
+        kernel: usize,
+        /// Step between windows, in pixels.
+        stride: usize,
+        /// Padding on each side, in pixels (padded positions are left out of the max).
+        pad: usize,
+        /// Round the output size up (Caffe-style ceil mode) rather than down.
+        ceil: bool,
+    },
     /// Average pooling (windows divided by their in-bounds element count).
-    AvgPool { kernel: usize, stride: usize, pad: usize, ceil: bool },
+    AvgPool {
+        /// Side of the square window, in pixels.
+        kernel: usize,
+        /// Step between windows, in pixels.
+        stride: usize,
+        /// Padding on each side, in pixels (padded positions are left out of the average).
+        pad: usize,
+        /// Round the output size up (Caffe-style ceil mode) rather than down.
+        ceil: bool,
+    },
     /// Average over all spatial positions: `[c, h, w] -> [c, 1, 1]`.
     GlobalAvgPool,
     /// Fully connected; the input is flattened per sample.
-    Linear { out_features: usize, bias: bool },
+    Linear {
+        /// Output features per sample.
+        out_features: usize,
+        /// Whether a per-feature bias is added.
+        bias: bool,
+    },
     /// Inverted dropout (training only).
-    Dropout { p: f32 },
+    Dropout {
+        /// Probability of dropping an element, in `[0, 1)`.
+        p: f32,
+    },
     /// Element-wise sum of two inputs of the same shape (residual connections).
     Add,
 }
@@ -52,8 +94,9 @@ pub struct ParamRegion {
     pub weight_init: Init,
     /// Initialiser of the second part (bias or beta), if any.
     pub bias_init: Init,
-    /// Fans used by the initialisers.
+    /// Input connections per output unit, used by the initialisers.
     pub fan_in: usize,
+    /// Output connections per input unit, used by the initialisers.
     pub fan_out: usize,
 }
 
@@ -69,6 +112,7 @@ impl ParamRegion {
 pub struct Node {
     /// A readable name (`stage2.block1.conv1`).
     pub name: String,
+    /// What the node computes, with its hyper-parameters.
     pub layer: Layer,
     /// Input nodes.
     pub inputs: Vec<NodeId>,
@@ -84,7 +128,9 @@ pub struct Node {
 /// A model: nodes in topological order, the logits node, and the flat buffer sizes.
 #[derive(Clone, Debug, Serialize)]
 pub struct Graph {
+    /// The model's name (`resnet32`, `lenet5`, ...).
     pub name: String,
+    /// Every node, inputs before the nodes that read them; node 0 is the input.
     pub nodes: Vec<Node>,
     /// The node producing the logits `[classes]`.
     pub output: NodeId,

@@ -34,7 +34,9 @@ pub enum TensorKind {
 /// in-place op's output aliases its input).
 #[derive(Clone, Debug)]
 pub struct TensorInfo {
+    /// What the tensor holds.
     pub kind: TensorKind,
+    /// Elements for the whole batch.
     pub len: usize,
     /// Storage root (itself unless aliased).
     pub storage: TensorId,
@@ -44,135 +46,242 @@ pub struct TensorInfo {
 pub type ParamRange = std::ops::Range<usize>;
 
 /// One kernel call.
+///
+/// Field names follow one convention: `x` is the input activation, `y` the output
+/// activation, `dy` the gradient with respect to `y`, `dx` the gradient with respect to `x`
+/// (written), `g` the kernel's geometry at the program's batch size, and `p` the layer's
+/// region of the flat parameter buffer (and of the gradient buffer, laid out alike).
 #[derive(Clone, Debug)]
 pub enum Instr {
+    /// Convolution forward: `y = conv(x, weights) + bias`.
     ConvFwd {
+        /// Convolution geometry.
         g: Conv2dGeom,
+        /// Input activation `[batch, c_in, h, w]`.
         x: TensorId,
+        /// Output activation `[batch, c_out, oh, ow]`.
         y: TensorId,
+        /// Weights and bias in the parameter buffer.
         p: ParamRange,
     },
+    /// Convolution backward to the input: `dx` from `dy` and the weights.
     ConvBwdData {
+        /// Convolution geometry.
         g: Conv2dGeom,
+        /// Gradient of the output.
         dy: TensorId,
+        /// Gradient of the input (written).
         dx: TensorId,
+        /// Weights and bias in the parameter buffer.
         p: ParamRange,
     },
+    /// Convolution backward to the parameters: writes the weight and bias gradients at `p`.
     ConvBwdParams {
+        /// Convolution geometry.
         g: Conv2dGeom,
+        /// Input activation of the forward pass.
         x: TensorId,
+        /// Gradient of the output.
         dy: TensorId,
+        /// Where the weight and bias gradients go in the gradient buffer.
         p: ParamRange,
     },
+    /// Fully connected forward: `y = x W^T + b`.
     LinearFwd {
+        /// Linear geometry.
         g: LinearGeom,
+        /// Input activation, flattened per sample.
         x: TensorId,
+        /// Output activation `[batch, out_features]`.
         y: TensorId,
+        /// Weights and bias in the parameter buffer.
         p: ParamRange,
     },
+    /// Fully connected backward to the input: `dx = dy W`.
     LinearBwdData {
+        /// Linear geometry.
         g: LinearGeom,
+        /// Gradient of the output.
         dy: TensorId,
+        /// Gradient of the input (written).
         dx: TensorId,
+        /// Weights and bias in the parameter buffer.
         p: ParamRange,
     },
+    /// Fully connected backward to the parameters: `dW = dy^T x`, `db = sum_n dy`, at `p`.
     LinearBwdParams {
+        /// Linear geometry.
         g: LinearGeom,
+        /// Input activation of the forward pass.
         x: TensorId,
+        /// Gradient of the output.
         dy: TensorId,
+        /// Where the weight and bias gradients go in the gradient buffer.
         p: ParamRange,
     },
+    /// Batch norm with batch statistics: saves `[mean, inv_std]` for the backward pass and
+    /// updates the running statistics.
     BnTrain {
+        /// Batch-norm geometry (with `momentum` 1 when recalibrating).
         g: BatchNormGeom,
+        /// Input activation.
         x: TensorId,
+        /// Output activation.
         y: TensorId,
+        /// `[gamma(C), beta(C)]` in the parameter buffer.
         p: ParamRange,
+        /// Offset of this layer's `[mean(C), var(C)]` in the state and saved-stats buffers.
         stats: usize,
     },
+    /// Batch norm with the running statistics (evaluation).
     BnInfer {
+        /// Batch-norm geometry.
         g: BatchNormGeom,
+        /// Input activation.
         x: TensorId,
+        /// Output activation.
         y: TensorId,
+        /// `[gamma(C), beta(C)]` in the parameter buffer.
         p: ParamRange,
+        /// Offset of this layer's running `[mean(C), var(C)]` in the state buffer.
         stats: usize,
     },
+    /// Batch norm backward: `dx`, and `[dgamma, dbeta]` at `p` in the gradient buffer.
     BnBwd {
+        /// Batch-norm geometry.
         g: BatchNormGeom,
+        /// Input activation of the forward pass.
         x: TensorId,
+        /// Gradient of the output.
         dy: TensorId,
+        /// Gradient of the input (written).
         dx: TensorId,
+        /// `[gamma(C), beta(C)]` in the parameter buffer, and where their gradients go.
         p: ParamRange,
+        /// Offset of this layer's saved `[mean(C), inv_std(C)]` in the saved-stats buffer.
         stats: usize,
     },
+    /// `y = max(x, 0)`.
     Relu {
+        /// Input activation.
         x: TensorId,
+        /// Output activation.
         y: TensorId,
     },
+    /// `y = max(y, 0)` in place (`y` aliases the input's storage).
     ReluInPlace {
+        /// The activation rectified in place.
         y: TensorId,
     },
+    /// `dx = dy * (y > 0)`, from the forward output `y`.
     ReluBwd {
+        /// Output activation of the forward pass.
         y: TensorId,
+        /// Gradient of the output.
         dy: TensorId,
+        /// Gradient of the input (written).
         dx: TensorId,
     },
+    /// `d = d * (y > 0)` in place: the output gradient becomes the input gradient.
     ReluBwdInPlace {
+        /// Output activation of the forward pass.
         y: TensorId,
+        /// Gradient, read as the output's and written as the input's.
         d: TensorId,
     },
+    /// Max pooling forward.
     MaxPool {
+        /// Pooling geometry.
         g: Pool2dGeom,
+        /// Input activation.
         x: TensorId,
+        /// Output activation.
         y: TensorId,
     },
+    /// Max pooling backward: each window's gradient goes to its (first) maximum.
     MaxPoolBwd {
+        /// Pooling geometry.
         g: Pool2dGeom,
+        /// Input activation of the forward pass.
         x: TensorId,
+        /// Output activation of the forward pass (the maxima).
         y: TensorId,
+        /// Gradient of the output.
         dy: TensorId,
+        /// Gradient of the input (written).
         dx: TensorId,
     },
+    /// Average pooling forward (also global average pooling).
     AvgPool {
+        /// Pooling geometry.
         g: Pool2dGeom,
+        /// Input activation.
         x: TensorId,
+        /// Output activation.
         y: TensorId,
     },
+    /// Average pooling backward: each window's gradient spread evenly over it.
     AvgPoolBwd {
+        /// Pooling geometry.
         g: Pool2dGeom,
+        /// Gradient of the output.
         dy: TensorId,
+        /// Gradient of the input (written).
         dx: TensorId,
     },
+    /// Inverted dropout forward: `y = x * mask`, the mask drawn from the call's seed.
     Dropout {
+        /// Probability of dropping an element, in `[0, 1)`.
         p: f32,
+        /// The graph node, mixed into the seed so every dropout layer draws its own mask.
         node: NodeId,
+        /// Input activation.
         x: TensorId,
+        /// Output activation.
         y: TensorId,
+        /// The mask written: 0 for dropped elements, `1 / (1 - p)` for kept ones.
         mask: TensorId,
     },
+    /// `y = a * b`, element-wise (dropout backward: `dx = dy * mask`).
     Mul {
+        /// First factor.
         a: TensorId,
+        /// Second factor.
         b: TensorId,
+        /// Product (written).
         y: TensorId,
     },
+    /// `y = a + b`, element-wise (residual connections).
     Add {
+        /// First term.
         a: TensorId,
+        /// Second term.
         b: TensorId,
+        /// Sum (written).
         y: TensorId,
     },
+    /// `dst = src`.
     Copy {
+        /// Tensor read.
         src: TensorId,
+        /// Tensor written, same length as `src`.
         dst: TensorId,
     },
     /// `dst += src`.
     Accumulate {
+        /// Tensor added.
         src: TensorId,
+        /// Tensor accumulated into, same length as `src`.
         dst: TensorId,
     },
     /// Softmax cross-entropy; writes the loss statistics and, when `dlogits` is set, the
     /// gradient of the mean loss.
     Loss {
+        /// Batch size, classes and gradient scale (`1/batch`).
         g: SoftmaxXentGeom,
+        /// The model's output `[batch, classes]`.
         logits: TensorId,
+        /// Gradient of the mean loss with respect to the logits, in training programs.
         dlogits: Option<TensorId>,
     },
 }
@@ -231,9 +340,13 @@ pub enum Mode {
 /// A lowered model at one batch size.
 #[derive(Clone, Debug)]
 pub struct Program {
+    /// Whether the program trains, evaluates or recalibrates.
     pub mode: Mode,
+    /// Samples per batch the program was lowered for.
     pub batch: usize,
+    /// Every tensor, indexed by [`TensorId`].
     pub tensors: Vec<TensorInfo>,
+    /// The kernel calls, in execution order.
     pub instrs: Vec<Instr>,
     /// The input tensor (always tensor 0).
     pub input: TensorId,

@@ -13,13 +13,32 @@ pub enum Schedule {
     /// The base rate throughout.
     Constant,
     /// The base rate times `gamma` for every milestone (epoch) passed.
-    MultiStep { milestones: Vec<f64>, gamma: f64 },
+    MultiStep {
+        /// Epochs at which the rate is multiplied by `gamma` once more.
+        milestones: Vec<f64>,
+        /// Factor applied at each milestone, usually in `(0, 1)` (default 0.1).
+        gamma: f64,
+    },
     /// Linear warm-up from `start_factor × base` to the base rate over `warmup` epochs, then
     /// multistep.
-    WarmupMultiStep { warmup: f64, start_factor: f64, milestones: Vec<f64>, gamma: f64 },
+    WarmupMultiStep {
+        /// Length of the linear warm-up, in epochs; 0 disables it.
+        warmup: f64,
+        /// Fraction of the base rate at epoch 0, usually in `(0, 1]` (default 0.1).
+        start_factor: f64,
+        /// Epochs at which the rate is multiplied by `gamma` once more.
+        milestones: Vec<f64>,
+        /// Factor applied at each milestone, usually in `(0, 1)` (default 0.1).
+        gamma: f64,
+    },
     /// Cosine annealing from the base rate to `min_factor × base` at `total` epochs (and
     /// constant after).
-    Cosine { total: f64, min_factor: f64 },
+    Cosine {
+        /// Epoch at which the rate reaches its minimum.
+        total: f64,
+        /// Final rate as a fraction of the base rate, usually in `[0, 1]`.
+        min_factor: f64,
+    },
 }
 
 impl Schedule {

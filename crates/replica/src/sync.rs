@@ -74,8 +74,11 @@ pub struct LearnerBuffers<'a, B: Backend> {
 pub struct LearnerRef<'a, B: Backend> {
     /// Global learner slot, in `0..k` (as [`LearnerBuffers::index`]).
     pub index: usize,
+    /// Parameters `w_j`.
     pub params: &'a B::Buffer,
+    /// Gradient of the learner's last batch (without weight decay).
     pub grads: &'a B::Buffer,
+    /// The synchroniser's own per-learner buffers.
     pub sync_state: &'a [B::Buffer],
 }
 

@@ -380,7 +380,7 @@ fn recalibration_averages_the_batch_statistics_of_z() {
 fn names_and_flags() {
     assert_eq!(
         SyncKind::parse("sma", None, 0.9).unwrap(),
-        SyncKind::Sma { alpha: None, central_momentum: 0.9, form: SmaForm::Paper }
+        SyncKind::Sma { alpha: None, central_momentum: 0.9, form: SmaForm::LocalMomentum }
     );
     assert_eq!(SyncKind::parse("S-SGD", None, 0.9).unwrap(), SyncKind::SSgd);
     assert!(SyncKind::parse("hogwild", None, 0.9).unwrap_err().contains("unknown synchroniser 'hogwild'"));

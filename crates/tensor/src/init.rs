@@ -21,17 +21,35 @@ pub enum FanMode {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Init {
     /// Every element `value`.
-    Constant { value: f32 },
+    Constant {
+        /// The value written to every element.
+        value: f32,
+    },
     /// Uniform in `[-bound, bound]`.
-    Uniform { bound: f32 },
+    Uniform {
+        /// Half-width of the interval; expected to be >= 0.
+        bound: f32,
+    },
     /// Normal with mean 0 and the given standard deviation.
-    Normal { std: f32 },
+    Normal {
+        /// Standard deviation; expected to be >= 0.
+        std: f32,
+    },
     /// Normal with mean 0 and the given standard deviation, redrawn outside ±2σ.
-    TruncatedNormal { std: f32 },
+    TruncatedNormal {
+        /// Standard deviation of the untruncated normal; samples lie in `±2*std`.
+        std: f32,
+    },
     /// He et al. 2015, normal: `std = sqrt(2 / fan)` (gain for ReLU).
-    KaimingNormal { mode: FanMode },
+    KaimingNormal {
+        /// Whether `fan` is the layer's fan-in or fan-out.
+        mode: FanMode,
+    },
     /// He et al. 2015, uniform: `bound = sqrt(6 / fan)`.
-    KaimingUniform { mode: FanMode },
+    KaimingUniform {
+        /// Whether `fan` is the layer's fan-in or fan-out.
+        mode: FanMode,
+    },
     /// Glorot & Bengio 2010, normal: `std = sqrt(2 / (fan_in + fan_out))`.
     XavierNormal,
     /// Glorot & Bengio 2010, uniform: `bound = sqrt(6 / (fan_in + fan_out))`.

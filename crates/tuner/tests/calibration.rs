@@ -20,6 +20,7 @@ struct Scenario {
     start: usize,
 }
 
+#[allow(clippy::unwrap_used)] // Test helper: an invalid scenario config should fail the test.
 fn run(s: &Scenario, shape: Shape, runs: u64) -> String {
     let (mut bad, mut unsettled, mut windows, mut retunes) = (0, 0, 0usize, 0);
     for seed in 0..runs {

@@ -28,6 +28,7 @@ struct Rig {
 }
 
 impl Rig {
+    #[allow(clippy::expect_used)] // Test helper: an invalid config should fail the test.
     fn new(config: TunerConfig) -> Self {
         Rig {
             learners: config.initial_learners,

@@ -4,6 +4,7 @@
 use std::process::Command;
 
 /// Runs the binary: exit code, stdout + stderr.
+#[allow(clippy::expect_used)] // Test helper: failing to start the binary should fail the test.
 fn run(args: &[&str]) -> (i32, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_crossbow-sync-periodic")).args(args).output().expect("run the binary");
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));

@@ -1,6 +1,9 @@
 //! ReLU on every backend: forward exact, backward (out of place and in place) against
 //! central finite differences, agreement with the CPU on large vectors, argument errors.
 
+// Test bodies run by `test_backends!` (not `cfg(test)`): a failed call must panic the test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use proptest::prelude::*;
 
 use crate::prelude::*;

@@ -83,9 +83,13 @@ pub fn crop_flip_via_host<B: Backend + ?Sized>(
 /// height, width]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct CropFlipGeom {
+    /// Images in the batch (`n`); `params` holds 3 values per image.
     pub batch: usize,
+    /// Channels per image (3 for CIFAR).
     pub channels: usize,
+    /// Image height in pixels, before padding (and of the output).
     pub height: usize,
+    /// Image width in pixels, before padding (and of the output).
     pub width: usize,
     /// Zero padding on every side before cropping (4 for CIFAR).
     pub pad: usize,

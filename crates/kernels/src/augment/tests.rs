@@ -1,6 +1,9 @@
 //! Crop-and-flip on every backend: the naive definition, identities, shifts, agreement with
 //! the CPU (bit for bit: copies and zeros only), argument errors.
 
+// Test bodies run by `test_backends!` (not `cfg(test)`): a failed call must panic the test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use proptest::prelude::*;
 
 use super::*;
@@ -63,6 +66,7 @@ fn geom_and_items(
     })
 }
 
+/// Random geometries and crops/flips: equal, bit for bit, to the naive per-pixel definition.
 pub fn matches_the_naive_definition<B: Backend>(be: &B) {
     let cfg = ProptestConfig { cases: 48, failure_persistence: None, ..ProptestConfig::default() };
     proptest!(cfg, |((g, items) in geom_and_items(1..5, 1..4, 1..12, 0..6), seed in any::<u64>())| {
@@ -72,6 +76,7 @@ pub fn matches_the_naive_definition<B: Backend>(be: &B) {
     });
 }
 
+/// The centred crop without flip returns the input; flipping twice restores it.
 pub fn identity_and_double_flip<B: Backend>(be: &B) {
     let g = CropFlipGeom { batch: 2, channels: 3, height: 5, width: 7, pad: 2 };
     let x = random_vec(3, g.len(), 1.0);
@@ -83,6 +88,7 @@ pub fn identity_and_double_flip<B: Backend>(be: &B) {
     assert_eq!(run(be, &g, &once, &flip).unwrap(), x);
 }
 
+/// On a CIFAR image, a crop 4 rows up moves row 0 to row 4 and fills rows 0..4 with zeros.
 pub fn cifar_shift_moves_pixels_and_fills_zeros<B: Backend>(be: &B) {
     let g = CropFlipGeom::cifar(1);
     let x: Vec<f32> = (0..g.len()).map(|i| i as f32 + 1.0).collect();

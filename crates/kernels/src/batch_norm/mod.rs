@@ -126,7 +126,9 @@ pub trait BatchNorm: Storage {
 /// The geometry and constants of a batch-norm call.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BatchNormGeom {
+    /// Samples in the batch (`n`).
     pub batch: usize,
+    /// Channels (`c`): one `gamma`, `beta`, mean and variance each.
     pub channels: usize,
     /// Elements per channel per sample (`h*w`; 1 after a linear layer).
     pub spatial: usize,

@@ -3,6 +3,9 @@
 //! backward pass vs central finite differences of the f64 training-mode forward; against
 //! the CPU on larger shapes; argument errors.
 
+// Test bodies run by `test_backends!` (not `cfg(test)`): a failed call must panic the test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use proptest::prelude::*;
 
 use super::BatchNormGeom;
@@ -144,6 +147,7 @@ pub fn batch_norm_matches_cpu<B: Backend>(be: &B) {
     });
 }
 
+/// Zero `eps`, out-of-range momentum and a short `saved` buffer are errors, not panics.
 pub fn batch_norm_bad_arguments_are_errors<B: Backend>(be: &B) {
     let g = BatchNormGeom::new(2, 3, 4);
     assert!(BatchNormGeom { eps: 0.0, ..g }.validate().is_err());

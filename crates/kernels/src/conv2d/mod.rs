@@ -116,16 +116,27 @@ pub trait Conv2d: Storage {
 /// The geometry of a conv2d call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Conv2dGeom {
+    /// Images in the batch (`n`).
     pub batch: usize,
+    /// Input channels (`c_in`).
     pub in_channels: usize,
+    /// Input height in pixels, before padding.
     pub in_h: usize,
+    /// Input width in pixels, before padding.
     pub in_w: usize,
+    /// Output channels (`c_out`): the number of filters.
     pub out_channels: usize,
+    /// Kernel height (`kh`).
     pub kernel_h: usize,
+    /// Kernel width (`kw`).
     pub kernel_w: usize,
+    /// Vertical step between output rows, in input pixels (at least 1).
     pub stride_h: usize,
+    /// Horizontal step between output columns, in input pixels (at least 1).
     pub stride_w: usize,
+    /// Zero rows added above and below the input.
     pub pad_h: usize,
+    /// Zero columns added left and right of the input.
     pub pad_w: usize,
     /// Whether `params` holds a bias `[c_out]` after the weights.
     pub bias: bool,

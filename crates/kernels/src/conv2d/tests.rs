@@ -3,6 +3,9 @@
 //! f64, against the CPU on larger shapes; on the CPU also threaded against single-threaded,
 //! both GEMM crates, and the im2col fast path.
 
+// Test bodies run by `test_backends!` (not `cfg(test)`): a failed call must panic the test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use proptest::prelude::*;
 
 use super::Conv2dGeom;
@@ -64,8 +67,11 @@ fn geom() -> impl Strategy<Value = Conv2dGeom> {
 
 /// The three passes on a backend, outputs and workspace poisoned with NaNs first.
 pub struct Outputs {
+    /// Forward output, `output_len()` values (NCHW).
     pub y: Vec<f32>,
+    /// Gradient with respect to the input, `input_len()` values.
     pub dx: Vec<f32>,
+    /// Gradient with respect to the parameters (weights, then bias), `params_len()` values.
     pub dp: Vec<f32>,
 }
 
@@ -166,6 +172,8 @@ pub fn conv2d_matches_cpu<B: Backend>(be: &B) {
     });
 }
 
+/// A short output or workspace, a kernel larger than the padded input and a zero stride are
+/// errors naming the problem, not panics.
 pub fn conv2d_bad_shapes_are_errors<B: Backend>(be: &B) {
     let g = Conv2dGeom::square(1, 2, (5, 5), 3, 3, 1, 1, true);
     let x = upload(be, &vec![0.0; g.input_len()]);

@@ -33,11 +33,22 @@ pub enum DriverStatus {
     /// Built without the `cuda` feature.
     NotCompiled,
     /// No loadable `libcuda.so` (or [`env::FORCE_NO_CUDA`] is set).
-    NoDriver { reason: String },
+    NoDriver {
+        /// Why: `libcuda.so` could not be loaded, or [`env::FORCE_NO_CUDA`] is set.
+        reason: String,
+    },
     /// The driver library loaded but could not be initialised.
-    Failed { reason: String },
+    Failed {
+        /// The driver's error from initialisation.
+        reason: String,
+    },
     /// The driver works; `devices` may be 0.
-    Ready { devices: usize, driver_version: i32 },
+    Ready {
+        /// GPUs the driver reports.
+        devices: usize,
+        /// The driver's CUDA version as `1000 * major + 10 * minor` (12040 for 12.4).
+        driver_version: i32,
+    },
 }
 
 impl DriverStatus {
@@ -68,7 +79,9 @@ impl DriverStatus {
 /// A GPU as the driver reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceInfo {
+    /// The driver's index of the device, `0..device_count()`.
     pub ordinal: usize,
+    /// The marketing name, e.g. `NVIDIA H200`.
     pub name: String,
     /// `(major, minor)`, e.g. `(9, 0)` for an H100/H200.
     pub compute_capability: (i32, i32),
@@ -86,17 +99,25 @@ impl DeviceInfo {
 /// Free and total device memory in bytes (for the tuner's memory check).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MemInfo {
+    /// Bytes not allocated by any process at the time of the query.
     pub free: usize,
+    /// Bytes of device memory in all.
     pub total: usize,
 }
 
 /// How convolution and batch norm run on a device.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CudnnStatus {
-    /// Through cuDNN (`version` as `cudnnGetVersion` reports it, e.g. 90100).
-    Enabled { version: usize },
+    /// Through cuDNN.
+    Enabled {
+        /// cuDNN's version as `cudnnGetVersion` reports it, e.g. 90100 for 9.1.0.
+        version: usize,
+    },
     /// Through the crate's own kernels (im2col + cuBLAS, batch-norm kernels), and why.
-    Disabled { reason: String },
+    Disabled {
+        /// Why: disabled by option, or the library is missing, incomplete or older than 9.0.
+        reason: String,
+    },
 }
 
 impl CudnnStatus {

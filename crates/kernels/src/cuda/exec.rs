@@ -26,9 +26,13 @@ pub const PRELUDE: &str = include_str!("prelude.cuh");
 /// threads concurrently).
 #[derive(Debug)]
 pub struct KernelSource {
+    /// Module name: the `.cu` file's stem, used in `#line` directives and cache keys.
     pub module: &'static str,
+    /// The CUDA C source, without the prelude.
     pub code: &'static str,
+    /// Every `extern "C"` kernel the source defines, by name.
     pub kernels: &'static [&'static str],
+    /// The subset of `kernels` that use shared memory and `__syncthreads()`.
     pub cooperative: &'static [&'static str],
 }
 
@@ -75,7 +79,9 @@ pub(crate) fn fnv1a(parts: &[&[u8]]) -> u64 {
 /// A region of device memory: address of its first `f32` and its length.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Dv {
+    /// Address of the first `f32` (device pointer, or host pointer under the emulator).
     pub addr: u64,
+    /// Length in `f32`s, not bytes.
     pub len: usize,
 }
 
@@ -148,22 +154,39 @@ pub fn launch_blocks<E: Exec>(e: &E, kernel: &'static str, blocks: usize, args: 
 /// `X_i` starts `i * stride_x` elements after `X`. With `beta == 0`, `C` is not read.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ColGemm {
+    /// `op(A) = A^T` (`A` stored `k × m`).
     pub trans_a: bool,
+    /// `op(B) = B^T` (`B` stored `n × k`).
     pub trans_b: bool,
+    /// Rows of `op(A)` and `C`.
     pub m: usize,
+    /// Columns of `op(B)` and `C`.
     pub n: usize,
+    /// The contracted dimension: columns of `op(A)`, rows of `op(B)`.
     pub k: usize,
+    /// Scale of the product.
     pub alpha: f32,
+    /// Address of `A` (of `A_0` when batched).
     pub a: u64,
+    /// Leading dimension of `A`: elements between consecutive columns as stored.
     pub lda: usize,
+    /// Address of `B` (of `B_0` when batched).
     pub b: u64,
+    /// Leading dimension of `B`: elements between consecutive columns as stored.
     pub ldb: usize,
+    /// Scale of the old `C` (0: `C` is not read).
     pub beta: f32,
+    /// Address of `C` (of `C_0` when batched).
     pub c: u64,
+    /// Leading dimension of `C`: elements between consecutive columns.
     pub ldc: usize,
+    /// Number of GEMMs (1 for a plain GEMM).
     pub batch: usize,
+    /// Elements from `A_i` to `A_{i+1}`.
     pub stride_a: usize,
+    /// Elements from `B_i` to `B_{i+1}`.
     pub stride_b: usize,
+    /// Elements from `C_i` to `C_{i+1}`.
     pub stride_c: usize,
 }
 

@@ -157,38 +157,47 @@ impl CudaDevice {
         Err(KernelError::NotCompiledWithCuda)
     }
 
+    /// A new learner backend (uncallable: no `CudaDevice` exists without `cuda`).
     pub fn new_backend(&self) -> Result<CudaBackend> {
         match self.0 {}
     }
 
+    /// Free and total device memory in bytes (uncallable without `cuda`).
     pub fn mem_info(&self) -> Result<MemInfo> {
         match self.0 {}
     }
 
+    /// The driver's description of the device (uncallable without `cuda`).
     pub fn info(&self) -> &DeviceInfo {
         match self.0 {}
     }
 
+    /// The device ordinal (`cuda:N`) (uncallable without `cuda`).
     pub fn ordinal(&self) -> usize {
         match self.0 {}
     }
 
+    /// What the kernels were compiled for (uncallable without `cuda`).
     pub fn kernel_target(&self) -> &str {
         match self.0 {}
     }
 
+    /// Whether convolution and batch norm use cuDNN (uncallable without `cuda`).
     pub fn cudnn_status(&self) -> &CudnnStatus {
         match self.0 {}
     }
 
+    /// The options the device was opened with (uncallable without `cuda`).
     pub fn options(&self) -> &CudaOptions {
         match self.0 {}
     }
 
+    /// Waits for all work on every stream of the device (uncallable without `cuda`).
     pub fn synchronize(&self) -> Result<()> {
         match self.0 {}
     }
 
+    /// One line: name, memory, kernel target, NVRTC, cuDNN (uncallable without `cuda`).
     pub fn describe(&self) -> String {
         match self.0 {}
     }
@@ -196,22 +205,27 @@ impl CudaDevice {
 
 /// Stream-level controls of a learner's backend (as with the `cuda` feature).
 impl GpuBackend<NoDevice> {
+    /// The device this backend runs on (uncallable: `GpuBackend<NoDevice>` has no value).
     pub fn cuda_device(&self) -> &CudaDevice {
         match self.exec.0 {}
     }
 
+    /// True when convolution and batch norm go through cuDNN (uncallable without `cuda`).
     pub fn uses_cudnn(&self) -> bool {
         match self.exec.0 {}
     }
 
+    /// An event marking all work enqueued so far on this backend's stream (uncallable without `cuda`).
     pub fn record_event(&self) -> Result<CudaEvent> {
         match self.exec.0 {}
     }
 
+    /// Makes this backend's later work wait for `event` (uncallable without `cuda`).
     pub fn wait_event(&self, _event: &CudaEvent) -> Result<()> {
         match self.exec.0 {}
     }
 
+    /// Makes this backend's later work wait for everything enqueued on `other` (uncallable without `cuda`).
     pub fn wait_for(&self, _other: &CudaBackend) -> Result<()> {
         match self.exec.0 {}
     }

@@ -1,6 +1,9 @@
 //! Dropout on every backend: mask statistics, scaling and the backward product; masks
 //! identical to the CPU's; bad probabilities.
 
+// Test bodies run by `test_backends!` (not `cfg(test)`): a failed call must panic the test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use proptest::prelude::*;
 
 use super::{DropoutConfig, keep};
@@ -53,6 +56,7 @@ pub fn dropout_matches_cpu<B: Backend>(be: &B) {
     });
 }
 
+/// A drop probability of 1, below 0 or NaN is an error naming the probability.
 pub fn bad_probability_is_an_error<B: Backend>(be: &B) {
     let x = upload(be, &[1.0; 4]);
     let (mut y, mut m) = (nan_buffer(be, 4), nan_buffer(be, 4));

@@ -49,12 +49,19 @@ pub trait Gemm: Storage {
 /// when `trans_b`), `C` is `[m, n]`. With `beta == 0` the old `C` is not read.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GemmConfig {
+    /// `A` is stored transposed, as `[k, m]`.
     pub trans_a: bool,
+    /// `B` is stored transposed, as `[n, k]`.
     pub trans_b: bool,
+    /// Rows of `op(A)` and of `C`.
     pub m: usize,
+    /// Columns of `op(B)` and of `C`.
     pub n: usize,
+    /// The shared (contracted) dimension: columns of `op(A)`, rows of `op(B)`.
     pub k: usize,
+    /// Scale of the product `op(A) * op(B)`.
     pub alpha: f32,
+    /// Scale of the old `C` (0: `C` is overwritten without being read).
     pub beta: f32,
 }
 

@@ -1,6 +1,9 @@
 //! GEMM: both CPU crates and every backend against a naive f64 triple loop, every backend
 //! against the CPU on larger shapes.
 
+// Test bodies run by `test_backends!` (not `cfg(test)`): a failed call must panic the test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use proptest::prelude::*;
 
 use super::GemmConfig;

@@ -1,6 +1,9 @@
 //! Leaky ReLU on every backend: forward against a naive f64 reference, backward against
 //! central finite differences in f64, agreement with the CPU bit for bit, argument errors.
 
+// Test bodies run by `test_backends!` (not `cfg(test)`): a failed call must panic the test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use proptest::prelude::*;
 
 use crate::prelude::*;

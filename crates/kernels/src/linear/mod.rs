@@ -95,8 +95,11 @@ pub trait Linear: Storage {
 /// The geometry of a linear layer call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct LinearGeom {
+    /// Rows of `x` and `y`: samples in the batch.
     pub batch: usize,
+    /// Features per input sample: columns of `x` and of `W [out, in]`.
     pub in_features: usize,
+    /// Features per output sample: columns of `y`, rows of `W`.
     pub out_features: usize,
     /// Whether `params` holds a bias `[out]` after the weights.
     pub bias: bool,

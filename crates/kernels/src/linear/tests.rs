@@ -1,6 +1,9 @@
 //! linear on every backend: forward vs naive f64, backward vs central finite differences in
 //! f64, against the CPU on larger shapes; length errors.
 
+// Test bodies run by `test_backends!` (not `cfg(test)`): a failed call must panic the test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use proptest::prelude::*;
 
 use super::LinearGeom;
@@ -72,6 +75,7 @@ pub fn linear_matches_cpu<B: Backend>(be: &B) {
     });
 }
 
+/// A params buffer one short is an error naming `params` and the expected length; batch 0 is invalid.
 pub fn linear_bad_lengths_are_errors<B: Backend>(be: &B) {
     let g = LinearGeom { batch: 2, in_features: 3, out_features: 4, bias: true };
     let x = upload(be, &[0.0; 6]);

@@ -58,9 +58,13 @@ pub trait Optim: Storage {
 /// Hyper-parameters of one SGD step.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SgdConfig {
+    /// Learning rate, folded into the velocity; finite and `>= 0`.
     pub lr: f32,
+    /// Momentum coefficient in `[0, 1)`; 0 is plain SGD.
     pub momentum: f32,
+    /// L2 penalty added to the gradient as `weight_decay * p`; finite and `>= 0`.
     pub weight_decay: f32,
+    /// Nesterov momentum instead of heavy ball (needs `momentum > 0`).
     pub nesterov: bool,
 }
 

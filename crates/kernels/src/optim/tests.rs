@@ -1,6 +1,9 @@
 //! The SGD step on every backend: against the documented update and PyTorch's form, and
 //! against the CPU on long vectors.
 
+// Test bodies run by `test_backends!` (not `cfg(test)`): a failed call must panic the test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use proptest::prelude::*;
 
 use super::SgdConfig;

@@ -94,15 +94,25 @@ pub trait Pool2d: Storage {
 /// The geometry of a pooling call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Pool2dGeom {
+    /// Images in the batch (`n`).
     pub batch: usize,
+    /// Channels per image, pooled independently (`c`, same in and out).
     pub channels: usize,
+    /// Input height in pixels, before padding.
     pub in_h: usize,
+    /// Input width in pixels, before padding.
     pub in_w: usize,
+    /// Window height.
     pub kernel_h: usize,
+    /// Window width.
     pub kernel_w: usize,
+    /// Vertical step between windows, in input pixels (at least 1).
     pub stride_h: usize,
+    /// Horizontal step between windows, in input pixels (at least 1).
     pub stride_w: usize,
+    /// Padding rows above and below the input (never counted in a window's max or mean).
     pub pad_h: usize,
+    /// Padding columns left and right of the input (never counted in a window's max or mean).
     pub pad_w: usize,
     /// Round the output size up (a last, partial window) instead of down.
     pub ceil_mode: bool,

@@ -2,6 +2,9 @@
 //! (max pooling on inputs with distinct values far apart, so no window's arg-max changes
 //! within ±h), against the CPU on larger shapes.
 
+// Test bodies run by `test_backends!` (not `cfg(test)`): a failed call must panic the test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use proptest::prelude::*;
 
 use super::Pool2dGeom;
@@ -130,6 +133,7 @@ pub fn avg_pool_matches_cpu<B: Backend>(be: &B) {
     matches_cpu(be, false);
 }
 
+/// Global average pooling of a 2 × 2 image per channel yields each channel's mean.
 pub fn global_average_pool_is_the_mean<B: Backend>(be: &B) {
     let g = Pool2dGeom::global(1, 2, (2, 2));
     let x = upload(be, &[1.0, 2.0, 3.0, 4.0, -1.0, -1.0, 5.0, 1.0]);

@@ -49,7 +49,9 @@ pub trait SoftmaxXent: Storage {
 /// The geometry of a softmax-cross-entropy call.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SoftmaxXentGeom {
+    /// Samples in the batch: rows of `logits`, entries of `labels`.
     pub batch: usize,
+    /// Classes: columns of `logits`; every label is in `0..classes`.
     pub classes: usize,
     /// Factor of the gradient; `1 / batch` for the gradient of the mean loss.
     pub grad_scale: f32,

@@ -91,7 +91,10 @@ pub trait Vector: Storage {
 /// The element-wise binary ops of [`Vector`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BinaryOp {
+    /// `y = a + b`.
     Add,
+    /// `y = a - b`.
     Sub,
+    /// `y = a * b` (element-wise product).
     Mul,
 }

@@ -1,6 +1,9 @@
 //! Vector ops on every backend: against f64 transcriptions, NaN handling, views, and
 //! agreement with the CPU on vectors up to 5000 long.
 
+// Test bodies run by `test_backends!` (not `cfg(test)`): a failed call must panic the test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use proptest::prelude::*;
 
 use crate::prelude::*;
@@ -49,12 +52,14 @@ pub fn vector_ops<B: Backend>(be: &B) {
     });
 }
 
+/// `axpby` with `beta = 0` overwrites a NaN-filled `y` rather than propagating NaN.
 pub fn axpby_with_zero_beta_ignores_nan<B: Backend>(be: &B) {
     let mut y = nan_buffer(be, 3);
     be.axpby(2.0, View::whole(&upload(be, &[1.0, 2.0, 3.0])), 0.0, ViewMut::whole(&mut y)).unwrap();
     assert_eq!(download(be, &y), vec![2.0, 4.0, 6.0]);
 }
 
+/// Views and sub-views address the right region; out-of-range views and mismatched lengths are errors.
 pub fn views_select_regions_and_check_bounds<B: Backend>(be: &B) {
     let a = upload(be, &[1.0, 2.0, 3.0, 4.0]);
     let mut y = upload(be, &[0.0; 6]);

@@ -45,7 +45,9 @@ pub trait DeviceFactory<B: Backend>: Send + Sync {
 /// its ops.
 #[derive(Clone, Debug)]
 pub struct CpuDevices {
+    /// Number of CPU devices, each with its own learners and copy of the central model.
     pub count: usize,
+    /// Threads per device, shared among its learners (each gets at least one).
     pub threads: usize,
 }
 

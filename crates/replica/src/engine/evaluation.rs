@@ -12,8 +12,11 @@ use crate::program::Mode;
 /// The central model's test loss and accuracy.
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct EvalResult {
+    /// Mean loss per test sample.
     pub loss: f64,
+    /// Fraction of test samples classified correctly, 0..1.
     pub accuracy: f64,
+    /// Number of test samples evaluated.
     pub samples: usize,
 }
 

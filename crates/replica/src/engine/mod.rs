@@ -52,7 +52,9 @@ pub struct EngineConfig {
     pub batch_size: usize,
     /// Base learning rate, momentum, weight decay, Nesterov.
     pub sgd: SgdConfig,
+    /// How the learning rate changes over epochs (warm-up, steps).
     pub schedule: Schedule,
+    /// Seed of the initial parameters and of every iteration's dropout masks.
     pub seed: u64,
     /// Batch size for evaluation.
     pub eval_batch_size: usize,

@@ -5,12 +5,15 @@ use crate::error::Result;
 
 /// One training batch: images `[batch, c, h, w]` flattened and class-index labels.
 pub trait TrainBatch: Send {
+    /// The images, `[batch, c, h, w]` flattened in that order.
     fn images(&self) -> &[f32];
+    /// One class index per image, as `f32` (`0.0`, `1.0`, ...).
     fn labels(&self) -> &[f32];
 }
 
 /// A stream of training batches.
 pub trait TrainSource {
+    /// The batch type this source yields.
     type Batch: TrainBatch;
     /// The next batch.
     fn next_batch(&mut self) -> Result<Self::Batch>;

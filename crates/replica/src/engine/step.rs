@@ -16,14 +16,17 @@ use crate::sync::{LearnerRef, StepInfo, Synchroniser};
 /// What one iteration did.
 #[derive(Clone, Debug, Serialize)]
 pub struct IterationRecord {
+    /// Iterations completed, this one included (the first record has 1).
     pub iteration: u64,
     /// Epochs completed at the end of the iteration.
     pub epoch: f64,
+    /// Learning rate used by this iteration, after the schedule.
     pub lr: f64,
     /// Mean training loss over all learners' batches.
     pub loss: f64,
     /// Training accuracy over all learners' batches.
     pub accuracy: f64,
+    /// Training images processed by all learners together in this iteration.
     pub images: usize,
     /// Wall time of the whole iteration (every device, the all-reduce, the central update).
     pub seconds: f64,

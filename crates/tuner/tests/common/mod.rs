@@ -79,9 +79,10 @@ impl Curve {
     /// (`gains[i]` is the change from `i + 1` to `i + 2` learners).
     fn from_gains(base: f64, gains: &[f64]) -> Self {
         let mut values = vec![base];
+        let mut last = base;
         for g in gains {
-            let last = *values.last().unwrap();
-            values.push(last * (1.0 + g));
+            last *= 1.0 + g;
+            values.push(last);
         }
         Curve { values }
     }
