@@ -361,23 +361,28 @@ mod tests {
         (x, y)
     }
 
-    fn loss(be: &CpuBackend, ex: &mut Executor<CpuBackend>, rep: &mut Replica<CpuBackend>, params: &[f32]) -> f64 {
-        let mut grads = rep.grads.clone();
-        ex.run(be, &params.to_vec(), Some(&mut grads), &mut rep.state, 7).unwrap();
+    /// The mean loss at `params` (a host vector), with scratch gradients.
+    fn loss<B: Backend>(be: &B, ex: &mut Executor<B>, rep: &mut Replica<B>, params: &[f32]) -> f64 {
+        let len = params.len();
+        let mut p = be.alloc(len).unwrap();
+        be.upload(params, ViewMut::new(&mut p, 0..len).unwrap()).unwrap();
+        let mut grads = be.alloc(B::buffer_len(&rep.grads)).unwrap();
+        ex.run(be, &p, Some(&mut grads), &mut rep.state, 7).unwrap();
         ex.loss_stats(be).unwrap().0 / ex.batch() as f64
     }
 
     /// The whole backward pass against directional finite differences of the whole forward
-    /// pass (f32, h = 1e-2 along unit directions; bound 2% relative + 2e-4 absolute).
-    fn check_model(g: &Graph, n: usize) {
-        let be = CpuBackend::with_threads(0, 2).unwrap();
-        let mut rep = Replica::init(&be, g, 3).unwrap();
-        let mut ex = Executor::new(&be, g, n, Mode::Train).unwrap();
+    /// pass (f32, h = 1e-2 along unit directions; bound 2% relative + 2e-4 absolute), on any
+    /// backend.
+    fn check_model<B: Backend>(be: &B, g: &Graph, n: usize) {
+        let mut rep = Replica::init(be, g, 3).unwrap();
+        let mut ex = Executor::new(be, g, n, Mode::Train).unwrap();
         let (x, y) = batch(g, n, 11);
-        ex.upload_batch(&be, &x, &y).unwrap();
-        let p0 = rep.params_to_host(&be, g.param_len).unwrap();
-        ex.run(&be, &rep.params, Some(&mut rep.grads), &mut rep.state, 7).unwrap();
-        let grad = rep.grads[..g.param_len].to_vec();
+        ex.upload_batch(be, &x, &y).unwrap();
+        let p0 = rep.params_to_host(be, g.param_len).unwrap();
+        ex.run(be, &rep.params, Some(&mut rep.grads), &mut rep.state, 7).unwrap();
+        let mut grad = vec![0.0f32; g.param_len];
+        be.download(View::new(&rep.grads, 0..g.param_len).unwrap(), &mut grad).unwrap();
         assert!(grad.iter().all(|v| v.is_finite()));
         for d in 0..4u64 {
             let mut v = random_vec(100 + d, g.param_len, 1.0);
@@ -386,7 +391,7 @@ mod tests {
             let h = 1e-2f32;
             let plus: Vec<f32> = p0.iter().zip(&v).map(|(p, d)| p + h * d).collect();
             let minus: Vec<f32> = p0.iter().zip(&v).map(|(p, d)| p - h * d).collect();
-            let fd = (loss(&be, &mut ex, &mut rep, &plus) - loss(&be, &mut ex, &mut rep, &minus)) / (2.0 * h as f64);
+            let fd = (loss(be, &mut ex, &mut rep, &plus) - loss(be, &mut ex, &mut rep, &minus)) / (2.0 * h as f64);
             let an: f64 = grad.iter().zip(&v).map(|(g, d)| *g as f64 * *d as f64).sum();
             assert!(
                 (fd - an).abs() <= 0.02 * fd.abs().max(an.abs()) + 2e-4,
@@ -396,20 +401,26 @@ mod tests {
         }
     }
 
-    #[test]
-    fn lenet_gradients() {
-        check_model(&ModelKind::LeNet5.build(&Shape::new(vec![1, 28, 28]), 10).unwrap(), 4);
+    // The GPU kernel emulator runs whole models too slowly for CI (a minute for LeNet-5,
+    // several for a ResNet), so the zoo's gradients run on the CPU and a real GPU; the mixed
+    // graph (every lowering path, batch norm included) covers the emulator.
+    crossbow_kernels::test_backends! {
+        lenet_gradients: [cpu_threads, cuda],
+        resnet_gradients: [cpu, cuda],
+        mixed_graph_gradients,
     }
 
-    #[test]
-    fn resnet_gradients() {
-        check_model(&ModelKind::ResNetCifar(8).build(&Shape::new(vec![3, 8, 8]), 5).unwrap(), 4);
+    fn lenet_gradients<B: Backend>(be: &B) {
+        check_model(be, &ModelKind::LeNet5.build(&Shape::new(vec![1, 28, 28]), 10).unwrap(), 4);
+    }
+
+    fn resnet_gradients<B: Backend>(be: &B) {
+        check_model(be, &ModelKind::ResNetCifar(8).build(&Shape::new(vec![3, 8, 8]), 5).unwrap(), 4);
     }
 
     /// Fan-out, identity and projection shortcuts, both pools, dropout, a linear layer with
     /// batch norm after it: every lowering path of the program builder.
-    #[test]
-    fn mixed_graph_gradients() {
+    fn mixed_graph_gradients<B: Backend>(be: &B) {
         let mut b = GraphBuilder::new("mixed", Shape::new(vec![2, 9, 9])).unwrap();
         let x = b.input();
         let a = b.conv2d("a", x, 4, 3, 1, 1, true).unwrap();
@@ -430,7 +441,7 @@ mod tests {
         let f = b.relu("rf", f).unwrap();
         let out = b.linear("fc2", f, 3, true).unwrap();
         let g = b.finish(out).unwrap();
-        check_model(&g, 5);
+        check_model(be, &g, 5);
     }
 
     #[test]

@@ -27,6 +27,8 @@ pub mod program;
 pub mod replica;
 pub mod schedule;
 pub mod sync;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use engine::{Engine, EngineConfig};
 pub use error::{ReplicaError, Result};

@@ -387,3 +387,68 @@ fn names_and_flags() {
     assert!(SyncKind::parse("sma", Some(f32::NAN), 0.9).unwrap_err().contains("--alpha"));
     assert!(SyncKind::parse("sma", None, 1.0).unwrap_err().contains("--central-momentum"));
 }
+
+// ---- The invariants on every backend (CPU, the GPU kernel emulator, a real GPU) ----------
+
+crossbow_kernels::test_backends! {
+    invariants_on_every_backend,
+}
+
+/// A small convolutional net the GPU kernel emulator runs quickly.
+fn tiny_conv_net() -> Graph {
+    let mut b = crossbow_replica::GraphBuilder::new("tiny", Shape::new(vec![1, 6, 6])).unwrap();
+    let x = b.input();
+    let c = b.conv2d("c", x, 3, 3, 1, 1, true).unwrap();
+    let r = b.relu("r", c).unwrap();
+    let p = b.max_pool("p", r, 2, 2, 0, false).unwrap();
+    let out = b.linear("fc", p, 4, true).unwrap();
+    b.finish(out).unwrap()
+}
+
+fn engine_on<B: crossbow_kernels::testing::TestBackend>(
+    be: &B,
+    g: &Graph,
+    layout: &[usize],
+    sync: Box<dyn Synchroniser<B>>,
+    sgd: SgdConfig,
+) -> Engine<B> {
+    let cfg = EngineConfig { batch_size: 2, sgd, schedule: Schedule::Constant, seed: 5, eval_batch_size: 8 };
+    let devices = crossbow_replica::testing::TestDevices::new(be, layout.len()).unwrap();
+    Engine::new(g.clone(), cfg, Box::new(devices), sync, Box::new(HostAllReduce), layout).unwrap()
+}
+
+/// On each backend: with learning rate 0 nothing moves for any synchroniser (k = 1 and 2, a
+/// central momentum of 0.9), and one SMA learner is bit for bit S-SGD with one learner.
+fn invariants_on_every_backend<B: crossbow_kernels::testing::TestBackend>(be: &B) {
+    let g = tiny_conv_net();
+    let frozen = SgdConfig { lr: 0.0, momentum: 0.9, weight_decay: 0.0, nesterov: false };
+    for k in [1usize, 2] {
+        let syncs: Vec<Box<dyn Synchroniser<B>>> = vec![
+            Box::new(Sma::new(None, 0.9)),
+            Box::new(Sma::new(None, 0.9).with_form(SmaForm::Paper)),
+            Box::new(SSgd::default()),
+            Box::new(EaSgd::new(None)),
+            Box::new(Independent::default()),
+        ];
+        for sync in syncs {
+            let name = sync.name().to_string();
+            let mut e = engine_on(be, &g, &[k], sync, frozen);
+            let init = e.central_to_host(0).unwrap();
+            for t in 0..8 {
+                let bs = (0..k).map(|j| batch(&g, 2, 3, t, j)).collect();
+                e.step(bs, 1000).unwrap();
+            }
+            assert_same(&e.central_to_host(0).unwrap(), &init, &format!("{name}, k = {k}: z"));
+            for j in 0..k {
+                assert_same(&e.learner_params(0, j).unwrap(), &init, &format!("{name}, k = {k}: replica {j}"));
+            }
+        }
+    }
+    let mut s = engine_on(be, &g, &[1], Box::new(Sma::new(None, 0.9)), sgd());
+    let mut q = engine_on(be, &g, &[1], Box::new(SSgd::default()), sgd());
+    for t in 0..5 {
+        s.step(vec![batch(&g, 2, 4, t, 0)], 1000).unwrap();
+        q.step(vec![batch(&g, 2, 4, t, 0)], 1000).unwrap();
+        assert_same(&s.central_to_host(0).unwrap(), &q.central_to_host(0).unwrap(), "k = 1: SMA vs S-SGD");
+    }
+}
