@@ -8,7 +8,6 @@ use crossbow_kernels::testing::{TestBackend, random_vec};
 use crossbow_tensor::{Rng, Shape};
 
 use super::*;
-use crate::models::ModelKind;
 use crate::sync::{HostAllReduce, Independent};
 use crate::testing::TestDevices;
 
