@@ -197,7 +197,17 @@ fn normalise(name: &str) -> String {
 
 /// The builtin whose options are the shared flags, as the `crossbow-sma` enum.
 fn builtin_kind(name: &str, o: &SyncOptions) -> Result<SyncKind, String> {
-    let mut kind = SyncKind::parse(name, o.alpha.map(|a| a as f32), o.central_momentum.unwrap_or(0.9) as f32)?;
+    // The library's messages name the settings; here they are flags.
+    if let Some(a) = o.alpha
+        && !(a.is_finite() && a >= 0.0)
+    {
+        return Err(format!("--alpha must be a finite number >= 0, got {a}"));
+    }
+    let cm = o.central_momentum.unwrap_or(0.9);
+    if !(0.0..1.0).contains(&cm) {
+        return Err(format!("--central-momentum must be in [0, 1), got {cm}"));
+    }
+    let mut kind = SyncKind::parse(name, o.alpha.map(|a| a as f32), cm as f32)?;
     if let (SyncKind::Sma { form, .. }, Some(f)) = (&mut kind, &o.sma_form) {
         *form = SmaForm::parse(f).map_err(|e| format!("--sma-form: {e}"))?;
     }
@@ -215,7 +225,7 @@ impl SyncRegistry {
         let mut r = SyncRegistry::empty();
         r.add(
             "sma",
-            "synchronous model averaging (the default); settings: --alpha [1/k], --central-momentum [0.9], --sma-form [paper]",
+            "synchronous model averaging (the default); settings: --alpha [1/k], --central-momentum [0.9], --sma-form [local-momentum]",
             &[],
             |o| match builtin_kind("sma", o)? {
                 SyncKind::Sma { alpha, central_momentum, form } => {

@@ -8,7 +8,7 @@
 //! * `mod.rs`: the op's trait (its public methods check the arguments, once for every
 //!   backend, then call the backend's `*_unchecked` kernels) and its geometry type;
 //! * `cpu.rs`: the CPU kernels and `impl <Op> for CpuBackend`;
-//! * `cuda.rs` and `<op>.cu`: the GPU kernels and `impl<E: Exec> <Op> for GpuBackend<E>`
+//! * `cuda.rs` and `<op>.cu`: the GPU kernels and `impl<E: Launcher> <Op> for GpuBackend<E>`
 //!   (plus `cudnn.rs` for conv2d and batch norm);
 //! * `tests.rs`: tests generic over the backend, each run on every backend by
 //!   `test_backends!` (feature `testing`).
@@ -105,7 +105,7 @@ macro_rules! ops {
         }
 
         /// The `.cu` sources of every op folder, in list order.
-        pub(crate) const KERNEL_SOURCES: &[&[cuda::exec::KernelSource]] = &[$($module::cuda::SOURCES),*];
+        pub(crate) const KERNEL_SOURCES: &[&[cuda::launch::KernelSource]] = &[$($module::cuda::SOURCES),*];
     };
 }
 

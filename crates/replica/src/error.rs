@@ -24,6 +24,9 @@ pub enum ReplicaError {
     /// The loss or the weights became NaN or infinite.
     #[error("training diverged: {0}")]
     Diverged(String),
+    /// A device's host thread panicked (a bug, not a setting): the iteration is lost.
+    #[error("device thread: {0}")]
+    DeviceThread(String),
     /// A synchroniser failed.
     #[error("synchroniser {name}: {msg}")]
     Sync {

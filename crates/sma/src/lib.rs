@@ -96,10 +96,10 @@ impl SyncKind {
         if let Some(a) = alpha
             && !(a.is_finite() && a >= 0.0)
         {
-            return Err(format!("--alpha must be a finite number >= 0, got {a}"));
+            return Err(format!("alpha must be a finite number >= 0, got {a}"));
         }
         if !(0.0..1.0).contains(&central_momentum) {
-            return Err(format!("--central-momentum must be in [0, 1), got {central_momentum}"));
+            return Err(format!("central momentum must be in [0, 1), got {central_momentum}"));
         }
         match name.trim().to_ascii_lowercase().replace(['-', '_'], "").as_str() {
             "sma" => Ok(SyncKind::Sma { alpha, central_momentum, form: SmaForm::default() }),

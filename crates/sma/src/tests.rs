@@ -384,8 +384,8 @@ fn names_and_flags() {
     );
     assert_eq!(SyncKind::parse("S-SGD", None, 0.9).unwrap(), SyncKind::SSgd);
     assert!(SyncKind::parse("hogwild", None, 0.9).unwrap_err().contains("unknown synchroniser 'hogwild'"));
-    assert!(SyncKind::parse("sma", Some(f32::NAN), 0.9).unwrap_err().contains("--alpha"));
-    assert!(SyncKind::parse("sma", None, 1.0).unwrap_err().contains("--central-momentum"));
+    assert!(SyncKind::parse("sma", Some(f32::NAN), 0.9).unwrap_err().contains("alpha must be"));
+    assert!(SyncKind::parse("sma", None, 1.0).unwrap_err().contains("central momentum must be"));
 }
 
 // ---- The invariants on every backend (CPU, the GPU kernel emulator, a real GPU) ----------

@@ -3,7 +3,7 @@
 use super::Activation;
 use crate::backend::{View, ViewMut};
 use crate::cuda::GpuBackend;
-use crate::cuda::exec::{Exec, KernelSource, int, launch_n, ptr};
+use crate::cuda::launch::{Launcher, KernelSource, int, launch_n, ptr};
 use crate::error::Result;
 
 pub(crate) const SOURCES: &[KernelSource] = &[KernelSource {
@@ -13,15 +13,15 @@ pub(crate) const SOURCES: &[KernelSource] = &[KernelSource {
     cooperative: &[],
 }];
 
-impl<E: Exec> Activation for GpuBackend<E> {
+impl<E: Launcher> Activation for GpuBackend<E> {
     fn relu_forward_inplace(&self, y: ViewMut<'_, Self>) -> Result<()> {
-        let y = self.dv_mut(y)?;
-        launch_n(&self.exec, "cb_relu_fwd_inplace", y.len, &[ptr(y), int(y.len)])
+        let y = self.region_mut(y)?;
+        launch_n(&self.launcher, "cb_relu_fwd_inplace", y.len, &[ptr(y), int(y.len)])
     }
 
     unsafe fn relu_forward_unchecked(&self, x: View<'_, Self>, y: ViewMut<'_, Self>) -> Result<()> {
-        let (x, y) = (self.dv(x)?, self.dv_mut(y)?);
-        launch_n(&self.exec, "cb_relu_fwd", y.len, &[ptr(x), ptr(y), int(y.len)])
+        let (x, y) = (self.region(x)?, self.region_mut(y)?);
+        launch_n(&self.launcher, "cb_relu_fwd", y.len, &[ptr(x), ptr(y), int(y.len)])
     }
 
     unsafe fn relu_backward_unchecked(
@@ -30,12 +30,12 @@ impl<E: Exec> Activation for GpuBackend<E> {
         dy: View<'_, Self>,
         dx: ViewMut<'_, Self>,
     ) -> Result<()> {
-        let (y, dy, dx) = (self.dv(y)?, self.dv(dy)?, self.dv_mut(dx)?);
-        launch_n(&self.exec, "cb_relu_bwd", dx.len, &[ptr(y), ptr(dy), ptr(dx), int(dx.len)])
+        let (y, dy, dx) = (self.region(y)?, self.region(dy)?, self.region_mut(dx)?);
+        launch_n(&self.launcher, "cb_relu_bwd", dx.len, &[ptr(y), ptr(dy), ptr(dx), int(dx.len)])
     }
 
     unsafe fn relu_backward_inplace_unchecked(&self, y: View<'_, Self>, d: ViewMut<'_, Self>) -> Result<()> {
-        let (y, d) = (self.dv(y)?, self.dv_mut(d)?);
-        launch_n(&self.exec, "cb_relu_bwd_inplace", d.len, &[ptr(y), ptr(d), int(d.len)])
+        let (y, d) = (self.region(y)?, self.region_mut(d)?);
+        launch_n(&self.launcher, "cb_relu_bwd_inplace", d.len, &[ptr(y), ptr(d), int(d.len)])
     }
 }

@@ -2,7 +2,7 @@
 
 use super::{Augment, CropFlipGeom};
 use crate::backend::{View, ViewMut};
-use crate::cpu::{CpuBackend, sl, sm};
+use crate::cpu::{CpuBackend, host_slice, host_slice_mut};
 use crate::error::{KernelError, Result};
 
 impl Augment for CpuBackend {
@@ -13,7 +13,7 @@ impl Augment for CpuBackend {
         params: View<'_, Self>,
         y: ViewMut<'_, Self>,
     ) -> Result<()> {
-        crop_flip(g, sl(x), sl(params), sm(y))
+        crop_flip(g, host_slice(x), host_slice(params), host_slice_mut(y))
     }
 }
 

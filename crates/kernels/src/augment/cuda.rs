@@ -3,7 +3,7 @@
 use super::{Augment, CropFlipGeom};
 use crate::backend::{View, ViewMut};
 use crate::cuda::GpuBackend;
-use crate::cuda::exec::{Exec, KernelSource, int, launch_n, ptr};
+use crate::cuda::launch::{Launcher, KernelSource, int, launch_n, ptr};
 use crate::error::Result;
 
 pub(crate) const SOURCES: &[KernelSource] = &[KernelSource {
@@ -13,7 +13,7 @@ pub(crate) const SOURCES: &[KernelSource] = &[KernelSource {
     cooperative: &[],
 }];
 
-impl<E: Exec> Augment for GpuBackend<E> {
+impl<E: Launcher> Augment for GpuBackend<E> {
     unsafe fn crop_flip_unchecked(
         &self,
         g: &CropFlipGeom,
@@ -21,9 +21,9 @@ impl<E: Exec> Augment for GpuBackend<E> {
         params: View<'_, Self>,
         y: ViewMut<'_, Self>,
     ) -> Result<()> {
-        let (x, params, y) = (self.dv(x)?, self.dv(params)?, self.dv_mut(y)?);
+        let (x, params, y) = (self.region(x)?, self.region(params)?, self.region_mut(y)?);
         launch_n(
-            &self.exec,
+            &self.launcher,
             "cb_crop_flip",
             y.len,
             &[ptr(x), ptr(params), ptr(y), int(g.batch), int(g.channels), int(g.height), int(g.width), int(g.pad)],

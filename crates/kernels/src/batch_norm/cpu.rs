@@ -2,7 +2,7 @@
 
 use super::{BatchNorm, BatchNormGeom};
 use crate::backend::{View, ViewMut};
-use crate::cpu::{CpuBackend, CpuCtx, sl, sm, split_mut_by, split_ranges};
+use crate::cpu::{CpuBackend, CpuCtx, host_slice, host_slice_mut, split_mut_by, split_ranges};
 use crate::error::Result;
 
 impl BatchNorm for CpuBackend {
@@ -15,7 +15,7 @@ impl BatchNorm for CpuBackend {
         saved: ViewMut<'_, Self>,
         running: ViewMut<'_, Self>,
     ) -> Result<()> {
-        forward_train(self.ctx(), g, sl(x), sl(params), sm(y), sm(saved), sm(running));
+        forward_train(self.ctx(), g, host_slice(x), host_slice(params), host_slice_mut(y), host_slice_mut(saved), host_slice_mut(running));
         Ok(())
     }
 
@@ -27,7 +27,7 @@ impl BatchNorm for CpuBackend {
         running: View<'_, Self>,
         y: ViewMut<'_, Self>,
     ) -> Result<()> {
-        forward_infer(self.ctx(), g, sl(x), sl(params), sl(running), sm(y));
+        forward_infer(self.ctx(), g, host_slice(x), host_slice(params), host_slice(running), host_slice_mut(y));
         Ok(())
     }
 
@@ -41,7 +41,7 @@ impl BatchNorm for CpuBackend {
         dx: ViewMut<'_, Self>,
         dparams: ViewMut<'_, Self>,
     ) -> Result<()> {
-        backward(self.ctx(), g, sl(x), sl(dy), sl(params), sl(saved), sm(dx), sm(dparams));
+        backward(self.ctx(), g, host_slice(x), host_slice(dy), host_slice(params), host_slice(saved), host_slice_mut(dx), host_slice_mut(dparams));
         Ok(())
     }
 }

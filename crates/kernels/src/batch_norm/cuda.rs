@@ -5,7 +5,7 @@
 use super::{BatchNorm, BatchNormGeom};
 use crate::backend::{View, ViewMut};
 use crate::cuda::GpuBackend;
-use crate::cuda::exec::{Dv, Exec, KArg, KernelSource, int, launch_blocks, launch_n, ptr};
+use crate::cuda::launch::{DeviceRegion, Launcher, KernelArg, KernelSource, int, launch_blocks, launch_n, ptr};
 use crate::error::Result;
 
 pub(crate) const SOURCES: &[KernelSource] = &[KernelSource {
@@ -15,7 +15,7 @@ pub(crate) const SOURCES: &[KernelSource] = &[KernelSource {
     cooperative: &["cb_bn_fwd_train", "cb_bn_bwd"],
 }];
 
-impl<E: Exec> BatchNorm for GpuBackend<E> {
+impl<E: Launcher> BatchNorm for GpuBackend<E> {
     unsafe fn batch_norm_forward_train_unchecked(
         &self,
         g: &BatchNormGeom,
@@ -25,8 +25,8 @@ impl<E: Exec> BatchNorm for GpuBackend<E> {
         saved: ViewMut<'_, Self>,
         running: ViewMut<'_, Self>,
     ) -> Result<()> {
-        let (x, params) = (self.dv(x)?, self.dv(params)?);
-        forward_train(&self.exec, g, x, params, self.dv_mut(y)?, self.dv_mut(saved)?, self.dv_mut(running)?)
+        let (x, params) = (self.region(x)?, self.region(params)?);
+        forward_train(&self.launcher, g, x, params, self.region_mut(y)?, self.region_mut(saved)?, self.region_mut(running)?)
     }
 
     unsafe fn batch_norm_forward_infer_unchecked(
@@ -37,7 +37,7 @@ impl<E: Exec> BatchNorm for GpuBackend<E> {
         running: View<'_, Self>,
         y: ViewMut<'_, Self>,
     ) -> Result<()> {
-        forward_infer(&self.exec, g, self.dv(x)?, self.dv(params)?, self.dv(running)?, self.dv_mut(y)?)
+        forward_infer(&self.launcher, g, self.region(x)?, self.region(params)?, self.region(running)?, self.region_mut(y)?)
     }
 
     unsafe fn batch_norm_backward_unchecked(
@@ -50,8 +50,8 @@ impl<E: Exec> BatchNorm for GpuBackend<E> {
         dx: ViewMut<'_, Self>,
         dparams: ViewMut<'_, Self>,
     ) -> Result<()> {
-        let (x, dy, params, saved) = (self.dv(x)?, self.dv(dy)?, self.dv(params)?, self.dv(saved)?);
-        backward(&self.exec, g, x, dy, params, saved, self.dv_mut(dx)?, self.dv_mut(dparams)?)
+        let (x, dy, params, saved) = (self.region(x)?, self.region(dy)?, self.region(params)?, self.region(saved)?);
+        backward(&self.launcher, g, x, dy, params, saved, self.region_mut(dx)?, self.region_mut(dparams)?)
     }
 }
 
@@ -59,15 +59,15 @@ impl<E: Exec> BatchNorm for GpuBackend<E> {
 #[derive(Clone, Copy, Debug)]
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) enum BnCall {
-    Train { x: Dv, params: Dv, y: Dv, saved: Dv, running: Dv },
-    Infer { x: Dv, params: Dv, running: Dv, y: Dv },
-    Backward { x: Dv, dy: Dv, params: Dv, saved: Dv, dx: Dv, dparams: Dv },
+    Train { x: DeviceRegion, params: DeviceRegion, y: DeviceRegion, saved: DeviceRegion, running: DeviceRegion },
+    Infer { x: DeviceRegion, params: DeviceRegion, running: DeviceRegion, y: DeviceRegion },
+    Backward { x: DeviceRegion, dy: DeviceRegion, params: DeviceRegion, saved: DeviceRegion, dx: DeviceRegion, dparams: DeviceRegion },
 }
 
 /// Runs `call` through cuDNN (`cudnn.rs`) when the executor has it and the call qualifies:
 /// `Ok(true)` when done, `Ok(false)` when the kernels of `batch_norm.cu` must run.
 #[allow(unused_variables)]
-fn cudnn<E: Exec>(e: &E, g: &BatchNormGeom, call: BnCall) -> Result<bool> {
+fn cudnn<E: Launcher>(e: &E, g: &BatchNormGeom, call: BnCall) -> Result<bool> {
     #[cfg(feature = "cuda")]
     if let Some(done) = e.with_cudnn(|c| super::cudnn::batch_norm(c, g, call))? {
         return Ok(done);
@@ -75,40 +75,40 @@ fn cudnn<E: Exec>(e: &E, g: &BatchNormGeom, call: BnCall) -> Result<bool> {
     Ok(false)
 }
 
-fn dims(g: &BatchNormGeom) -> [KArg; 3] {
+fn dims(g: &BatchNormGeom) -> [KernelArg; 3] {
     [int(g.batch), int(g.channels), int(g.spatial)]
 }
 
-fn forward_train<E: Exec>(e: &E, g: &BatchNormGeom, x: Dv, params: Dv, y: Dv, saved: Dv, running: Dv) -> Result<()> {
+fn forward_train<E: Launcher>(e: &E, g: &BatchNormGeom, x: DeviceRegion, params: DeviceRegion, y: DeviceRegion, saved: DeviceRegion, running: DeviceRegion) -> Result<()> {
     if cudnn(e, g, BnCall::Train { x, params, y, saved, running })? {
         return Ok(());
     }
     let mut a = vec![ptr(x), ptr(params), ptr(y), ptr(saved), ptr(running)];
     a.extend(dims(g));
-    a.extend([KArg::F32(g.eps), KArg::F32(g.momentum)]);
+    a.extend([KernelArg::F32(g.eps), KernelArg::F32(g.momentum)]);
     launch_blocks(e, "cb_bn_fwd_train", g.channels, &a)
 }
 
-fn forward_infer<E: Exec>(e: &E, g: &BatchNormGeom, x: Dv, params: Dv, running: Dv, y: Dv) -> Result<()> {
+fn forward_infer<E: Launcher>(e: &E, g: &BatchNormGeom, x: DeviceRegion, params: DeviceRegion, running: DeviceRegion, y: DeviceRegion) -> Result<()> {
     if cudnn(e, g, BnCall::Infer { x, params, running, y })? {
         return Ok(());
     }
     let mut a = vec![ptr(x), ptr(params), ptr(running), ptr(y)];
     a.extend(dims(g));
-    a.push(KArg::F32(g.eps));
+    a.push(KernelArg::F32(g.eps));
     launch_n(e, "cb_bn_fwd_infer", y.len, &a)
 }
 
 #[allow(clippy::too_many_arguments)]
-fn backward<E: Exec>(
+fn backward<E: Launcher>(
     e: &E,
     g: &BatchNormGeom,
-    x: Dv,
-    dy: Dv,
-    params: Dv,
-    saved: Dv,
-    dx: Dv,
-    dparams: Dv,
+    x: DeviceRegion,
+    dy: DeviceRegion,
+    params: DeviceRegion,
+    saved: DeviceRegion,
+    dx: DeviceRegion,
+    dparams: DeviceRegion,
 ) -> Result<()> {
     if cudnn(e, g, BnCall::Backward { x, dy, params, saved, dx, dparams })? {
         return Ok(());

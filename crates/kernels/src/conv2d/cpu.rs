@@ -2,7 +2,7 @@
 
 use super::{Conv2d, Conv2dGeom};
 use crate::backend::{View, ViewMut};
-use crate::cpu::{CpuBackend, CpuCtx, chunks_mut_n, sl, sm, split_mut_by, split_ranges};
+use crate::cpu::{CpuBackend, CpuCtx, chunks_mut_n, host_slice, host_slice_mut, split_mut_by, split_ranges};
 use crate::error::Result;
 use crate::gemm::cpu::{Mat, gemm_strided};
 
@@ -19,7 +19,7 @@ impl Conv2d for CpuBackend {
         y: ViewMut<'_, Self>,
         workspace: ViewMut<'_, Self>,
     ) -> Result<()> {
-        forward(self.ctx(), g, sl(x), sl(params), sm(y), sm(workspace));
+        forward(self.ctx(), g, host_slice(x), host_slice(params), host_slice_mut(y), host_slice_mut(workspace));
         Ok(())
     }
 
@@ -31,7 +31,7 @@ impl Conv2d for CpuBackend {
         dx: ViewMut<'_, Self>,
         workspace: ViewMut<'_, Self>,
     ) -> Result<()> {
-        backward_data(self.ctx(), g, sl(dy), sl(params), sm(dx), sm(workspace));
+        backward_data(self.ctx(), g, host_slice(dy), host_slice(params), host_slice_mut(dx), host_slice_mut(workspace));
         Ok(())
     }
 
@@ -43,7 +43,7 @@ impl Conv2d for CpuBackend {
         dparams: ViewMut<'_, Self>,
         workspace: ViewMut<'_, Self>,
     ) -> Result<()> {
-        backward_params(self.ctx(), g, sl(x), sl(dy), sm(dparams), sm(workspace));
+        backward_params(self.ctx(), g, host_slice(x), host_slice(dy), host_slice_mut(dparams), host_slice_mut(workspace));
         Ok(())
     }
 }

@@ -9,7 +9,7 @@
 use super::{Conv2d, Conv2dGeom};
 use crate::backend::{View, ViewMut};
 use crate::cuda::GpuBackend;
-use crate::cuda::exec::{Dv, Exec, KArg, KernelSource, int, launch_n};
+use crate::cuda::launch::{DeviceRegion, Launcher, KernelArg, KernelSource, int, launch_n};
 use crate::error::Result;
 use crate::gemm::cuda::{RowGemm, row_gemm};
 use crate::vector::cuda::{channel_add, channel_sum};
@@ -21,9 +21,9 @@ pub(crate) const SOURCES: &[KernelSource] = &[KernelSource {
     cooperative: &[],
 }];
 
-impl<E: Exec> Conv2d for GpuBackend<E> {
+impl<E: Launcher> Conv2d for GpuBackend<E> {
     fn conv2d_workspace_len(&self, g: &Conv2dGeom) -> usize {
-        workspace_len(&self.exec, g)
+        workspace_len(&self.launcher, g)
     }
 
     unsafe fn conv2d_forward_unchecked(
@@ -34,7 +34,7 @@ impl<E: Exec> Conv2d for GpuBackend<E> {
         y: ViewMut<'_, Self>,
         workspace: ViewMut<'_, Self>,
     ) -> Result<()> {
-        forward(&self.exec, g, self.dv(x)?, self.dv(params)?, self.dv_mut(y)?, self.dv_mut(workspace)?)
+        forward(&self.launcher, g, self.region(x)?, self.region(params)?, self.region_mut(y)?, self.region_mut(workspace)?)
     }
 
     unsafe fn conv2d_backward_data_unchecked(
@@ -45,7 +45,7 @@ impl<E: Exec> Conv2d for GpuBackend<E> {
         dx: ViewMut<'_, Self>,
         workspace: ViewMut<'_, Self>,
     ) -> Result<()> {
-        backward_data(&self.exec, g, self.dv(dy)?, self.dv(params)?, self.dv_mut(dx)?, self.dv_mut(workspace)?)
+        backward_data(&self.launcher, g, self.region(dy)?, self.region(params)?, self.region_mut(dx)?, self.region_mut(workspace)?)
     }
 
     unsafe fn conv2d_backward_params_unchecked(
@@ -56,7 +56,7 @@ impl<E: Exec> Conv2d for GpuBackend<E> {
         dparams: ViewMut<'_, Self>,
         workspace: ViewMut<'_, Self>,
     ) -> Result<()> {
-        backward_params(&self.exec, g, self.dv(x)?, self.dv(dy)?, self.dv_mut(dparams)?, self.dv_mut(workspace)?)
+        backward_params(&self.launcher, g, self.region(x)?, self.region(dy)?, self.region_mut(dparams)?, self.region_mut(workspace)?)
     }
 }
 
@@ -74,7 +74,7 @@ pub(crate) enum ConvPass {
 /// Runs one pass through cuDNN (`cudnn.rs`) when the executor has it and it handles `g`:
 /// `Ok(true)` when done, `Ok(false)` when the fallback must run.
 #[allow(unused_variables)]
-fn cudnn_pass<E: Exec>(e: &E, pass: ConvPass, g: &Conv2dGeom, a: Dv, b: Dv, out: Dv, ws: Dv) -> Result<bool> {
+fn cudnn_pass<E: Launcher>(e: &E, pass: ConvPass, g: &Conv2dGeom, a: DeviceRegion, b: DeviceRegion, out: DeviceRegion, ws: DeviceRegion) -> Result<bool> {
     #[cfg(feature = "cuda")]
     if let Some(done) = e.with_cudnn(|c| super::cudnn::conv(c, pass, g, a, b, out, ws))? {
         return Ok(done);
@@ -85,7 +85,7 @@ fn cudnn_pass<E: Exec>(e: &E, pass: ConvPass, g: &Conv2dGeom, a: Dv, b: Dv, out:
 /// Workspace `f32`s cuDNN needs for all three passes of `g`, or `None` when it does not
 /// handle this geometry here.
 #[allow(unused_variables)]
-fn cudnn_workspace<E: Exec>(e: &E, g: &Conv2dGeom) -> Option<usize> {
+fn cudnn_workspace<E: Launcher>(e: &E, g: &Conv2dGeom) -> Option<usize> {
     #[cfg(feature = "cuda")]
     if let Ok(Some(ws)) = e.with_cudnn(|c| Ok(super::cudnn::workspace(c, g))) {
         return ws;
@@ -113,7 +113,7 @@ pub(crate) fn fallback_workspace_len(g: &Conv2dGeom, budget: usize) -> usize {
 
 /// [`Conv2d::conv2d_workspace_len`]: enough for cuDNN (when it handles `g`) and for the
 /// fallback.
-fn workspace_len<E: Exec>(e: &E, g: &Conv2dGeom) -> usize {
+fn workspace_len<E: Launcher>(e: &E, g: &Conv2dGeom) -> usize {
     let fallback = fallback_workspace_len(g, e.conv_col_budget());
     if g.validate().is_err() {
         return fallback;
@@ -122,7 +122,7 @@ fn workspace_len<E: Exec>(e: &E, g: &Conv2dGeom) -> usize {
 }
 
 /// `C, H, W, KH, KW, SH, SW, PH, PW, OH, OW`.
-fn dims(g: &Conv2dGeom) -> [KArg; 11] {
+fn dims(g: &Conv2dGeom) -> [KernelArg; 11] {
     [
         int(g.in_channels),
         int(g.in_h),
@@ -147,28 +147,28 @@ fn out_image(g: &Conv2dGeom) -> usize {
 }
 
 /// Unfolds images `n0 .. n0 + count` of `x` into `col`.
-fn im2col<E: Exec>(e: &E, g: &Conv2dGeom, x: Dv, n0: usize, count: usize, col: Dv) -> Result<()> {
+fn im2col<E: Launcher>(e: &E, g: &Conv2dGeom, x: DeviceRegion, n0: usize, count: usize, col: DeviceRegion) -> Result<()> {
     let total = count * g.col_rows() * g.col_cols();
     debug_assert!(total <= col.len);
-    let mut a = vec![KArg::Ptr(x.at(n0 * in_image(g))), KArg::Ptr(col.addr), int(count)];
+    let mut a = vec![KernelArg::Ptr(x.at(n0 * in_image(g))), KernelArg::Ptr(col.addr), int(count)];
     a.extend(dims(g));
     launch_n(e, "cb_im2col", total, &a)
 }
 
 /// Folds `col` back into images `n0 .. n0 + count` of `dx` (overwriting them).
-fn col2im<E: Exec>(e: &E, g: &Conv2dGeom, col: Dv, dx: Dv, n0: usize, count: usize) -> Result<()> {
-    let mut a = vec![KArg::Ptr(col.addr), KArg::Ptr(dx.at(n0 * in_image(g))), int(count)];
+fn col2im<E: Launcher>(e: &E, g: &Conv2dGeom, col: DeviceRegion, dx: DeviceRegion, n0: usize, count: usize) -> Result<()> {
+    let mut a = vec![KernelArg::Ptr(col.addr), KernelArg::Ptr(dx.at(n0 * in_image(g))), int(count)];
     a.extend(dims(g));
     launch_n(e, "cb_col2im", count * in_image(g), &a)
 }
 
 /// Chunks `(n0, count)` of the batch.
-fn chunks<E: Exec>(e: &E, g: &Conv2dGeom) -> Vec<(usize, usize)> {
+fn chunks<E: Launcher>(e: &E, g: &Conv2dGeom) -> Vec<(usize, usize)> {
     let step = chunk_images(g, e.conv_col_budget());
     (0..g.batch).step_by(step).map(|n0| (n0, step.min(g.batch - n0))).collect()
 }
 
-fn forward<E: Exec>(e: &E, g: &Conv2dGeom, x: Dv, params: Dv, y: Dv, ws: Dv) -> Result<()> {
+fn forward<E: Launcher>(e: &E, g: &Conv2dGeom, x: DeviceRegion, params: DeviceRegion, y: DeviceRegion, ws: DeviceRegion) -> Result<()> {
     let w = params.sub(0, g.weight_len());
     let (k, p) = (g.col_rows(), g.col_cols());
     if !cudnn_pass(e, ConvPass::Forward, g, x, w, y, ws)? {
@@ -198,7 +198,7 @@ fn forward<E: Exec>(e: &E, g: &Conv2dGeom, x: Dv, params: Dv, y: Dv, ws: Dv) -> 
     Ok(())
 }
 
-fn backward_data<E: Exec>(e: &E, g: &Conv2dGeom, dy: Dv, params: Dv, dx: Dv, ws: Dv) -> Result<()> {
+fn backward_data<E: Launcher>(e: &E, g: &Conv2dGeom, dy: DeviceRegion, params: DeviceRegion, dx: DeviceRegion, ws: DeviceRegion) -> Result<()> {
     let w = params.sub(0, g.weight_len());
     if cudnn_pass(e, ConvPass::BackwardData, g, dy, w, dx, ws)? {
         return Ok(());
@@ -225,7 +225,7 @@ fn backward_data<E: Exec>(e: &E, g: &Conv2dGeom, dy: Dv, params: Dv, dx: Dv, ws:
     Ok(())
 }
 
-fn backward_params<E: Exec>(e: &E, g: &Conv2dGeom, x: Dv, dy: Dv, dparams: Dv, ws: Dv) -> Result<()> {
+fn backward_params<E: Launcher>(e: &E, g: &Conv2dGeom, x: DeviceRegion, dy: DeviceRegion, dparams: DeviceRegion, ws: DeviceRegion) -> Result<()> {
     let dw = dparams.sub(0, g.weight_len());
     let (k, p) = (g.col_rows(), g.col_cols());
     if !cudnn_pass(e, ConvPass::BackwardFilter, g, x, dy, dw, ws)? {

@@ -13,7 +13,7 @@ use cudarc::cudnn::sys;
 use super::Conv2dGeom;
 use super::cuda::ConvPass;
 use crate::cuda::cudnn::{Cudnn, ONE, TensorDesc, ZERO, check, cptr, i32_of, mptr};
-use crate::cuda::exec::Dv;
+use crate::cuda::launch::DeviceRegion;
 use crate::error::{KernelError, Result};
 
 /// The cuDNN functions conv2d calls (checked by the availability probe).
@@ -302,7 +302,7 @@ pub(crate) fn workspace(c: &Cudnn, g: &Conv2dGeom) -> Option<usize> {
 /// when the caller must run the fallback. `(a, b) -> out` is `(x, weights) -> y` forward,
 /// `(dy, weights) -> dx` for the data gradient, and `(x, dy) -> dweights` for the filter
 /// gradient.
-pub(crate) fn conv(c: &Cudnn, pass: ConvPass, g: &Conv2dGeom, a: Dv, b: Dv, out: Dv, ws: Dv) -> Result<bool> {
+pub(crate) fn conv(c: &Cudnn, pass: ConvPass, g: &Conv2dGeom, a: DeviceRegion, b: DeviceRegion, out: DeviceRegion, ws: DeviceRegion) -> Result<bool> {
     let done = with_plan(c, g, |h, p| {
         let (one, zero) = (&ONE as *const f32 as *const c_void, &ZERO as *const f32 as *const c_void);
         let (wsp, wsb) = (mptr(ws.addr), 4 * ws.len);

@@ -153,12 +153,12 @@ pub(crate) fn chunks_mut_n(data: &mut [f32], count: usize, size: usize) -> Vec<&
 }
 
 /// The slice a CPU view reads.
-pub(crate) fn sl<'a>(v: View<'a, CpuBackend>) -> &'a [f32] {
+pub(crate) fn host_slice<'a>(v: View<'a, CpuBackend>) -> &'a [f32] {
     &v.buffer()[v.range()]
 }
 
 /// The slice a CPU view writes.
-pub(crate) fn sm<'a>(v: ViewMut<'a, CpuBackend>) -> &'a mut [f32] {
+pub(crate) fn host_slice_mut<'a>(v: ViewMut<'a, CpuBackend>) -> &'a mut [f32] {
     let (buf, r) = v.into_parts();
     &mut buf[r]
 }
@@ -196,24 +196,24 @@ impl Backend for CpuBackend {
 
     fn upload(&self, src: &[f32], dst: ViewMut<'_, Self>) -> Result<()> {
         check_len("upload", "dst", src.len(), dst.len())?;
-        sm(dst).copy_from_slice(src);
+        host_slice_mut(dst).copy_from_slice(src);
         Ok(())
     }
 
     fn download(&self, src: View<'_, Self>, dst: &mut [f32]) -> Result<()> {
         check_len("download", "dst", src.len(), dst.len())?;
-        dst.copy_from_slice(sl(src));
+        dst.copy_from_slice(host_slice(src));
         Ok(())
     }
 
     fn copy(&self, src: View<'_, Self>, dst: ViewMut<'_, Self>) -> Result<()> {
         check_len("copy", "dst", src.len(), dst.len())?;
-        sm(dst).copy_from_slice(sl(src));
+        host_slice_mut(dst).copy_from_slice(host_slice(src));
         Ok(())
     }
 
     fn fill(&self, dst: ViewMut<'_, Self>, value: f32) -> Result<()> {
-        sm(dst).fill(value);
+        host_slice_mut(dst).fill(value);
         Ok(())
     }
 

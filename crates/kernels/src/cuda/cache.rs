@@ -14,7 +14,7 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaModule};
 use cudarc::nvrtc::Ptx;
 
 use super::common::KernelCacheStats;
-use super::exec::{KernelSource, fnv1a, sources};
+use super::launch::{KernelSource, fnv1a, sources};
 use super::nvrtc::{self, NVRTC_OPTIONS};
 use crate::error::{KernelError, Result};
 

@@ -3,7 +3,7 @@
 //! descriptors and status checks. One handle per backend, bound to the backend's stream,
 //! used under a mutex (cuDNN handles must not be used concurrently). The ops that use cuDNN
 //! keep their calls, plans and caches in their own folders (`conv2d/cudnn.rs`,
-//! `batch_norm/cudnn.rs`) and reach the handle through [`Exec::with_cudnn`].
+//! `batch_norm/cudnn.rs`) and reach the handle through [`Launcher::with_cudnn`].
 //!
 //! * Availability ([`probe`]): `libcudnn.so.9` loads, exports every function used (this
 //!   module's and the ops' `SYMBOLS`; checked before any call: cudarc resolves symbols
@@ -11,7 +11,7 @@
 //! * An op's call that cuDNN cannot serve (a geometry it cannot plan, ...) returns
 //!   `Ok(false)`, and the op runs its fallback kernels instead.
 //!
-//! [`Exec::with_cudnn`]: super::exec::Exec::with_cudnn
+//! [`Launcher::with_cudnn`]: super::launch::Launcher::with_cudnn
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;

@@ -1,4 +1,4 @@
-//! [`CudaDevice`] (one GPU: context, kernels, cuDNN availability) and [`CudaExec`] (one
+//! [`CudaDevice`] (one GPU: context, kernels, cuDNN availability) and [`CudaLauncher`] (one
 //! learner's stream with its cuBLAS and cuDNN handles and pinned staging buffers), the
 //! executor of [`CudaBackend`].
 
@@ -17,14 +17,14 @@ use super::cache::{self, Target};
 use super::common::{CudaOptions, CudnnStatus, DeviceInfo, DriverStatus, MemInfo};
 use super::cudnn::{self, Cudnn};
 use super::driver::{device_info, driver_status, status_error};
-use super::exec::{BLOCK, ColGemm, Exec, KArg, Sealed};
 use super::gpu::GpuBackend;
+use super::launch::{BLOCK, ColGemm, KernelArg, Launcher, Sealed};
 use super::nvrtc;
 use crate::error::{KernelError, Result};
 
-/// The backend of one learner on a GPU: [`GpuBackend`] on a [`CudaExec`] (its own stream,
+/// The backend of one learner on a GPU: [`GpuBackend`] on a [`CudaLauncher`] (its own stream,
 /// cuBLAS handle, cuDNN handle). Make one with [`CudaDevice::new_backend`].
-pub type CudaBackend = GpuBackend<CudaExec>;
+pub type CudaBackend = GpuBackend<CudaLauncher>;
 
 /// A device buffer of `f32`s.
 pub type CudaBuffer = CudaSlice<f32>;
@@ -142,7 +142,7 @@ impl CudaDevice {
         let event = |what: &str| d.ctx.new_event(None).map_err(|e| drv(format!("creating the {what} event"), e));
         let index = d.backends.fetch_add(1, Ordering::Relaxed);
         Ok(GpuBackend {
-            exec: CudaExec {
+            launcher: CudaLauncher {
                 dev: self.clone(),
                 up: Mutex::new(Staging { buf: None, done: event("upload")? }),
                 down: Mutex::new(Staging { buf: None, done: event("download")? }),
@@ -248,7 +248,7 @@ impl Staging {
 
 /// One learner's executor on a GPU: a non-blocking stream, cuBLAS (and cuDNN) bound to it,
 /// and pinned staging buffers for host↔device copies.
-pub struct CudaExec {
+pub struct CudaLauncher {
     dev: CudaDevice,
     stream: Arc<CudaStream>,
     blas: CudaBlas,
@@ -258,7 +258,7 @@ pub struct CudaExec {
     index: usize,
 }
 
-impl Sealed for CudaExec {}
+impl Sealed for CudaLauncher {}
 
 fn locked<'a, T>(m: &'a Mutex<T>) -> Result<std::sync::MutexGuard<'a, T>> {
     m.lock().map_err(|_| KernelError::Cuda { context: "staging buffer".into(), msg: "lock poisoned by a panic".into() })
@@ -268,7 +268,7 @@ fn int32(v: usize, what: &str) -> Result<i32> {
     i32::try_from(v).map_err(|_| KernelError::invalid("gemm", format!("{what} = {v} does not fit cuBLAS's int")))
 }
 
-impl CudaExec {
+impl CudaLauncher {
     fn bind(&self) -> Result<()> {
         self.dev.inner.ctx.bind_to_thread().map_err(|e| drv("binding the CUDA context", e))
     }
@@ -285,7 +285,7 @@ impl CudaExec {
     }
 }
 
-impl Exec for CudaExec {
+impl Launcher for CudaLauncher {
     type Buffer = CudaSlice<f32>;
 
     fn buffer_len(buf: &CudaSlice<f32>) -> usize {
@@ -397,7 +397,7 @@ impl Exec for CudaExec {
         self.stream.wait(event).map_err(|e| drv("cuStreamWaitEvent", e))
     }
 
-    fn launch(&self, kernel: &'static str, grid: u32, args: &[KArg]) -> Result<()> {
+    fn launch(&self, kernel: &'static str, grid: u32, args: &[KernelArg]) -> Result<()> {
         let f = self.dev.inner.functions.get(kernel).ok_or_else(|| KernelError::Cuda {
             context: "kernel launch".into(),
             msg: format!("kernel {kernel} is not loaded"),
@@ -405,10 +405,10 @@ impl Exec for CudaExec {
         let mut b = self.stream.launch_builder(f);
         for a in args {
             match a {
-                KArg::Ptr(v) | KArg::U64(v) => b.arg(v),
-                KArg::I64(v) => b.arg(v),
-                KArg::F32(v) => b.arg(v),
-                KArg::I32(v) => b.arg(v),
+                KernelArg::Ptr(v) | KernelArg::U64(v) => b.arg(v),
+                KernelArg::I64(v) => b.arg(v),
+                KernelArg::F32(v) => b.arg(v),
+                KernelArg::I32(v) => b.arg(v),
             };
         }
         let cfg = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (BLOCK, 1, 1), shared_mem_bytes: 0 };
@@ -492,35 +492,35 @@ impl Exec for CudaExec {
 }
 
 /// Stream-level controls of a learner's backend, for the engine.
-impl GpuBackend<CudaExec> {
+impl GpuBackend<CudaLauncher> {
     /// The device this backend runs on.
     pub fn cuda_device(&self) -> &CudaDevice {
-        &self.exec.dev
+        &self.launcher.dev
     }
 
     /// The backend's stream (every op is enqueued on it, in call order).
     pub fn stream(&self) -> &Arc<CudaStream> {
-        &self.exec.stream
+        &self.launcher.stream
     }
 
     /// True when convolution and batch norm go through cuDNN on this backend.
     pub fn uses_cudnn(&self) -> bool {
-        self.exec.cudnn.is_some()
+        self.launcher.cudnn.is_some()
     }
 
     /// An event marking all work enqueued so far on this backend's stream.
     pub fn record_event(&self) -> Result<CudaEvent> {
-        self.exec.stream.record_event(None).map_err(|e| drv("cuEventRecord", e))
+        self.launcher.stream.record_event(None).map_err(|e| drv("cuEventRecord", e))
     }
 
     /// Makes this backend's later work wait for `event` (recorded on any stream of the
     /// device), without blocking the host.
     pub fn wait_event(&self, event: &CudaEvent) -> Result<()> {
-        self.exec.stream.wait(event).map_err(|e| drv("cuStreamWaitEvent", e))
+        self.launcher.stream.wait(event).map_err(|e| drv("cuStreamWaitEvent", e))
     }
 
     /// Makes this backend's later work wait for everything enqueued so far on `other`.
     pub fn wait_for(&self, other: &CudaBackend) -> Result<()> {
-        self.exec.stream.join(&other.exec.stream).map_err(|e| drv("cuStreamWaitEvent", e))
+        self.launcher.stream.join(&other.launcher.stream).map_err(|e| drv("cuStreamWaitEvent", e))
     }
 }

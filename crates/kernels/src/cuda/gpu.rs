@@ -1,50 +1,50 @@
 //! [`GpuBackend`]: the GPU backend over an executor, and its memory. Each op's GPU code
-//! (`src/<op>/cuda.rs`: `impl<E: Exec> <Op> for GpuBackend<E>`) runs after the op trait's
+//! (`src/<op>/cuda.rs`: `impl<E: Launcher> <Op> for GpuBackend<E>`) runs after the op trait's
 //! argument checks, on the executor.
 
 use crossbow_tensor::Device;
 
-use super::exec::{Dv, Exec};
+use super::launch::{DeviceRegion, Launcher};
 use crate::backend::{Backend, Storage, View, ViewMut};
 use crate::error::{Result, check_len};
 
 /// A backend that runs this crate's GPU kernels (the `.cu` sources next to each op) and
-/// GEMMs on an executor: [`super::CudaExec`] on a real GPU — [`super::CudaBackend`] is
-/// `GpuBackend<CudaExec>` — or the host emulator the CPU-only tests use. Without the `cuda`
-/// feature `CudaExec` is uninhabited, so a `CudaBackend` cannot exist.
+/// GEMMs on an executor: [`super::CudaLauncher`] on a real GPU — [`super::CudaBackend`] is
+/// `GpuBackend<CudaLauncher>` — or the host emulator the CPU-only tests use. Without the `cuda`
+/// feature `CudaLauncher` is uninhabited, so a `CudaBackend` cannot exist.
 #[derive(Clone)]
 pub struct GpuBackend<E> {
-    pub(crate) exec: E,
+    pub(crate) launcher: E,
 }
 
-impl<E: Exec> GpuBackend<E> {
+impl<E: Launcher> GpuBackend<E> {
     /// The executor.
     pub fn exec(&self) -> &E {
-        &self.exec
+        &self.launcher
     }
 
     /// The device region of a view (ops' `cuda.rs` launch kernels on these).
-    pub(crate) fn dv(&self, v: View<'_, Self>) -> Result<Dv> {
-        Ok(Dv { addr: self.exec.addr(v.buffer())? + 4 * v.offset() as u64, len: v.len() })
+    pub(crate) fn region(&self, v: View<'_, Self>) -> Result<DeviceRegion> {
+        Ok(DeviceRegion { addr: self.launcher.addr(v.buffer())? + 4 * v.offset() as u64, len: v.len() })
     }
 
     /// The device region of a view that is written.
-    pub(crate) fn dv_mut(&self, v: ViewMut<'_, Self>) -> Result<Dv> {
+    pub(crate) fn region_mut(&self, v: ViewMut<'_, Self>) -> Result<DeviceRegion> {
         let (buf, r) = v.into_parts();
-        Ok(Dv { addr: self.exec.addr_mut(buf)? + 4 * r.start as u64, len: r.len() })
+        Ok(DeviceRegion { addr: self.launcher.addr_mut(buf)? + 4 * r.start as u64, len: r.len() })
     }
 }
 
 impl<E> std::fmt::Debug for GpuBackend<E>
 where
-    E: Exec,
+    E: Launcher,
 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "GpuBackend({})", self.exec.describe())
+        write!(f, "GpuBackend({})", self.launcher.describe())
     }
 }
 
-impl<E: Exec> Storage for GpuBackend<E> {
+impl<E: Launcher> Storage for GpuBackend<E> {
     type Buffer = E::Buffer;
 
     fn buffer_len(buf: &E::Buffer) -> usize {
@@ -52,17 +52,17 @@ impl<E: Exec> Storage for GpuBackend<E> {
     }
 }
 
-impl<E: Exec> Backend for GpuBackend<E> {
+impl<E: Launcher> Backend for GpuBackend<E> {
     fn device(&self) -> Device {
-        self.exec.device()
+        self.launcher.device()
     }
 
     fn describe(&self) -> String {
-        self.exec.describe()
+        self.launcher.describe()
     }
 
     fn alloc(&self, len: usize) -> Result<E::Buffer> {
-        self.exec.alloc(len)
+        self.launcher.alloc(len)
     }
 
     fn upload(&self, src: &[f32], dst: ViewMut<'_, Self>) -> Result<()> {
@@ -70,14 +70,14 @@ impl<E: Exec> Backend for GpuBackend<E> {
         if src.is_empty() {
             return Ok(());
         }
-        let d = self.dv_mut(dst)?;
-        self.exec.upload(src, d.addr)
+        let d = self.region_mut(dst)?;
+        self.launcher.upload(src, d.addr)
     }
 
     fn download(&self, src: View<'_, Self>, dst: &mut [f32]) -> Result<()> {
         check_len("download", "dst", src.len(), dst.len())?;
-        let s = self.dv(src)?;
-        self.exec.download(s.addr, dst)
+        let s = self.region(src)?;
+        self.launcher.download(s.addr, dst)
     }
 
     fn copy(&self, src: View<'_, Self>, dst: ViewMut<'_, Self>) -> Result<()> {
@@ -85,27 +85,27 @@ impl<E: Exec> Backend for GpuBackend<E> {
         if src.is_empty() {
             return Ok(());
         }
-        let s = self.dv(src)?;
-        let d = self.dv_mut(dst)?;
-        self.exec.copy(s.addr, d.addr, s.len)
+        let s = self.region(src)?;
+        let d = self.region_mut(dst)?;
+        self.launcher.copy(s.addr, d.addr, s.len)
     }
 
     fn fill(&self, dst: ViewMut<'_, Self>, value: f32) -> Result<()> {
-        let d = self.dv_mut(dst)?;
-        crate::vector::cuda::fill(&self.exec, d, value)
+        let d = self.region_mut(dst)?;
+        crate::vector::cuda::fill(&self.launcher, d, value)
     }
 
     fn synchronize(&self) -> Result<()> {
-        self.exec.synchronize()
+        self.launcher.synchronize()
     }
 
     type Event = E::Event;
 
     fn record(&self) -> Result<E::Event> {
-        self.exec.record()
+        self.launcher.record()
     }
 
     fn wait(&self, event: &E::Event) -> Result<()> {
-        self.exec.wait(event)
+        self.launcher.wait(event)
     }
 }

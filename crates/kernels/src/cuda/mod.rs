@@ -1,6 +1,6 @@
-//! The GPU backend: [`GpuBackend`] over an executor ([`exec::Exec`]). With the feature
-//! `cuda` the executor is [`CudaExec`] (cudarc, cuBLAS, cuDNN) and [`CudaBackend`] =
-//! `GpuBackend<CudaExec>`; without it `CudaExec` is uninhabited and the device-level entry
+//! The GPU backend: [`GpuBackend`] over an executor ([`launch::Launcher`]). With the feature
+//! `cuda` the executor is [`CudaLauncher`] (cudarc, cuBLAS, cuDNN) and [`CudaBackend`] =
+//! `GpuBackend<CudaLauncher>`; without it `CudaLauncher` is uninhabited and the device-level entry
 //! points return [`KernelError::NotCompiledWithCuda`](crate::KernelError), so callers need no
 //! `cfg`. With the feature `testing`, `emu` runs the same backend on a host emulator of
 //! the kernels (with or without `cuda`).
@@ -16,7 +16,7 @@
 //! | every other op | its folder's own `.cu` (`activation.cu`, `dropout.cu`, `vector.cu`, ...) |
 //!
 //! Each op's kernels live next to it (`src/<op>/<op>.cu`, listed in the folder's
-//! `cuda.rs` as `SOURCES` and launched from the same file's `impl<E: Exec> <Op> for
+//! `cuda.rs` as `SOURCES` and launched from the same file's `impl<E: Launcher> <Op> for
 //! GpuBackend<E>`), are embedded with `include_str!` after the shared `prelude.cuh`, and are
 //! compiled with NVRTC (`--fmad=false`, so element-wise results equal the CPU's) when a
 //! device is opened.
@@ -84,8 +84,8 @@
 mod common;
 pub use common::*;
 
-pub mod exec;
 mod gpu;
+pub mod launch;
 pub use gpu::GpuBackend;
 
 #[cfg(feature = "testing")]
@@ -111,7 +111,7 @@ pub use cudarc::driver::CudaEvent;
 #[cfg(feature = "cuda")]
 pub use cudnn::Cudnn;
 #[cfg(feature = "cuda")]
-pub use device::{CudaBackend, CudaBuffer, CudaDevice, CudaExec};
+pub use device::{CudaBackend, CudaBuffer, CudaDevice, CudaLauncher};
 #[cfg(feature = "cuda")]
 pub use driver::{device_count, device_info, devices, driver_status};
 #[cfg(feature = "cuda")]

@@ -7,7 +7,7 @@ use std::ffi::{CStr, CString, c_char, c_int};
 use cudarc::nvrtc::{result, sys};
 
 use super::common::CompiledSource;
-use super::exec::{KernelSource, sources};
+use super::launch::{KernelSource, sources};
 use crate::error::{KernelError, Result};
 
 /// Options every kernel is compiled with: no FMA contraction (`a * b + c` rounds twice, as

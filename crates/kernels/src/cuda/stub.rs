@@ -10,8 +10,8 @@
 use crossbow_tensor::Device;
 
 use super::common::{CompiledSource, CudaOptions, CudnnStatus, DeviceInfo, DriverStatus, KernelCacheStats, MemInfo};
-use super::exec::{ColGemm, Exec, KArg, Sealed};
 use super::gpu::GpuBackend;
+use super::launch::{ColGemm, KernelArg, Launcher, Sealed};
 use crate::error::{KernelError, Result};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,14 +73,14 @@ pub struct CudaBuffer(Never);
 pub struct NoDevice(Never);
 
 /// The name the real executor has with the `cuda` feature.
-pub type CudaExec = NoDevice;
+pub type CudaLauncher = NoDevice;
 
 /// A learner's GPU backend (cannot exist without the `cuda` feature).
 pub type CudaBackend = GpuBackend<NoDevice>;
 
 impl Sealed for NoDevice {}
 
-impl Exec for NoDevice {
+impl Launcher for NoDevice {
     type Buffer = CudaBuffer;
 
     fn buffer_len(buf: &CudaBuffer) -> usize {
@@ -133,7 +133,7 @@ impl Exec for NoDevice {
         match self.0 {}
     }
 
-    fn launch(&self, _kernel: &'static str, _grid: u32, _args: &[KArg]) -> Result<()> {
+    fn launch(&self, _kernel: &'static str, _grid: u32, _args: &[KernelArg]) -> Result<()> {
         match self.0 {}
     }
 
@@ -207,27 +207,27 @@ impl CudaDevice {
 impl GpuBackend<NoDevice> {
     /// The device this backend runs on (uncallable: `GpuBackend<NoDevice>` has no value).
     pub fn cuda_device(&self) -> &CudaDevice {
-        match self.exec.0 {}
+        match self.launcher.0 {}
     }
 
     /// True when convolution and batch norm go through cuDNN (uncallable without `cuda`).
     pub fn uses_cudnn(&self) -> bool {
-        match self.exec.0 {}
+        match self.launcher.0 {}
     }
 
     /// An event marking all work enqueued so far on this backend's stream (uncallable without `cuda`).
     pub fn record_event(&self) -> Result<CudaEvent> {
-        match self.exec.0 {}
+        match self.launcher.0 {}
     }
 
     /// Makes this backend's later work wait for `event` (uncallable without `cuda`).
     pub fn wait_event(&self, _event: &CudaEvent) -> Result<()> {
-        match self.exec.0 {}
+        match self.launcher.0 {}
     }
 
     /// Makes this backend's later work wait for everything enqueued on `other` (uncallable without `cuda`).
     pub fn wait_for(&self, _other: &CudaBackend) -> Result<()> {
-        match self.exec.0 {}
+        match self.launcher.0 {}
     }
 }
 

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use super::cache::{self, Origin, Target};
 use super::common::env;
 #[cfg(feature = "cuda")]
-use super::exec::KernelSource;
-use super::exec::sources;
+use super::launch::KernelSource;
+use super::launch::sources;
 use super::*;
 #[cfg(feature = "cuda")]
 use crate::KernelError;

@@ -2,7 +2,7 @@
 
 use super::{Dropout, DropoutConfig, keep};
 use crate::backend::{View, ViewMut};
-use crate::cpu::{CpuBackend, sl, sm};
+use crate::cpu::{CpuBackend, host_slice, host_slice_mut};
 use crate::error::Result;
 
 impl Dropout for CpuBackend {
@@ -14,7 +14,7 @@ impl Dropout for CpuBackend {
         mask: ViewMut<'_, Self>,
     ) -> Result<()> {
         let s = cfg.scale();
-        for (i, ((yo, mo), &xv)) in sm(y).iter_mut().zip(sm(mask).iter_mut()).zip(sl(x)).enumerate() {
+        for (i, ((yo, mo), &xv)) in host_slice_mut(y).iter_mut().zip(host_slice_mut(mask).iter_mut()).zip(host_slice(x)).enumerate() {
             let m = if keep(cfg.seed, i as u64, cfg.p) { s } else { 0.0 };
             *mo = m;
             *yo = xv * m;

@@ -3,7 +3,7 @@
 use super::{Dropout, DropoutConfig};
 use crate::backend::{View, ViewMut};
 use crate::cuda::GpuBackend;
-use crate::cuda::exec::{Exec, KArg, KernelSource, int, launch_n, ptr};
+use crate::cuda::launch::{Launcher, KernelArg, KernelSource, int, launch_n, ptr};
 use crate::error::Result;
 
 pub(crate) const SOURCES: &[KernelSource] = &[KernelSource {
@@ -13,7 +13,7 @@ pub(crate) const SOURCES: &[KernelSource] = &[KernelSource {
     cooperative: &[],
 }];
 
-impl<E: Exec> Dropout for GpuBackend<E> {
+impl<E: Launcher> Dropout for GpuBackend<E> {
     unsafe fn dropout_forward_unchecked(
         &self,
         cfg: &DropoutConfig,
@@ -21,13 +21,13 @@ impl<E: Exec> Dropout for GpuBackend<E> {
         y: ViewMut<'_, Self>,
         mask: ViewMut<'_, Self>,
     ) -> Result<()> {
-        let (x, y, mask) = (self.dv(x)?, self.dv_mut(y)?, self.dv_mut(mask)?);
+        let (x, y, mask) = (self.region(x)?, self.region_mut(y)?, self.region_mut(mask)?);
         // The scale is computed on the host, exactly as the CPU does.
         launch_n(
-            &self.exec,
+            &self.launcher,
             "cb_dropout_fwd",
             y.len,
-            &[ptr(x), ptr(y), ptr(mask), int(y.len), KArg::F32(cfg.p), KArg::F32(cfg.scale()), KArg::U64(cfg.seed)],
+            &[ptr(x), ptr(y), ptr(mask), int(y.len), KernelArg::F32(cfg.p), KernelArg::F32(cfg.scale()), KernelArg::U64(cfg.seed)],
         )
     }
 }

@@ -2,7 +2,7 @@
 
 use super::{CpuGemm, Gemm, GemmConfig};
 use crate::backend::{View, ViewMut};
-use crate::cpu::{CpuBackend, sl, sm};
+use crate::cpu::{CpuBackend, host_slice, host_slice_mut};
 use crate::error::Result;
 
 impl Gemm for CpuBackend {
@@ -13,7 +13,7 @@ impl Gemm for CpuBackend {
         b: View<'_, Self>,
         c: ViewMut<'_, Self>,
     ) -> Result<()> {
-        gemm_config(self.gemm_kind(), cfg, sl(a), sl(b), sm(c));
+        gemm_config(self.gemm_kind(), cfg, host_slice(a), host_slice(b), host_slice_mut(c));
         Ok(())
     }
 }

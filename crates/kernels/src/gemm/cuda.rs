@@ -8,13 +8,13 @@
 use super::{Gemm, GemmConfig};
 use crate::backend::{View, ViewMut};
 use crate::cuda::GpuBackend;
-use crate::cuda::exec::{ColGemm, Dv, Exec, KernelSource};
+use crate::cuda::launch::{ColGemm, DeviceRegion, Launcher, KernelSource};
 use crate::error::Result;
 
 /// No kernels of its own: cuBLAS (and `vector.cu`'s `cb_axpby` for `k == 0`).
 pub(crate) const SOURCES: &[KernelSource] = &[];
 
-impl<E: Exec> Gemm for GpuBackend<E> {
+impl<E: Launcher> Gemm for GpuBackend<E> {
     unsafe fn gemm_unchecked(
         &self,
         cfg: &GemmConfig,
@@ -22,9 +22,9 @@ impl<E: Exec> Gemm for GpuBackend<E> {
         b: View<'_, Self>,
         c: ViewMut<'_, Self>,
     ) -> Result<()> {
-        let (a, b, c) = (self.dv(a)?, self.dv(b)?, self.dv_mut(c)?);
+        let (a, b, c) = (self.region(a)?, self.region(b)?, self.region_mut(c)?);
         row_gemm(
-            &self.exec,
+            &self.launcher,
             &RowGemm {
                 trans_a: cfg.trans_a,
                 trans_b: cfg.trans_b,
@@ -106,13 +106,13 @@ impl RowGemm {
 
 /// Runs a [`RowGemm`]. Empty products do nothing, except `k == 0`, which scales `C` by
 /// `beta` (BLAS semantics; `beta == 0` writes zeros).
-pub(crate) fn row_gemm<E: Exec>(e: &E, r: &RowGemm) -> Result<()> {
+pub(crate) fn row_gemm<E: Launcher>(e: &E, r: &RowGemm) -> Result<()> {
     if r.m == 0 || r.n == 0 || r.batch == 0 {
         return Ok(());
     }
     if r.k == 0 {
         for i in 0..r.batch {
-            let c = Dv { addr: r.c + 4 * (i * r.stride_c) as u64, len: r.m * r.n };
+            let c = DeviceRegion { addr: r.c + 4 * (i * r.stride_c) as u64, len: r.m * r.n };
             crate::vector::cuda::axpby(e, 0.0, c, r.beta, c)?;
         }
         return Ok(());

@@ -2,12 +2,12 @@
 
 use super::LeakyRelu;
 use crate::backend::{View, ViewMut};
-use crate::cpu::{CpuBackend, sl, sm};
+use crate::cpu::{CpuBackend, host_slice, host_slice_mut};
 use crate::error::Result;
 
 impl LeakyRelu for CpuBackend {
     unsafe fn leaky_relu_forward_unchecked(&self, slope: f32, x: View<'_, Self>, y: ViewMut<'_, Self>) -> Result<()> {
-        for (o, &v) in sm(y).iter_mut().zip(sl(x)) {
+        for (o, &v) in host_slice_mut(y).iter_mut().zip(host_slice(x)) {
             *o = if v > 0.0 { v } else { slope * v };
         }
         Ok(())
@@ -20,7 +20,7 @@ impl LeakyRelu for CpuBackend {
         dy: View<'_, Self>,
         dx: ViewMut<'_, Self>,
     ) -> Result<()> {
-        for ((o, &d), &v) in sm(dx).iter_mut().zip(sl(dy)).zip(sl(y)) {
+        for ((o, &d), &v) in host_slice_mut(dx).iter_mut().zip(host_slice(dy)).zip(host_slice(y)) {
             *o = if v > 0.0 { d } else { slope * d };
         }
         Ok(())

@@ -3,7 +3,7 @@
 use super::LeakyRelu;
 use crate::backend::{View, ViewMut};
 use crate::cuda::GpuBackend;
-use crate::cuda::exec::{Exec, KArg, KernelSource, int, launch_n, ptr};
+use crate::cuda::launch::{Launcher, KernelArg, KernelSource, int, launch_n, ptr};
 use crate::error::Result;
 
 pub(crate) const SOURCES: &[KernelSource] = &[KernelSource {
@@ -13,10 +13,10 @@ pub(crate) const SOURCES: &[KernelSource] = &[KernelSource {
     cooperative: &[],
 }];
 
-impl<E: Exec> LeakyRelu for GpuBackend<E> {
+impl<E: Launcher> LeakyRelu for GpuBackend<E> {
     unsafe fn leaky_relu_forward_unchecked(&self, slope: f32, x: View<'_, Self>, y: ViewMut<'_, Self>) -> Result<()> {
-        let (x, y) = (self.dv(x)?, self.dv_mut(y)?);
-        launch_n(&self.exec, "cb_leaky_relu_fwd", y.len, &[ptr(x), ptr(y), KArg::F32(slope), int(y.len)])
+        let (x, y) = (self.region(x)?, self.region_mut(y)?);
+        launch_n(&self.launcher, "cb_leaky_relu_fwd", y.len, &[ptr(x), ptr(y), KernelArg::F32(slope), int(y.len)])
     }
 
     unsafe fn leaky_relu_backward_unchecked(
@@ -26,7 +26,7 @@ impl<E: Exec> LeakyRelu for GpuBackend<E> {
         dy: View<'_, Self>,
         dx: ViewMut<'_, Self>,
     ) -> Result<()> {
-        let (y, dy, dx) = (self.dv(y)?, self.dv(dy)?, self.dv_mut(dx)?);
-        launch_n(&self.exec, "cb_leaky_relu_bwd", dx.len, &[ptr(y), ptr(dy), ptr(dx), KArg::F32(slope), int(dx.len)])
+        let (y, dy, dx) = (self.region(y)?, self.region(dy)?, self.region_mut(dx)?);
+        launch_n(&self.launcher, "cb_leaky_relu_bwd", dx.len, &[ptr(y), ptr(dy), ptr(dx), KernelArg::F32(slope), int(dx.len)])
     }
 }

@@ -2,7 +2,7 @@
 
 use super::{Linear, LinearGeom};
 use crate::backend::{View, ViewMut};
-use crate::cpu::{CpuBackend, CpuCtx, sl, sm, split_mut_by, split_ranges};
+use crate::cpu::{CpuBackend, CpuCtx, host_slice, host_slice_mut, split_mut_by, split_ranges};
 use crate::error::Result;
 use crate::gemm::cpu::{Mat, gemm_strided};
 
@@ -14,7 +14,7 @@ impl Linear for CpuBackend {
         params: View<'_, Self>,
         y: ViewMut<'_, Self>,
     ) -> Result<()> {
-        forward(self.ctx(), g, sl(x), sl(params), sm(y));
+        forward(self.ctx(), g, host_slice(x), host_slice(params), host_slice_mut(y));
         Ok(())
     }
 
@@ -25,7 +25,7 @@ impl Linear for CpuBackend {
         params: View<'_, Self>,
         dx: ViewMut<'_, Self>,
     ) -> Result<()> {
-        backward_data(self.ctx(), g, sl(dy), sl(params), sm(dx));
+        backward_data(self.ctx(), g, host_slice(dy), host_slice(params), host_slice_mut(dx));
         Ok(())
     }
 
@@ -36,7 +36,7 @@ impl Linear for CpuBackend {
         dy: View<'_, Self>,
         dparams: ViewMut<'_, Self>,
     ) -> Result<()> {
-        backward_params(self.ctx(), g, sl(x), sl(dy), sm(dparams));
+        backward_params(self.ctx(), g, host_slice(x), host_slice(dy), host_slice_mut(dparams));
         Ok(())
     }
 }

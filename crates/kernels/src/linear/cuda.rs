@@ -4,7 +4,7 @@
 use super::{Linear, LinearGeom};
 use crate::backend::{View, ViewMut};
 use crate::cuda::GpuBackend;
-use crate::cuda::exec::{Exec, KernelSource};
+use crate::cuda::launch::{Launcher, KernelSource};
 use crate::error::Result;
 use crate::gemm::cuda::{RowGemm, row_gemm};
 use crate::vector::cuda::{channel_add, channel_sum};
@@ -12,7 +12,7 @@ use crate::vector::cuda::{channel_add, channel_sum};
 /// No kernels of its own: cuBLAS and `vector.cu`'s bias kernels.
 pub(crate) const SOURCES: &[KernelSource] = &[];
 
-impl<E: Exec> Linear for GpuBackend<E> {
+impl<E: Launcher> Linear for GpuBackend<E> {
     /// `y[n, out] = x[n, in] · Wᵀ + b`.
     unsafe fn linear_forward_unchecked(
         &self,
@@ -21,7 +21,7 @@ impl<E: Exec> Linear for GpuBackend<E> {
         params: View<'_, Self>,
         y: ViewMut<'_, Self>,
     ) -> Result<()> {
-        let (e, x, params, y) = (&self.exec, self.dv(x)?, self.dv(params)?, self.dv_mut(y)?);
+        let (e, x, params, y) = (&self.launcher, self.region(x)?, self.region(params)?, self.region_mut(y)?);
         let (n, inf, outf) = (g.batch, g.in_features, g.out_features);
         row_gemm(e, &RowGemm { trans_b: true, ..RowGemm::single(n, outf, inf, x.addr, params.addr, y.addr) })?;
         if g.bias {
@@ -38,8 +38,8 @@ impl<E: Exec> Linear for GpuBackend<E> {
         params: View<'_, Self>,
         dx: ViewMut<'_, Self>,
     ) -> Result<()> {
-        let (dy, params, dx) = (self.dv(dy)?, self.dv(params)?, self.dv_mut(dx)?);
-        row_gemm(&self.exec, &RowGemm::single(g.batch, g.in_features, g.out_features, dy.addr, params.addr, dx.addr))
+        let (dy, params, dx) = (self.region(dy)?, self.region(params)?, self.region_mut(dx)?);
+        row_gemm(&self.launcher, &RowGemm::single(g.batch, g.in_features, g.out_features, dy.addr, params.addr, dx.addr))
     }
 
     /// `dW[out, in] = dyᵀ · x`, `db = Σ_n dy`.
@@ -50,7 +50,7 @@ impl<E: Exec> Linear for GpuBackend<E> {
         dy: View<'_, Self>,
         dparams: ViewMut<'_, Self>,
     ) -> Result<()> {
-        let (e, x, dy, dparams) = (&self.exec, self.dv(x)?, self.dv(dy)?, self.dv_mut(dparams)?);
+        let (e, x, dy, dparams) = (&self.launcher, self.region(x)?, self.region(dy)?, self.region_mut(dparams)?);
         let (n, inf, outf) = (g.batch, g.in_features, g.out_features);
         row_gemm(e, &RowGemm { trans_a: true, ..RowGemm::single(outf, inf, n, dy.addr, x.addr, dparams.addr) })?;
         if g.bias {

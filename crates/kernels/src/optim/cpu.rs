@@ -2,7 +2,7 @@
 
 use super::{Optim, SgdConfig};
 use crate::backend::{View, ViewMut};
-use crate::cpu::{CpuBackend, sl, sm};
+use crate::cpu::{CpuBackend, host_slice, host_slice_mut};
 use crate::error::Result;
 
 impl Optim for CpuBackend {
@@ -13,7 +13,7 @@ impl Optim for CpuBackend {
         grad: View<'_, Self>,
         velocity: ViewMut<'_, Self>,
     ) -> Result<()> {
-        sgd_step(cfg, sm(param), sl(grad), sm(velocity));
+        sgd_step(cfg, host_slice_mut(param), host_slice(grad), host_slice_mut(velocity));
         Ok(())
     }
 }

@@ -3,13 +3,13 @@
 use super::{Optim, SgdConfig};
 use crate::backend::{View, ViewMut};
 use crate::cuda::GpuBackend;
-use crate::cuda::exec::{Exec, KArg, KernelSource, int, launch_n, ptr};
+use crate::cuda::launch::{Launcher, KernelArg, KernelSource, int, launch_n, ptr};
 use crate::error::Result;
 
 pub(crate) const SOURCES: &[KernelSource] =
     &[KernelSource { module: "optim", code: include_str!("optim.cu"), kernels: &["cb_sgd"], cooperative: &[] }];
 
-impl<E: Exec> Optim for GpuBackend<E> {
+impl<E: Launcher> Optim for GpuBackend<E> {
     unsafe fn sgd_step_unchecked(
         &self,
         cfg: &SgdConfig,
@@ -17,9 +17,9 @@ impl<E: Exec> Optim for GpuBackend<E> {
         grad: View<'_, Self>,
         velocity: ViewMut<'_, Self>,
     ) -> Result<()> {
-        let (p, g, v) = (self.dv_mut(param)?, self.dv(grad)?, self.dv_mut(velocity)?);
+        let (p, g, v) = (self.region_mut(param)?, self.region(grad)?, self.region_mut(velocity)?);
         launch_n(
-            &self.exec,
+            &self.launcher,
             "cb_sgd",
             p.len,
             &[
@@ -27,10 +27,10 @@ impl<E: Exec> Optim for GpuBackend<E> {
                 ptr(g),
                 ptr(v),
                 int(p.len),
-                KArg::F32(cfg.lr),
-                KArg::F32(cfg.momentum),
-                KArg::F32(cfg.weight_decay),
-                KArg::I32(cfg.nesterov as i32),
+                KernelArg::F32(cfg.lr),
+                KernelArg::F32(cfg.momentum),
+                KernelArg::F32(cfg.weight_decay),
+                KernelArg::I32(cfg.nesterov as i32),
             ],
         )
     }

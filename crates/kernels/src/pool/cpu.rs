@@ -2,12 +2,12 @@
 
 use super::{Pool2d, Pool2dGeom};
 use crate::backend::{View, ViewMut};
-use crate::cpu::{CpuBackend, CpuCtx, sl, sm};
+use crate::cpu::{CpuBackend, CpuCtx, host_slice, host_slice_mut};
 use crate::error::Result;
 
 impl Pool2d for CpuBackend {
     unsafe fn max_pool_forward_unchecked(&self, g: &Pool2dGeom, x: View<'_, Self>, y: ViewMut<'_, Self>) -> Result<()> {
-        max_forward(self.ctx(), g, sl(x), sm(y));
+        max_forward(self.ctx(), g, host_slice(x), host_slice_mut(y));
         Ok(())
     }
 
@@ -19,12 +19,12 @@ impl Pool2d for CpuBackend {
         dy: View<'_, Self>,
         dx: ViewMut<'_, Self>,
     ) -> Result<()> {
-        max_backward(self.ctx(), g, sl(x), sl(y), sl(dy), sm(dx));
+        max_backward(self.ctx(), g, host_slice(x), host_slice(y), host_slice(dy), host_slice_mut(dx));
         Ok(())
     }
 
     unsafe fn avg_pool_forward_unchecked(&self, g: &Pool2dGeom, x: View<'_, Self>, y: ViewMut<'_, Self>) -> Result<()> {
-        avg_forward(self.ctx(), g, sl(x), sm(y));
+        avg_forward(self.ctx(), g, host_slice(x), host_slice_mut(y));
         Ok(())
     }
 
@@ -34,7 +34,7 @@ impl Pool2d for CpuBackend {
         dy: View<'_, Self>,
         dx: ViewMut<'_, Self>,
     ) -> Result<()> {
-        avg_backward(self.ctx(), g, sl(dy), sm(dx));
+        avg_backward(self.ctx(), g, host_slice(dy), host_slice_mut(dx));
         Ok(())
     }
 }

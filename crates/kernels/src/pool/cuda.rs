@@ -6,7 +6,7 @@
 use super::{Pool2d, Pool2dGeom};
 use crate::backend::{View, ViewMut};
 use crate::cuda::GpuBackend;
-use crate::cuda::exec::{Dv, Exec, KArg, KernelSource, int, launch_n, ptr};
+use crate::cuda::launch::{DeviceRegion, Launcher, KernelArg, KernelSource, int, launch_n, ptr};
 use crate::error::Result;
 
 pub(crate) const SOURCES: &[KernelSource] = &[KernelSource {
@@ -17,7 +17,7 @@ pub(crate) const SOURCES: &[KernelSource] = &[KernelSource {
 }];
 
 /// `NC, H, W, OH, OW, KH, KW, SH, SW, PH, PW`.
-fn dims(g: &Pool2dGeom) -> [KArg; 11] {
+fn dims(g: &Pool2dGeom) -> [KernelArg; 11] {
     [
         int(g.batch * g.channels),
         int(g.in_h),
@@ -33,14 +33,14 @@ fn dims(g: &Pool2dGeom) -> [KArg; 11] {
     ]
 }
 
-fn args(bufs: &[Dv], g: &Pool2dGeom) -> Vec<KArg> {
+fn args(bufs: &[DeviceRegion], g: &Pool2dGeom) -> Vec<KernelArg> {
     bufs.iter().map(|&d| ptr(d)).chain(dims(g)).collect()
 }
 
-impl<E: Exec> Pool2d for GpuBackend<E> {
+impl<E: Launcher> Pool2d for GpuBackend<E> {
     unsafe fn max_pool_forward_unchecked(&self, g: &Pool2dGeom, x: View<'_, Self>, y: ViewMut<'_, Self>) -> Result<()> {
-        let (x, y) = (self.dv(x)?, self.dv_mut(y)?);
-        launch_n(&self.exec, "cb_max_pool_fwd", y.len, &args(&[x, y], g))
+        let (x, y) = (self.region(x)?, self.region_mut(y)?);
+        launch_n(&self.launcher, "cb_max_pool_fwd", y.len, &args(&[x, y], g))
     }
 
     unsafe fn max_pool_backward_unchecked(
@@ -51,13 +51,13 @@ impl<E: Exec> Pool2d for GpuBackend<E> {
         dy: View<'_, Self>,
         dx: ViewMut<'_, Self>,
     ) -> Result<()> {
-        let (x, y, dy, dx) = (self.dv(x)?, self.dv(y)?, self.dv(dy)?, self.dv_mut(dx)?);
-        launch_n(&self.exec, "cb_max_pool_bwd", dx.len, &args(&[x, y, dy, dx], g))
+        let (x, y, dy, dx) = (self.region(x)?, self.region(y)?, self.region(dy)?, self.region_mut(dx)?);
+        launch_n(&self.launcher, "cb_max_pool_bwd", dx.len, &args(&[x, y, dy, dx], g))
     }
 
     unsafe fn avg_pool_forward_unchecked(&self, g: &Pool2dGeom, x: View<'_, Self>, y: ViewMut<'_, Self>) -> Result<()> {
-        let (x, y) = (self.dv(x)?, self.dv_mut(y)?);
-        launch_n(&self.exec, "cb_avg_pool_fwd", y.len, &args(&[x, y], g))
+        let (x, y) = (self.region(x)?, self.region_mut(y)?);
+        launch_n(&self.launcher, "cb_avg_pool_fwd", y.len, &args(&[x, y], g))
     }
 
     unsafe fn avg_pool_backward_unchecked(
@@ -66,7 +66,7 @@ impl<E: Exec> Pool2d for GpuBackend<E> {
         dy: View<'_, Self>,
         dx: ViewMut<'_, Self>,
     ) -> Result<()> {
-        let (dy, dx) = (self.dv(dy)?, self.dv_mut(dx)?);
-        launch_n(&self.exec, "cb_avg_pool_bwd", dx.len, &args(&[dy, dx], g))
+        let (dy, dx) = (self.region(dy)?, self.region_mut(dx)?);
+        launch_n(&self.launcher, "cb_avg_pool_bwd", dx.len, &args(&[dy, dx], g))
     }
 }

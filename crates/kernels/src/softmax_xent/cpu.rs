@@ -2,7 +2,7 @@
 
 use super::{SoftmaxXent, SoftmaxXentGeom};
 use crate::backend::{View, ViewMut};
-use crate::cpu::{CpuBackend, sl, sm};
+use crate::cpu::{CpuBackend, host_slice, host_slice_mut};
 use crate::error::{KernelError, Result};
 
 impl SoftmaxXent for CpuBackend {
@@ -14,7 +14,7 @@ impl SoftmaxXent for CpuBackend {
         dlogits: Option<ViewMut<'_, Self>>,
         stats: ViewMut<'_, Self>,
     ) -> Result<()> {
-        forward(g, sl(logits), sl(labels), dlogits.map(sm), sm(stats))
+        forward(g, host_slice(logits), host_slice(labels), dlogits.map(host_slice_mut), host_slice_mut(stats))
     }
 }
 

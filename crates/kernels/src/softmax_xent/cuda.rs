@@ -3,7 +3,7 @@
 use super::{SoftmaxXent, SoftmaxXentGeom};
 use crate::backend::{View, ViewMut};
 use crate::cuda::GpuBackend;
-use crate::cuda::exec::{Exec, KArg, KernelSource, int, launch_blocks, ptr};
+use crate::cuda::launch::{Launcher, KernelArg, KernelSource, int, launch_blocks, ptr};
 use crate::error::Result;
 
 pub(crate) const SOURCES: &[KernelSource] = &[KernelSource {
@@ -13,7 +13,7 @@ pub(crate) const SOURCES: &[KernelSource] = &[KernelSource {
     cooperative: &["cb_softmax_xent"],
 }];
 
-impl<E: Exec> SoftmaxXent for GpuBackend<E> {
+impl<E: Launcher> SoftmaxXent for GpuBackend<E> {
     unsafe fn softmax_xent_unchecked(
         &self,
         g: &SoftmaxXentGeom,
@@ -23,22 +23,22 @@ impl<E: Exec> SoftmaxXent for GpuBackend<E> {
         stats: ViewMut<'_, Self>,
     ) -> Result<()> {
         let (d, has) = match dlogits {
-            Some(d) => (KArg::Ptr(self.dv_mut(d)?.addr), 1),
-            None => (KArg::Ptr(0), 0),
+            Some(d) => (KernelArg::Ptr(self.region_mut(d)?.addr), 1),
+            None => (KernelArg::Ptr(0), 0),
         };
         launch_blocks(
-            &self.exec,
+            &self.launcher,
             "cb_softmax_xent",
             1,
             &[
-                ptr(self.dv(logits)?),
-                ptr(self.dv(labels)?),
+                ptr(self.region(logits)?),
+                ptr(self.region(labels)?),
                 d,
-                ptr(self.dv_mut(stats)?),
+                ptr(self.region_mut(stats)?),
                 int(g.batch),
                 int(g.classes),
-                KArg::F32(g.grad_scale),
-                KArg::I32(has),
+                KernelArg::F32(g.grad_scale),
+                KernelArg::I32(has),
             ],
         )
     }

@@ -2,12 +2,12 @@
 
 use super::{BinaryOp, Vector};
 use crate::backend::{View, ViewMut};
-use crate::cpu::{CpuBackend, sl, sm};
+use crate::cpu::{CpuBackend, host_slice, host_slice_mut};
 use crate::error::Result;
 
 impl Vector for CpuBackend {
     fn scale(&self, alpha: f32, y: ViewMut<'_, Self>) -> Result<()> {
-        scale(alpha, sm(y));
+        scale(alpha, host_slice_mut(y));
         Ok(())
     }
 
@@ -19,25 +19,25 @@ impl Vector for CpuBackend {
         y: ViewMut<'_, Self>,
     ) -> Result<()> {
         match op {
-            BinaryOp::Add => add(sl(a), sl(b), sm(y)),
-            BinaryOp::Sub => sub(sl(a), sl(b), sm(y)),
-            BinaryOp::Mul => mul(sl(a), sl(b), sm(y)),
+            BinaryOp::Add => add(host_slice(a), host_slice(b), host_slice_mut(y)),
+            BinaryOp::Sub => sub(host_slice(a), host_slice(b), host_slice_mut(y)),
+            BinaryOp::Mul => mul(host_slice(a), host_slice(b), host_slice_mut(y)),
         }
         Ok(())
     }
 
     unsafe fn axpy_unchecked(&self, alpha: f32, x: View<'_, Self>, y: ViewMut<'_, Self>) -> Result<()> {
-        axpy(alpha, sl(x), sm(y));
+        axpy(alpha, host_slice(x), host_slice_mut(y));
         Ok(())
     }
 
     unsafe fn axpby_unchecked(&self, alpha: f32, x: View<'_, Self>, beta: f32, y: ViewMut<'_, Self>) -> Result<()> {
-        axpby(alpha, sl(x), beta, sm(y));
+        axpby(alpha, host_slice(x), beta, host_slice_mut(y));
         Ok(())
     }
 
     unsafe fn sum_squares_unchecked(&self, x: View<'_, Self>, out: ViewMut<'_, Self>) -> Result<()> {
-        sm(out)[0] = sum_squares(sl(x));
+        host_slice_mut(out)[0] = sum_squares(host_slice(x));
         Ok(())
     }
 }

@@ -83,7 +83,9 @@ impl<B: Backend> Engine<B> {
                     .collect();
                 handles
                     .into_iter()
-                    .map(|h| h.join().unwrap_or_else(|_| Err(ReplicaError::Config("a device thread panicked".into()))))
+                    .map(|h| {
+                        h.join().unwrap_or_else(|_| Err(ReplicaError::DeviceThread("a device thread panicked".into())))
+                    })
                     .collect()
             })
         };

@@ -1,12 +1,12 @@
 //! The executor interface behind [`super::GpuBackend`]: what an op's GPU code needs (launch
 //! a named kernel, a column-major GEMM, copies, and optionally cuDNN), implemented by
-//! [`super::CudaExec`] on a real GPU, by the host emulator of the CPU tests (`cuda::emu`),
+//! [`super::CudaLauncher`] on a real GPU, by the host emulator of the CPU tests (`cuda::emu`),
 //! and — without the `cuda` feature — by the uninhabited `NoDevice` (so `CudaBackend`
 //! exists and cannot be constructed). Op code (each op's `cuda.rs`) is written once against
 //! it, so the CPU tests run the very launch sequences, arguments and GEMM calls the GPU runs.
 //!
 //! Device memory is addressed by raw `u64` addresses (a CUDA device pointer, or a host
-//! pointer under the emulator) in [`Dv`]s built from range-checked views, so every address
+//! pointer under the emulator) in [`DeviceRegion`]s built from range-checked views, so every address
 //! an op computes lies inside a buffer whose length was checked against the geometry.
 
 use crossbow_tensor::Device;
@@ -78,29 +78,29 @@ pub(crate) fn fnv1a(parts: &[&[u8]]) -> u64 {
 
 /// A region of device memory: address of its first `f32` and its length.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Dv {
+pub struct DeviceRegion {
     /// Address of the first `f32` (device pointer, or host pointer under the emulator).
     pub addr: u64,
     /// Length in `f32`s, not bytes.
     pub len: usize,
 }
 
-impl Dv {
+impl DeviceRegion {
     /// Address of element `i`.
     pub fn at(&self, i: usize) -> u64 {
         self.addr + 4 * i as u64
     }
 
     /// The sub-region `[off, off + len)` (callers stay inside; checked in debug builds).
-    pub fn sub(&self, off: usize, len: usize) -> Dv {
+    pub fn sub(&self, off: usize, len: usize) -> DeviceRegion {
         debug_assert!(off + len <= self.len, "sub-view {off}+{len} of {}", self.len);
-        Dv { addr: self.at(off), len }
+        DeviceRegion { addr: self.at(off), len }
     }
 }
 
 /// A kernel argument, in the kernel's parameter order.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum KArg {
+pub enum KernelArg {
     /// A `float*` / `const float*` (0 = null).
     Ptr(u64),
     /// An `i64` (`long long`).
@@ -113,14 +113,14 @@ pub enum KArg {
     I32(i32),
 }
 
-/// `KArg::Ptr` of a region.
-pub fn ptr(d: Dv) -> KArg {
-    KArg::Ptr(d.addr)
+/// `KernelArg::Ptr` of a region.
+pub fn ptr(d: DeviceRegion) -> KernelArg {
+    KernelArg::Ptr(d.addr)
 }
 
-/// `KArg::I64` of a size.
-pub fn int(n: usize) -> KArg {
-    KArg::I64(n as i64)
+/// `KernelArg::I64` of a size.
+pub fn int(n: usize) -> KernelArg {
+    KernelArg::I64(n as i64)
 }
 
 /// Blocks of a grid-stride launch over `n` elements.
@@ -129,7 +129,7 @@ pub fn grid_for(n: usize) -> u32 {
 }
 
 /// A grid-stride launch over `n` elements; nothing is launched when `n == 0`.
-pub fn launch_n<E: Exec>(e: &E, kernel: &'static str, n: usize, args: &[KArg]) -> Result<()> {
+pub fn launch_n<E: Launcher>(e: &E, kernel: &'static str, n: usize, args: &[KernelArg]) -> Result<()> {
     if n == 0 {
         return Ok(());
     }
@@ -137,7 +137,7 @@ pub fn launch_n<E: Exec>(e: &E, kernel: &'static str, n: usize, args: &[KArg]) -
 }
 
 /// A launch of exactly `blocks` blocks (one per channel, ...).
-pub fn launch_blocks<E: Exec>(e: &E, kernel: &'static str, blocks: usize, args: &[KArg]) -> Result<()> {
+pub fn launch_blocks<E: Launcher>(e: &E, kernel: &'static str, blocks: usize, args: &[KernelArg]) -> Result<()> {
     if blocks == 0 {
         return Ok(());
     }
@@ -196,7 +196,7 @@ mod sealed {
 pub(crate) use sealed::Sealed;
 
 /// What a [`super::GpuBackend`] runs on. Implemented in this crate only (sealed).
-pub trait Exec: Sealed + Send + Sync + 'static {
+pub trait Launcher: Sealed + Send + Sync + 'static {
     /// Device memory holding `f32`s.
     type Buffer: Send + Sync + 'static;
     /// Number of `f32`s in a buffer.
@@ -226,7 +226,7 @@ pub trait Exec: Sealed + Send + Sync + 'static {
     /// Makes later work wait for `event`.
     fn wait(&self, event: &Self::Event) -> Result<()>;
     /// Launches `kernel` with `grid` blocks of [`BLOCK`] threads.
-    fn launch(&self, kernel: &'static str, grid: u32, args: &[KArg]) -> Result<()>;
+    fn launch(&self, kernel: &'static str, grid: u32, args: &[KernelArg]) -> Result<()>;
     /// Runs a column-major GEMM.
     fn gemm(&self, g: &ColGemm) -> Result<()>;
 
