@@ -1,5 +1,5 @@
 //! Augmentation of CIFAR-shaped image batches on the device: random crop with zero padding
-//! and horizontal flip (DESIGN.md §7), so a GPU learner's batch never makes a host round
+//! and horizontal flip (as for CIFAR), so a GPU learner's batch never makes a host round
 //! trip for augmentation.
 //!
 //! For each image `n` of `x [batch, channels, height, width]` the data pipeline draws, from

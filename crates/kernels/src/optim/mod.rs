@@ -1,6 +1,6 @@
 //! The optimiser step learners take locally: SGD with weight decay and momentum (heavy ball
 //! or Nesterov), with the learning rate folded into the velocity as in Caffe and the original
-//! Crossbow (DESIGN.md §4):
+//! Crossbow (see `crossbow-sma`):
 //!
 //! ```text
 //! g = grad + weight_decay * p
