@@ -419,7 +419,7 @@ mod tests {
         let settings = s.settings();
         assert_eq!(settings.get("alpha"), Some(&crossbow_replica::SettingValue::Num(0.25)));
         assert_eq!(settings.get("central_momentum"), Some(&crossbow_replica::SettingValue::Num(0.5)));
-        assert_eq!(settings.get("form"), Some(&crossbow_replica::SettingValue::Str("paper".into())));
+        assert_eq!(settings.get("form"), Some(&crossbow_replica::SettingValue::Str("local-momentum".into())));
         let bad = SyncOptions { sma_form: Some("fancy".into()), ..SyncOptions::new() };
         assert!(err(SyncRegistry::builtin().build("sma", &bad)).contains("--sma-form"));
         let bad = SyncOptions { alpha: Some(f64::NAN), ..SyncOptions::new() };

@@ -105,7 +105,7 @@ fn metrics_file_has_one_json_line_per_evaluation() {
     assert_eq!(lines[0]["learners"], serde_json::json!([1]));
     assert_eq!(lines[0]["sync"]["name"], "sma");
     let settings = &lines[0]["sync"]["settings"];
-    assert_eq!(settings["form"], "paper");
+    assert_eq!(settings["form"], "local-momentum");
     assert_eq!(settings["alpha"], 1.0);
     assert_eq!(settings["alpha_default_1_over_k"], true);
     assert_eq!(settings["central_momentum"], 0.9);
