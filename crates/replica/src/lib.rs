@@ -17,6 +17,7 @@
 //! * [`engine`] — the [`engine::Engine`]: k learners over D devices, one batch each per
 //!   iteration, learners added and removed between iterations.
 
+pub mod checkpoint;
 pub mod engine;
 pub mod error;
 pub mod exec;
