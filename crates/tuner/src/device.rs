@@ -1,19 +1,21 @@
 //! The per-device state machine.
 
+use serde::{Deserialize, Serialize};
+
 use crate::report::{Comparison, DeviceStatus, Phase, Reason, Report, SampleUse, TableEntry};
 use crate::sample::{Fit, fit};
 use crate::stats::agreed_median;
 use crate::{ConfigError, Decision, MemoryFigures, Sample, TunerConfig};
 
 /// Which way the current round's search is moving.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 enum Direction {
     Up,
     Down,
 }
 
 /// The search of one round.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 struct Search {
     /// The best count so far: the one every probe is compared with.
     best: usize,
@@ -34,8 +36,9 @@ impl Search {
 ///
 /// Feed it one [`Sample`] per measurement window with [`observe`](Self::observe) and apply the
 /// [`Decision`] of the returned [`Report`]. No call panics on caller input and the steady state
-/// allocates nothing.
-#[derive(Clone, Debug)]
+/// allocates nothing. It serialises (serde) with everything it has measured, so a run that
+/// resumes from a checkpoint continues the same search.
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct DeviceTuner {
     config: TunerConfig,
     /// Learner count of the last valid sample.
@@ -122,6 +125,11 @@ impl DeviceTuner {
         };
         self.enforce_memory();
         self.finish_report(used)
+    }
+
+    /// The device's memory figures, if set.
+    pub fn memory(&self) -> Option<MemoryFigures> {
+        self.memory
     }
 
     /// Replaces the device's memory figures and answers the (possibly changed) decision: if

@@ -1,5 +1,7 @@
 //! Several devices under one configuration.
 
+use serde::{Deserialize, Serialize};
+
 use crate::{ConfigError, DeviceStatus, DeviceTuner, MemoryFigures, Report, Sample, TunerConfig};
 
 /// An error from [`Tuner`].
@@ -23,8 +25,8 @@ pub enum TunerError {
 ///
 /// Each device has its own [`DeviceTuner`]: its own search, table, memory figures and
 /// monitoring. Devices do not wait for each other, so a device with less memory can settle
-/// on fewer learners than its neighbours.
-#[derive(Clone, Debug)]
+/// on fewer learners than its neighbours. It serialises (serde) with its whole state.
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Tuner {
     config: TunerConfig,
     devices: Vec<DeviceTuner>,

@@ -12,11 +12,13 @@
 //! devices, memory budgets), [`source`] (where batches come from), [`learner`] (one learner's
 //! forward, backward and local step), [`step`] (one iteration over every device, then the
 //! synchroniser), [`evaluation`] (the central model on the test set, batch-norm statistics)
-//! and [`tuning`] (the auto-tuner driving the learner count).
+//! [`tuning`] (the auto-tuner driving the learner count) and [`snapshot`] (the whole state on
+//! the host, for checkpoints).
 
 pub mod devices;
 pub mod evaluation;
 pub mod learner;
+pub mod snapshot;
 pub mod source;
 pub mod step;
 pub mod tuning;
@@ -31,6 +33,7 @@ use serde::Serialize;
 pub use devices::{CpuDevices, CudaDevices, DeviceFactory, cpu_memory_budget};
 pub use evaluation::EvalResult;
 pub use learner::Learner;
+pub use snapshot::{DeviceSnapshot, EngineSnapshot, LearnerSnapshot};
 pub use source::{EvalSource, EvalVisitor, TrainBatch, TrainSource};
 pub use step::IterationRecord;
 pub use tuning::{AutoTuner, TuningEvent};

@@ -141,3 +141,41 @@ impl AutoTuner {
         Ok(events)
     }
 }
+
+/// The auto-tuner's whole state as JSON, for checkpoints: a run resumed with
+/// [`AutoTuner::restore`] continues the same search with the same measurements.
+impl AutoTuner {
+    /// The state ([`AutoTuner::restore`] reads it back).
+    pub fn save(&self) -> Result<serde_json::Value> {
+        serde_json::to_value((&self.tuner, self.probing, &self.last_logged))
+            .map_err(|e| ReplicaError::Config(format!("tuner state: {e}")))
+    }
+
+    /// Replaces the state with one [`AutoTuner::save`] wrote, for the same number of
+    /// devices; the memory figures stay this tuner's (they are the current engine's).
+    pub fn restore(&mut self, state: &serde_json::Value) -> Result<()> {
+        type Saved = (Tuner, Option<usize>, Vec<Option<Decision>>);
+        let (mut tuner, probing, last_logged): Saved = serde_json::from_value(state.clone())
+            .map_err(|e| ReplicaError::Config(format!("tuner state in the checkpoint is unreadable: {e}")))?;
+        let n = self.last_logged.len();
+        if tuner.devices() != n || last_logged.len() != n {
+            return Err(ReplicaError::Config(format!(
+                "tuner state is for {} devices, this run has {n}",
+                tuner.devices()
+            )));
+        }
+        for d in 0..n {
+            let mine = self.tuner.device(d).ok().and_then(|t| t.memory());
+            let saved = tuner.device(d).ok().and_then(|t| t.memory());
+            if let Some(m) = mine
+                && mine != saved
+            {
+                tuner.set_memory(d, m).map_err(|e| ReplicaError::Config(format!("tuner: {e}")))?;
+            }
+        }
+        self.tuner = tuner;
+        self.probing = probing;
+        self.last_logged = last_logged;
+        Ok(())
+    }
+}
