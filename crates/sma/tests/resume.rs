@@ -2,6 +2,9 @@
 //! and restored into a fresh engine continues bit for bit like the run that never stopped,
 //! with SMA's central momentum, a learning-rate drop and a tuner change on the way.
 
+// Test helpers: a failure to build the engine or run a step should fail the test.
+#![allow(clippy::unwrap_used)]
+
 use std::path::Path;
 
 use crossbow_kernels::CpuBackend;
