@@ -20,6 +20,7 @@
 pub mod engine;
 pub mod error;
 pub mod exec;
+pub mod export;
 pub mod graph;
 pub mod models;
 pub mod plan;
