@@ -21,6 +21,7 @@ pub mod checkpoint;
 pub mod engine;
 pub mod error;
 pub mod exec;
+pub mod export;
 pub mod graph;
 pub mod models;
 pub mod plan;
