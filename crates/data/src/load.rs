@@ -1,6 +1,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::cifar::{CifarVariant, read_cifar, write_cifar};
+use crate::file::is_regular_file;
 use crate::idx::{self, read_pair};
 use crate::synthetic;
 use crate::{DataError, Dataset, DatasetKind, Split};
@@ -88,9 +89,21 @@ fn check_dir(dir: &Path, names: &[&str]) -> Result<(), DataError> {
     }
 }
 
+/// The first candidate that is a regular file. When none is but one of them exists as a
+/// directory, a FIFO, ..., that is the error (rather than "missing"); no candidate is opened here.
 fn find(dir: &Path, what: &str, candidates: Vec<PathBuf>) -> Result<PathBuf, DataError> {
-    match candidates.iter().find(|p| p.is_file()) {
-        Some(p) => Ok(p.clone()),
+    let mut not_regular = None;
+    for p in &candidates {
+        match is_regular_file(p) {
+            Ok(true) => return Ok(p.clone()),
+            Ok(false) => {}
+            Err(e) => {
+                not_regular.get_or_insert(e);
+            }
+        }
+    }
+    match not_regular {
+        Some(e) => Err(e),
         None => Err(DataError::MissingFile { dir: dir.to_path_buf(), what: what.to_string(), looked_for: candidates }),
     }
 }
