@@ -1,6 +1,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::cifar::{CifarVariant, read_cifar, write_cifar};
+use crate::dataset::shape_text;
 use crate::file::is_regular_file;
 use crate::idx::{self, read_pair};
 use crate::synthetic;
@@ -199,10 +200,10 @@ pub fn export(train: &Dataset, test: &Dataset, dir: impl AsRef<Path>) -> Result<
     let dir = dir.as_ref();
     if train.image_shape() != test.image_shape() || train.num_classes() != test.num_classes() {
         return Err(DataError::config(format!(
-            "export: training set ({:?}, {} classes) and test set ({:?}, {} classes) differ",
-            train.image_shape(),
+            "export: training set ({}, {} classes) and test set ({}, {} classes) differ",
+            shape_text(train.image_shape()),
             train.num_classes(),
-            test.image_shape(),
+            shape_text(test.image_shape()),
             test.num_classes()
         )));
     }
@@ -252,9 +253,9 @@ pub fn export(train: &Dataset, test: &Dataset, dir: impl AsRef<Path>) -> Result<
         }
     } else {
         return Err(DataError::config(format!(
-            "export: no standard format for {:?} images with {classes} classes (MNIST IDX takes \
+            "export: no standard format for {} images with {classes} classes (MNIST IDX takes \
              1-channel images with <= 10 classes, CIFAR binary 3x32x32 with <= 100)",
-            train.image_shape()
+            shape_text(train.image_shape())
         )));
     }
     Ok(written)
