@@ -2,6 +2,7 @@
 
 mod alloc;
 mod formats;
+mod fuzz;
 mod hostile;
 mod pipeline;
 
