@@ -3,11 +3,12 @@
 //! CIFAR-10 record: 1 label byte + 3072 pixel bytes (1024 R, 1024 G, 1024 B, rows top to
 //! bottom). CIFAR-100 record: 2 label bytes (coarse 0..20, fine 0..100) + 3072 pixel bytes.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::Path;
 
 use crate::DataError;
-use crate::idx::{create, open};
+use crate::file::{Input, open};
+use crate::idx::create;
 
 /// Pixel bytes per CIFAR image (3x32x32).
 pub(crate) const CIFAR_IMAGE_BYTES: usize = 3 * 32 * 32;
@@ -39,6 +40,13 @@ impl CifarVariant {
             CifarVariant::Cifar100 => "CIFAR-100",
         }
     }
+
+    fn classes(self) -> usize {
+        match self {
+            CifarVariant::Cifar10 => 10,
+            CifarVariant::Cifar100 => 100,
+        }
+    }
 }
 
 /// Reads one CIFAR binary file, appending its images and labels.
@@ -48,34 +56,80 @@ pub(crate) fn read_cifar(
     pixels: &mut Vec<u8>,
     labels: &mut Vec<u32>,
 ) -> Result<(), DataError> {
-    let mut bytes = Vec::new();
-    open(path)?.read_to_end(&mut bytes).map_err(|e| match e.kind() {
-        std::io::ErrorKind::InvalidData | std::io::ErrorKind::InvalidInput => {
-            DataError::malformed(path, format!("invalid gzip data: {e}"))
-        }
-        _ => DataError::io(path, e),
-    })?;
+    parse_cifar(open(path)?, variant, pixels, labels)
+}
+
+/// Parses the content of a CIFAR binary file, appending its images and labels. A raw file's size
+/// is checked to be a whole number of records before anything is read or allocated; a gzip
+/// stream is read record by record and refused once it exceeds what its compressed size (and
+/// [`crate::file::MAX_DECOMPRESSED`]) allows.
+pub(crate) fn parse_cifar(
+    mut input: Input<'_>,
+    variant: CifarVariant,
+    pixels: &mut Vec<u8>,
+    labels: &mut Vec<u32>,
+) -> Result<(), DataError> {
+    let path = input.path();
     let rec = variant.record_bytes();
-    if bytes.is_empty() {
-        return Err(DataError::malformed(path, "empty file: holds no records"));
-    }
-    if bytes.len() % rec != 0 {
-        return Err(DataError::truncated(
+    let leftover = |len: u64| {
+        DataError::truncated(
             path,
             format!(
-                "{} bytes is not a whole number of {rec}-byte {} records ({} whole records and \
-                 {} bytes left over)",
-                bytes.len(),
+                "{len} bytes is not a whole number of {rec}-byte {} records ({} whole records and {} bytes left \
+                 over)",
                 variant.name(),
-                bytes.len() / rec,
-                bytes.len() % rec
+                len / rec as u64,
+                len % rec as u64
             ),
-        ));
+        )
+    };
+    if input.misnamed_gz() {
+        let mut head = [0u8; 2];
+        let got = input.read_full(&mut head)?;
+        return Err(input.not_gzip(&head[..got]));
     }
-    let n = bytes.len() / rec;
-    pixels.reserve(n * CIFAR_IMAGE_BYTES);
-    labels.reserve(n);
-    for (index, record) in bytes.chunks_exact(rec).enumerate() {
+    // Records the content can hold: exactly that many for a raw file, at most that many for gzip.
+    let max_records = input.bound() / rec as u64;
+    if !input.is_gzip() {
+        let len = input.bound();
+        if len == 0 {
+            return Err(DataError::malformed(path, "empty file: holds no records"));
+        }
+        if !len.is_multiple_of(rec as u64) {
+            return Err(leftover(len));
+        }
+        let n = usize::try_from(max_records)
+            .ok()
+            .filter(|n| n.checked_mul(CIFAR_IMAGE_BYTES).is_some())
+            .ok_or_else(|| DataError::malformed(path, format!("{len} bytes is too large to load")))?;
+        pixels.reserve(n * CIFAR_IMAGE_BYTES);
+        labels.reserve(n);
+    }
+    let mut record = vec![0u8; rec];
+    let mut index: u64 = 0;
+    loop {
+        let got = input.read_full(&mut record)?;
+        if got == 0 {
+            break;
+        }
+        if got < rec {
+            return Err(leftover(index * rec as u64 + got as u64));
+        }
+        if index >= max_records {
+            return Err(if input.is_gzip() {
+                DataError::malformed(
+                    path,
+                    format!(
+                        "decompresses to more than {} bytes, but {}",
+                        max_records * rec as u64,
+                        input.bound_reason()
+                    ),
+                )
+            } else {
+                DataError::malformed(path, format!("the file grew while it was read (from {} bytes)", input.bound()))
+            });
+        }
+        let index_usize = usize::try_from(index).unwrap_or(usize::MAX);
         let label = match variant {
             CifarVariant::Cifar10 => record[0] as u32,
             CifarVariant::Cifar100 => {
@@ -83,7 +137,7 @@ pub(crate) fn read_cifar(
                 if coarse >= 20 {
                     return Err(DataError::LabelOutOfRange {
                         path: path.to_path_buf(),
-                        index,
+                        index: index_usize,
                         label: coarse,
                         classes: 20,
                     });
@@ -91,15 +145,22 @@ pub(crate) fn read_cifar(
                 record[1] as u32
             }
         };
-        let classes = match variant {
-            CifarVariant::Cifar10 => 10,
-            CifarVariant::Cifar100 => 100,
-        };
+        let classes = variant.classes();
         if label as usize >= classes {
-            return Err(DataError::LabelOutOfRange { path: path.to_path_buf(), index, label, classes });
+            return Err(DataError::LabelOutOfRange { path: path.to_path_buf(), index: index_usize, label, classes });
         }
         labels.push(label);
         pixels.extend_from_slice(&record[variant.label_bytes()..]);
+        index += 1;
+    }
+    if index == 0 {
+        return Err(DataError::malformed(path, "empty file: holds no records"));
+    }
+    if !input.is_gzip() && index < max_records {
+        return Err(DataError::truncated(
+            path,
+            format!("the file shrank while it was read: {index} of {max_records} records"),
+        ));
     }
     Ok(())
 }

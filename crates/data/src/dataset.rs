@@ -71,7 +71,10 @@ impl Dataset {
     ) -> Result<Self, DataError> {
         let name = name.into();
         if shape.contains(&0) {
-            return Err(DataError::config(format!("dataset {name}: image shape {shape:?} has a zero dimension")));
+            return Err(DataError::config(format!(
+                "dataset {name}: image shape {} has a zero dimension",
+                shape_text(shape)
+            )));
         }
         if num_classes == 0 || num_classes > 1 << 24 {
             return Err(DataError::config(format!(
@@ -89,14 +92,15 @@ impl Dataset {
         let image_len = shape[0]
             .checked_mul(shape[1])
             .and_then(|v| v.checked_mul(shape[2]))
-            .ok_or_else(|| DataError::config(format!("dataset {name}: image shape {shape:?} overflows")))?;
+            .ok_or_else(|| DataError::config(format!("dataset {name}: image shape {} overflows", shape_text(shape))))?;
         let expected = image_len
             .checked_mul(labels.len())
             .ok_or_else(|| DataError::config(format!("dataset {name}: pixel count overflows")))?;
         if pixels.len() != expected {
             return Err(DataError::config(format!(
-                "dataset {name}: {} labels of {shape:?} images need {expected} pixel bytes, got {}",
+                "dataset {name}: {} labels of {} images need {expected} pixel bytes, got {}",
                 labels.len(),
+                shape_text(shape),
                 pixels.len()
             )));
         }
@@ -188,6 +192,11 @@ impl Dataset {
     }
 }
 
+/// An image shape for messages: `[3, 32, 32]` as `3x32x32`.
+pub(crate) fn shape_text(shape: [usize; 3]) -> String {
+    format!("{}x{}x{}", shape[0], shape[1], shape[2])
+}
+
 /// Exact per-channel mean and std (of `p / 255`) from 256-bin histograms. Independent of the
 /// number of rayon threads (integer counts). A channel with zero variance gets std 1.
 fn channel_stats(pixels: &[u8], shape: [usize; 3]) -> (Vec<f32>, Vec<f32>) {
@@ -274,5 +283,23 @@ mod tests {
         assert_eq!(ds.label(1), Some(2));
         let t = ds.truncated(1);
         assert_eq!((t.len(), t.pixels().len()), (1, 4));
+    }
+
+    #[test]
+    fn messages_write_shapes_as_c_x_h_x_w() {
+        let e = Dataset::new("t", Split::Train, [1, 0, 2], 2, vec![], vec![]).unwrap_err();
+        assert_eq!(e.to_string(), "invalid data configuration: dataset t: image shape 1x0x2 has a zero dimension");
+        let e = Dataset::new("t", Split::Train, [1, 2, 2], 2, vec![0; 7], vec![0, 1]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid data configuration: dataset t: 2 labels of 1x2x2 images need 8 pixel bytes, got 7"
+        );
+        let a = Dataset::new("a", Split::Train, [2, 1, 1], 2, vec![0; 2], vec![0]).unwrap();
+        let b = Dataset::new("b", Split::Test, [1, 1, 2], 2, vec![0; 2], vec![0]).unwrap();
+        let tmp = crate::tests::TempDir::new("shape-text");
+        let e = crate::export(&a, &b, tmp.path()).unwrap_err();
+        assert!(e.to_string().contains("training set (2x1x1, 2 classes) and test set (1x1x2, 2 classes)"), "{e}");
+        let e = crate::export(&a, &a, tmp.path()).unwrap_err();
+        assert!(e.to_string().contains("no standard format for 2x1x1 images with 2 classes"), "{e}");
     }
 }

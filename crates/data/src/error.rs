@@ -25,6 +25,15 @@ pub enum DataError {
         /// Every path tried, in order.
         looked_for: Vec<PathBuf>,
     },
+    /// A data file's path is a directory, a FIFO, a socket or a device (checked before opening
+    /// it, so a FIFO cannot block the reader).
+    #[error("{}: {kind}, not a data file", .path.display())]
+    NotRegularFile {
+        /// The path.
+        path: PathBuf,
+        /// What it is instead, e.g. `is a directory`.
+        kind: &'static str,
+    },
     /// Reading (or writing) a file failed at the operating-system level.
     #[error("{}: {source}", .path.display())]
     Io {

@@ -1,58 +1,23 @@
 //! MNIST IDX files (raw or gzip-compressed): reading, validation and writing.
 
 use std::fs::File;
-use std::io::{BufReader, BufWriter, ErrorKind, Read, Write};
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use flate2::Compression;
-use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
 
 use crate::DataError;
+use crate::file::{Input, open};
 
 /// Magic number of an IDX file of unsigned bytes with 3 dimensions (images).
 pub const IDX3_MAGIC: u32 = 0x0000_0803;
 /// Magic number of an IDX file of unsigned bytes with 1 dimension (labels).
 pub const IDX1_MAGIC: u32 = 0x0000_0801;
 
-const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
-
-/// Opens a file for reading, transparently decompressing gzip (detected by its magic bytes,
-/// whatever the file is called).
-pub(crate) fn open(path: &Path) -> Result<Box<dyn Read>, DataError> {
-    let file = File::open(path).map_err(|e| DataError::io(path, e))?;
-    let mut reader = BufReader::with_capacity(1 << 16, file);
-    let mut head = [0u8; 2];
-    let got = read_full(&mut reader, &mut head).map_err(|e| DataError::io(path, e))?;
-    let prefix = std::io::Cursor::new(head[..got].to_vec());
-    let chained = prefix.chain(reader);
-    if got == 2 && head == GZIP_MAGIC { Ok(Box::new(GzDecoder::new(chained))) } else { Ok(Box::new(chained)) }
-}
-
-/// Reads until `buf` is full or the input ends; returns the number of bytes read.
-pub(crate) fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        match r.read(&mut buf[filled..]) {
-            Ok(0) => break,
-            Ok(k) => filled += k,
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(filled)
-}
-
-/// Maps a read error to a `DataError`: corrupt gzip streams become `Malformed`.
-fn read_error(path: &Path, e: std::io::Error) -> DataError {
-    match e.kind() {
-        ErrorKind::InvalidData | ErrorKind::InvalidInput => {
-            DataError::malformed(path, format!("invalid gzip data: {e}"))
-        }
-        ErrorKind::UnexpectedEof => DataError::truncated(path, format!("compressed stream ends early: {e}")),
-        _ => DataError::io(path, e),
-    }
-}
+/// The smallest image height and width accepted from an IDX file: LeNet-5, the model for
+/// 1-channel images, needs 12x12 (two 5x5 convolutions, each followed by a 2x2 pooling).
+pub const MIN_IMAGE_SIDE: usize = 12;
 
 /// The content of an IDX file of unsigned bytes.
 pub(crate) struct Idx {
@@ -60,58 +25,115 @@ pub(crate) struct Idx {
     pub data: Vec<u8>,
 }
 
-/// Reads an IDX file whose magic must be `magic` (unsigned bytes, `ndims` dimensions).
+/// `[60000, 28, 28]` as `60000 x 28 x 28`.
+fn dims_text(dims: &[usize]) -> String {
+    let parts: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
+    parts.join(" x ")
+}
+
+/// Reads an IDX file whose magic must be `magic` (unsigned bytes, `magic & 0xff` dimensions).
 pub(crate) fn read_idx(path: &Path, magic: u32, what: &'static str) -> Result<Idx, DataError> {
-    let mut r = open(path)?;
+    parse_idx(open(path)?, magic, what)
+}
+
+/// Parses the content of an IDX file whose magic must be `magic`. The header is read and checked
+/// first (a sane shape, a size that fits the file) so that nothing is allocated or decompressed
+/// on the word of a header that the file cannot back; then exactly the payload the header
+/// declares is read, plus one byte to detect trailing data.
+pub(crate) fn parse_idx(mut input: Input<'_>, magic: u32, what: &'static str) -> Result<Idx, DataError> {
+    let path = input.path();
     let mut head = [0u8; 4];
-    let got = read_full(&mut r, &mut head).map_err(|e| read_error(path, e))?;
-    if got < 4 {
-        return Err(DataError::truncated(path, format!("{got} bytes, too short for the 4-byte IDX magic number")));
-    }
+    let got = input.read_full(&mut head)?;
     let found = u32::from_be_bytes(head);
-    if found != magic {
+    if got < 4 || found != magic {
+        if input.misnamed_gz() {
+            return Err(input.not_gzip(&head[..got]));
+        }
+        if got < 4 {
+            return Err(DataError::truncated(path, format!("{got} bytes, too short for the 4-byte IDX magic number")));
+        }
         return Err(DataError::BadMagic { path: path.to_path_buf(), found, expected: magic, what });
     }
     let ndims = (magic & 0xff) as usize;
     let mut raw_dims = vec![0u8; 4 * ndims];
-    let got = read_full(&mut r, &mut raw_dims).map_err(|e| read_error(path, e))?;
+    let got = input.read_full(&mut raw_dims)?;
+    let header = 4 + raw_dims.len();
     if got < raw_dims.len() {
         return Err(DataError::truncated(
             path,
-            format!(
-                "header ends after {} bytes, expected {} (magic + {ndims} dimensions)",
-                4 + got,
-                4 + raw_dims.len()
-            ),
+            format!("header ends after {} bytes, expected {header} (magic + {ndims} dimensions)", 4 + got),
         ));
     }
     let dims: Vec<usize> =
         raw_dims.chunks_exact(4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize).collect();
-    let expected = dims
-        .iter()
-        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| DataError::malformed(path, format!("dimensions {dims:?} overflow")))?;
-    let header = 4 + raw_dims.len();
-    // Never trust the header for the allocation: start small and let the data grow the buffer.
-    let mut data = Vec::with_capacity(expected.min(1 << 26));
-    let got = (&mut r).take(expected as u64).read_to_end(&mut data).map_err(|e| read_error(path, e))?;
-    if got < expected {
+    check_shape(path, magic, &dims)?;
+    let text = dims_text(&dims);
+    let expected = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+    let total = expected.and_then(|e| u64::try_from(e).ok()).and_then(|e| e.checked_add(header as u64));
+    let (expected, total) = match (expected, total) {
+        (Some(e), Some(t)) if t <= input.bound() => (e, t),
+        _ => {
+            let size = expected.map_or_else(|| "more than 2^64".to_string(), |e| e.to_string());
+            let detail = format!(
+                "header declares {text} = {size} data bytes after the {header}-byte header, but {}",
+                input.bound_reason()
+            );
+            return Err(if input.is_gzip() {
+                DataError::malformed(path, format!("impossible size: {detail}"))
+            } else {
+                DataError::truncated(path, detail)
+            });
+        }
+    };
+    if !input.is_gzip() && total < input.bound() {
+        return Err(DataError::malformed(
+            path,
+            format!(
+                "{} unexpected bytes after the {expected} data bytes the header {text} declares",
+                input.bound() - total
+            ),
+        ));
+    }
+    let data = input.read_up_to(expected)?;
+    if data.len() < expected {
         return Err(DataError::truncated(
             path,
             format!(
-                "header {dims:?} promises {expected} data bytes after the {header}-byte header, \
-                 found only {got}"
+                "header {text} promises {expected} data bytes after the {header}-byte header, found only {}",
+                data.len()
             ),
         ));
     }
     let mut extra = [0u8; 1];
-    if read_full(&mut r, &mut extra).map_err(|e| read_error(path, e))? > 0 {
+    if input.read_full(&mut extra)? > 0 {
         return Err(DataError::malformed(
             path,
-            format!("unexpected bytes after the {expected} data bytes the header {dims:?} declares"),
+            format!("unexpected bytes after the {expected} data bytes the header {text} declares"),
         ));
     }
     Ok(Idx { dims, data })
+}
+
+/// Rejects IDX shapes no dataset can be made of, before any data is read: no records, or images
+/// smaller than [`MIN_IMAGE_SIDE`].
+fn check_shape(path: &Path, magic: u32, dims: &[usize]) -> Result<(), DataError> {
+    let what = if magic == IDX3_MAGIC { "images" } else { "labels" };
+    if dims.first() == Some(&0) {
+        return Err(DataError::malformed(path, format!("holds no {what} (the header's count is 0)")));
+    }
+    if let [_, rows, cols] = *dims
+        && (rows < MIN_IMAGE_SIDE || cols < MIN_IMAGE_SIDE)
+    {
+        return Err(DataError::malformed(
+            path,
+            format!(
+                "images of {rows}x{cols} pixels are too small: crossbow's models need at least \
+                 {MIN_IMAGE_SIDE}x{MIN_IMAGE_SIDE} (LeNet-5 applies two 5x5 convolutions, each \
+                 followed by 2x2 pooling)"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// MNIST-style images + labels read from a pair of IDX files.
@@ -125,20 +147,33 @@ pub(crate) struct IdxPair {
 /// Reads and cross-checks an IDX3 image file and its IDX1 label file.
 pub(crate) fn read_pair(images_path: &Path, labels_path: &Path, num_classes: usize) -> Result<IdxPair, DataError> {
     let images = read_idx(images_path, IDX3_MAGIC, "IDX3 images")?;
-    let (n, rows, cols) = (images.dims[0], images.dims[1], images.dims[2]);
-    if n == 0 {
-        return Err(DataError::malformed(images_path, "holds no images"));
-    }
-    if rows == 0 || cols == 0 {
-        return Err(DataError::malformed(images_path, format!("images of {rows}x{cols} pixels")));
-    }
     let labels = read_idx(labels_path, IDX1_MAGIC, "IDX1 labels")?;
-    if labels.dims[0] != n {
+    pair(images_path, images, labels_path, labels, num_classes)
+}
+
+/// Cross-checks parsed IDX3 images and IDX1 labels: as many labels as images, each a class below
+/// `num_classes`.
+pub(crate) fn pair(
+    images_path: &Path,
+    images: Idx,
+    labels_path: &Path,
+    labels: Idx,
+    num_classes: usize,
+) -> Result<IdxPair, DataError> {
+    let (n, rows, cols) = match images.dims[..] {
+        [n, rows, cols] => (n, rows, cols),
+        _ => return Err(DataError::malformed(images_path, "not a 3-dimensional IDX image file")),
+    };
+    let count = match labels.dims[..] {
+        [count] => count,
+        _ => return Err(DataError::malformed(labels_path, "not a 1-dimensional IDX label file")),
+    };
+    if count != n {
         return Err(DataError::CountMismatch {
             images_path: images_path.to_path_buf(),
             images: n,
             labels_path: labels_path.to_path_buf(),
-            labels: labels.dims[0],
+            labels: count,
         });
     }
     if let Some((index, &l)) = labels.data.iter().enumerate().find(|&(_, &l)| l as usize >= num_classes) {

@@ -28,15 +28,20 @@
 //!
 //! | name | files in `data_dir` | images | classes |
 //! |---|---|---|---|
-//! | `mnist` | `train-images-idx3-ubyte`, `train-labels-idx1-ubyte`, `t10k-images-idx3-ubyte`, `t10k-labels-idx1-ubyte` (each raw or `.gz`; also `train-images.idx3-ubyte` etc.; also under `mnist/` or `MNIST/raw/`) | 1x28x28 (any size the header gives) | 10 |
+//! | `mnist` | `train-images-idx3-ubyte`, `train-labels-idx1-ubyte`, `t10k-images-idx3-ubyte`, `t10k-labels-idx1-ubyte` (each raw or `.gz`; also `train-images.idx3-ubyte` etc.; also under `mnist/` or `MNIST/raw/`) | 1x28x28 (any size from 12x12 the header gives) | 10 |
 //! | `cifar10` | `data_batch_1.bin` .. `data_batch_5.bin`, `test_batch.bin` (also under `cifar-10-batches-bin/`) | 3x32x32 | 10 |
 //! | `cifar100` | `train.bin`, `test.bin`, fine labels (also under `cifar-100-binary/`) | 3x32x32 | 100 |
 //! | `synthetic-digits` | none: 20,000 train / 4,000 test by default | 1x28x28 | 10 |
 //! | `synthetic-shapes` | none: 20,000 train / 4,000 test by default | 3x32x32 | 10 |
 //!
-//! Bad input never panics: a missing directory or file, a wrong magic number, a truncated file,
-//! trailing bytes, invalid gzip, a label out of range or image/label counts that disagree are a
-//! [`DataError`] whose message starts with the file's path and says what is wrong. [`export`]
+//! Bad input never panics, hangs or allocates more than the file's size justifies: a missing
+//! directory or file, a directory or FIFO where a file should be, a wrong magic number, a
+//! truncated file, trailing bytes, a file named `.gz` that is not gzip, invalid gzip, a header
+//! declaring more data than the file can hold (a gzip file's decompressed size is bounded by its
+//! header, by what DEFLATE can expand it to and by 2 GiB), images smaller than
+//! [`MIN_IMAGE_SIDE`], a label out of range or image/label counts that disagree are a
+//! [`DataError`] whose message starts with the file's path and says what is wrong. (A raw IDX
+//! file that happens to be named `.gz` is read as raw.) [`export`]
 //! writes any dataset of these shapes back in the standard formats (so another framework can
 //! train on exactly the same synthetic images).
 //!
@@ -102,6 +107,7 @@ mod cifar;
 mod dataset;
 mod error;
 mod eval;
+mod file;
 mod idx;
 mod kind;
 mod load;
@@ -113,7 +119,7 @@ mod transform;
 pub use dataset::{Dataset, Split};
 pub use error::DataError;
 pub use eval::EvalBatches;
-pub use idx::{IDX1_MAGIC, IDX3_MAGIC};
+pub use idx::{IDX1_MAGIC, IDX3_MAGIC, MIN_IMAGE_SIDE};
 pub use kind::DatasetKind;
 pub use load::{DEFAULT_SYNTHETIC_TEST, DEFAULT_SYNTHETIC_TRAIN, LoadOptions, export, load};
 pub use pipeline::{Batch, Cursor, Pipeline, PipelineConfig};

@@ -1,6 +1,8 @@
 use std::path::{Path, PathBuf};
 
 use crate::cifar::{CifarVariant, read_cifar, write_cifar};
+use crate::dataset::shape_text;
+use crate::file::is_regular_file;
 use crate::idx::{self, read_pair};
 use crate::synthetic;
 use crate::{DataError, Dataset, DatasetKind, Split};
@@ -88,9 +90,21 @@ fn check_dir(dir: &Path, names: &[&str]) -> Result<(), DataError> {
     }
 }
 
+/// The first candidate that is a regular file. When none is but one of them exists as a
+/// directory, a FIFO, ..., that is the error (rather than "missing"); no candidate is opened here.
 fn find(dir: &Path, what: &str, candidates: Vec<PathBuf>) -> Result<PathBuf, DataError> {
-    match candidates.iter().find(|p| p.is_file()) {
-        Some(p) => Ok(p.clone()),
+    let mut not_regular = None;
+    for p in &candidates {
+        match is_regular_file(p) {
+            Ok(true) => return Ok(p.clone()),
+            Ok(false) => {}
+            Err(e) => {
+                not_regular.get_or_insert(e);
+            }
+        }
+    }
+    match not_regular {
+        Some(e) => Err(e),
         None => Err(DataError::MissingFile { dir: dir.to_path_buf(), what: what.to_string(), looked_for: candidates }),
     }
 }
@@ -186,10 +200,10 @@ pub fn export(train: &Dataset, test: &Dataset, dir: impl AsRef<Path>) -> Result<
     let dir = dir.as_ref();
     if train.image_shape() != test.image_shape() || train.num_classes() != test.num_classes() {
         return Err(DataError::config(format!(
-            "export: training set ({:?}, {} classes) and test set ({:?}, {} classes) differ",
-            train.image_shape(),
+            "export: training set ({}, {} classes) and test set ({}, {} classes) differ",
+            shape_text(train.image_shape()),
             train.num_classes(),
-            test.image_shape(),
+            shape_text(test.image_shape()),
             test.num_classes()
         )));
     }
@@ -239,9 +253,9 @@ pub fn export(train: &Dataset, test: &Dataset, dir: impl AsRef<Path>) -> Result<
         }
     } else {
         return Err(DataError::config(format!(
-            "export: no standard format for {:?} images with {classes} classes (MNIST IDX takes \
+            "export: no standard format for {} images with {classes} classes (MNIST IDX takes \
              1-channel images with <= 10 classes, CIFAR binary 3x32x32 with <= 100)",
-            train.image_shape()
+            shape_text(train.image_shape())
         )));
     }
     Ok(written)

@@ -44,7 +44,7 @@ fn pixels(n: usize, len: usize, salt: usize) -> Vec<u8> {
 
 /// Writes a small MNIST directory (`train` 6 images, `test` 4, 28x28). `gz` compresses the
 /// files (and names them `.gz`); `dotted` uses the `train-images.idx3-ubyte` names.
-fn write_mnist(dir: &Path, gz: bool, dotted: bool) -> (Vec<u8>, Vec<u8>) {
+pub(crate) fn write_mnist(dir: &Path, gz: bool, dotted: bool) -> (Vec<u8>, Vec<u8>) {
     let train_px = pixels(6, 784, 1);
     let test_px = pixels(4, 784, 2);
     let files = [
@@ -237,8 +237,8 @@ fn truncated_and_trailing_files_are_errors() {
     let images = tmp.path().join("i");
     let labels = tmp.path().join("l");
     write(&labels, &idx1(&[1, 2]));
-    let full = idx3(2, 3, 3, &[7; 18]);
-    for cut in [0, 3, 10, 16, 17, 33] {
+    let full = idx3(2, 12, 12, &[7; 288]);
+    for cut in [0, 3, 10, 16, 17, full.len() - 1] {
         write(&images, &full[..cut]);
         let e = read_pair(&images, &labels, 10).err().unwrap();
         assert!(matches!(e, DataError::Truncated { .. }), "cut {cut}: {e}");
@@ -276,7 +276,7 @@ fn labels_out_of_range_and_count_mismatch() {
     let tmp = TempDir::new("labels");
     let images = tmp.path().join("i");
     let labels = tmp.path().join("l");
-    write(&images, &idx3(3, 2, 2, &[0; 12]));
+    write(&images, &idx3(3, 12, 12, &[0; 432]));
     write(&labels, &idx1(&[1, 10, 2]));
     let e = read_pair(&images, &labels, 10).err().unwrap();
     assert_eq!(message(&e), format!("{}: label 10 of record 1 is out of range (expected 0..10)", labels.display()));
@@ -309,10 +309,11 @@ fn written_idx_gz_reads_back() {
     let tmp = TempDir::new("idxgz");
     let images = tmp.path().join("x-images.gz");
     let labels = tmp.path().join("x-labels.gz");
-    write_idx(&images, &[2, 1, 3], &[1, 2, 3, 4, 5, 6]).unwrap();
+    let px = pixels(2, 12 * 13, 5);
+    write_idx(&images, &[2, 12, 13], &px).unwrap();
     write_idx(&labels, &[2], &[4, 2]).unwrap();
     let IdxPair { rows, cols, pixels, labels } = read_pair(&images, &labels, 10).unwrap();
-    assert_eq!((rows, cols, pixels, labels), (1, 3, vec![1, 2, 3, 4, 5, 6], vec![4, 2]));
+    assert_eq!((rows, cols, pixels, labels), (12, 13, px, vec![4, 2]));
 }
 
 /// Reads `bytes` as an IDX image file next to a valid label file.
@@ -347,8 +348,8 @@ proptest! {
         gz in any::<bool>(),
     ) {
         let tmp = TempDir::new("prop-idx");
-        let px = pixels(n, 4, 0);
-        let images = idx3(n, 2, 2, &px);
+        let px = pixels(n, 144, 0);
+        let images = idx3(n, 12, 12, &px);
         let labels: Vec<u8> = (0..n as u8).collect();
         let lab = idx1(&labels);
         let enc = |b: &[u8]| if gz { gzip(b) } else { b.to_vec() };

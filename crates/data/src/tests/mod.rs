@@ -1,6 +1,9 @@
 //! Cross-module tests: file formats, corrupted input, the pipeline, test-set batches.
 
+mod alloc;
 mod formats;
+mod fuzz;
+mod hostile;
 mod pipeline;
 
 use std::path::{Path, PathBuf};
