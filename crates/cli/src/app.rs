@@ -9,11 +9,13 @@ use std::process::ExitCode;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use crossbow_replica::ModelKind;
 
+use crate::checkpoint::{self, CheckpointArgs, CheckpointPolicy, DivergencePolicy};
 use crate::config::{TrainConfig, TrainFile};
 use crate::error::CliError;
 use crate::registry::{SyncOptions, SyncRegistry, parse_sync_opt};
 use crate::report::Reporter;
-use crate::{experiment, models_cmd, train};
+use crate::signals::Interrupt;
+use crate::{experiment, models_cmd, resume, train};
 
 #[derive(Parser)]
 #[command(
@@ -37,6 +39,8 @@ enum Command {
     /// Statistical-efficiency experiments.
     #[command(subcommand)]
     Experiment(ExperimentCmd),
+    /// Write a checkpoint's central model as a safetensors file PyTorch loads (docs/export.md).
+    Export(crate::export_cmd::ExportArgs),
 }
 
 #[derive(Subcommand)]
@@ -151,6 +155,8 @@ struct TrainArgs {
     /// Print the resolved configuration and the model's memory plan, then exit
     #[arg(long)]
     dry_run: bool,
+    #[command(flatten)]
+    checkpoint: CheckpointArgs,
 }
 
 impl TrainArgs {
@@ -256,17 +262,41 @@ fn run(cli: Cli, registry: &SyncRegistry) -> Result<(), CliError> {
                 None => TrainFile::default(),
             };
             file = file.overridden_by(a.to_file());
+            let resume = match &a.checkpoint.resume {
+                Some(p) => Some(checkpoint::load(p, &mut |w| eprintln!("warning: {w}"))?),
+                None => None,
+            };
+            let mut saved_policies = None;
+            if let Some((path, ckpt)) = &resume {
+                let saved: TrainFile = serde_json::from_value(ckpt.state.get("config").cloned().unwrap_or_default())
+                    .map_err(|e| {
+                        CliError::usage(format!("--resume {}: the saved settings are unreadable: {e}", path.display()))
+                    })?;
+                file = resume::merge(saved, file)?;
+                let c: Option<CheckpointPolicy> =
+                    serde_json::from_value(ckpt.state.get("checkpoint_policy").cloned().unwrap_or_default())
+                        .unwrap_or(None);
+                let d: Option<DivergencePolicy> =
+                    serde_json::from_value(ckpt.state.get("divergence_policy").cloned().unwrap_or_default())
+                        .unwrap_or(None);
+                saved_policies = d.map(|d| (c, d));
+            }
             let cfg = TrainConfig::from_file_with(file, registry)?;
+            let (policy, divergence) = a
+                .checkpoint
+                .resolve(saved_policies.as_ref().map(|(c, d)| (c, d)), resume.as_ref().map(|(p, _)| p.as_path()))?;
             if a.dry_run {
                 println!("{}", serde_json::to_string_pretty(&cfg).map_err(CliError::run)?);
                 let rows = models_cmd::table(&[cfg.model], cfg.batch_size)?;
                 models_cmd::print(&rows);
                 return Ok(());
             }
-            let mut reporter = Reporter::new(cfg.metrics.as_deref(), a.quiet, cfg.epochs)?;
-            train::train(&cfg, registry, &mut reporter)?;
+            let mut reporter = Reporter::new_with(cfg.metrics.as_deref(), a.quiet, cfg.epochs, resume.is_some())?;
+            let opts = train::RunOptions { resume, checkpoint: policy, divergence, interrupt: Interrupt::install()? };
+            train::train_with_opts(&cfg, registry, &mut reporter, opts)?;
             Ok(())
         }
+        Command::Export(a) => crate::export_cmd::run(&a),
         Command::Models(a) => {
             let models: Vec<ModelKind> = if a.model.is_empty() {
                 ModelKind::NAMES.iter().filter_map(|n| n.parse().ok()).collect()
@@ -357,6 +387,10 @@ pub fn main_with(registry: SyncRegistry) -> ExitCode {
     };
     match run(cli, &registry) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e @ CliError::Interrupted { .. }) => {
+            eprintln!("{program}: {e}");
+            ExitCode::from(e.exit_code() as u8)
+        }
         Err(e) => {
             eprintln!("{program}: error: {e}");
             ExitCode::from(e.exit_code() as u8)

@@ -9,6 +9,14 @@ pub enum CliError {
     /// A failure while running (I/O, divergence, device errors): exit code 1.
     #[error("{0}")]
     Run(String),
+    /// The run stopped on a signal after saving what it could: exit code 128 + the signal.
+    #[error("{msg}")]
+    Interrupted {
+        /// The exit code (130 for SIGINT, 143 for SIGTERM).
+        code: i32,
+        /// Where the checkpoint is and how to resume.
+        msg: String,
+    },
 }
 
 impl CliError {
@@ -27,6 +35,7 @@ impl CliError {
         match self {
             CliError::Usage(_) => 2,
             CliError::Run(_) => 1,
+            CliError::Interrupted { code, .. } => *code,
         }
     }
 }

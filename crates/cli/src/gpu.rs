@@ -10,7 +10,7 @@ use crate::bench::{BenchRow, TunerRow, measure, tune};
 use crate::config::TrainConfig;
 use crate::error::CliError;
 use crate::report::{Reporter, Summary};
-use crate::train::{Data, train_with};
+use crate::train::{Data, RunOptions, train_with_options};
 
 /// GPUs usable on this machine (ordinals), or why none can be used. Never panics, also
 /// without a driver.
@@ -31,7 +31,7 @@ pub fn describe(ordinals: &[usize]) -> String {
         .join(", ")
 }
 
-/// Trains on GPUs with `sync`.
+/// Trains on GPUs with `sync` (and the checkpoint, resume and signal options).
 pub fn train_cuda(
     cfg: &TrainConfig,
     data: &Data,
@@ -39,12 +39,13 @@ pub fn train_cuda(
     ordinals: &[usize],
     sync: Box<dyn Synchroniser<CudaBackend>>,
     r: &mut Reporter,
+    opts: RunOptions,
 ) -> Result<Summary, CliError> {
     let devs = CudaDevices::open(ordinals)?;
     for line in devs.describe() {
         r.say(&line);
     }
-    train_with(cfg, data, graph, Box::new(devs), sync, r)
+    train_with_options(cfg, data, graph, Box::new(devs), sync, r, opts)
 }
 
 /// Measures throughput on GPUs with `sync`.

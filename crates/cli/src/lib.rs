@@ -21,13 +21,17 @@
 
 mod app;
 pub mod bench;
+pub mod checkpoint;
 pub mod config;
 pub mod error;
 pub mod experiment;
+pub mod export_cmd;
 pub mod gpu;
 pub mod models_cmd;
 pub mod registry;
 pub mod report;
+pub mod resume;
+pub mod signals;
 pub mod source;
 pub mod train;
 

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use crate::error::CliError;
 
 /// One evaluation of the central model.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct EvalLine {
     /// Iterations completed before the evaluation.
     pub iteration: u64,
@@ -92,9 +92,19 @@ pub struct Reporter {
 impl Reporter {
     /// A reporter; `metrics` is created (or truncated) now. `quiet` prints only the summary.
     pub fn new(metrics: Option<&Path>, quiet: bool, epochs: f64) -> Result<Self, CliError> {
+        Self::new_with(metrics, quiet, epochs, false)
+    }
+
+    /// As [`Reporter::new`]; with `append` the metrics file is appended to (a resumed run).
+    pub fn new_with(metrics: Option<&Path>, quiet: bool, epochs: f64, append: bool) -> Result<Self, CliError> {
         let metrics = match metrics {
             Some(p) => {
-                let f = File::create(p).map_err(|e| CliError::usage(format!("--metrics {}: {e}", p.display())))?;
+                let f = if append {
+                    std::fs::OpenOptions::new().create(true).append(true).open(p)
+                } else {
+                    File::create(p)
+                }
+                .map_err(|e| CliError::usage(format!("--metrics {}: {e}", p.display())))?;
                 Some((p.to_path_buf(), BufWriter::new(f)))
             }
             None => None,
@@ -122,6 +132,15 @@ impl Reporter {
     /// Prints a line (above the progress bar on a terminal).
     pub fn say(&self, line: &str) {
         if self.quiet {
+            return;
+        }
+        self.warn(line);
+    }
+
+    /// A line printed even with `--quiet` (warnings, rollbacks), unless the reporter is
+    /// [`Reporter::silent`].
+    pub fn warn(&self, line: &str) {
+        if !self.summary {
             return;
         }
         if self.tty {

@@ -1,24 +1,31 @@
 //! `crossbow train`: data, engine, synchroniser and tuner wired together.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crossbow_data::{Dataset, LoadOptions, Normalize, Pipeline, PipelineConfig};
+use crossbow_data::{Cursor, Dataset, LoadOptions, Normalize, Pipeline, PipelineConfig};
 use crossbow_kernels::Backend;
 use crossbow_kernels::optim::SgdConfig;
+use crossbow_replica::checkpoint::{CheckpointFile, Tensor};
+use crossbow_replica::engine::EngineSnapshot;
 use crossbow_replica::engine::{
     AutoTuner, CpuDevices, DeviceFactory, Engine, EngineConfig, IterationRecord, TrainSource,
 };
 use crossbow_replica::sync::HostAllReduce;
-use crossbow_replica::{Graph, Synchroniser};
+use crossbow_replica::{Graph, ReplicaError, Synchroniser};
 use crossbow_tensor::{DeviceSpec, Shape};
 use crossbow_tuner::TunerConfig;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
 
+use crate::checkpoint::{CheckpointPolicy, Checkpointer, DivergencePolicy, OnDivergence, OnWriteError, Written};
 use crate::config::{BnEval, LearnersPerDevice, TrainConfig};
 use crate::error::CliError;
 use crate::registry::SyncRegistry;
 use crate::report::{EvalLine, Reporter, Summary};
+use crate::resume::config_to_file;
+use crate::signals::{self, Interrupt};
 use crate::source::{PipelineSource, TestSet};
 
 /// The loaded training and test sets.
@@ -115,21 +122,38 @@ pub fn resolve_hardware(
 /// Trains as configured, with the synchroniser `cfg.sync_name` of `registry` (for the
 /// built-in ones: [`SyncRegistry::builtin`]), printing progress through `reporter`.
 pub fn train(cfg: &TrainConfig, registry: &SyncRegistry, reporter: &mut Reporter) -> Result<Summary, CliError> {
+    train_with_opts(cfg, registry, reporter, RunOptions::default())
+}
+
+/// [`train`] with checkpoints, resume, divergence handling and signals ([`RunOptions`]).
+pub fn train_with_opts(
+    cfg: &TrainConfig,
+    registry: &SyncRegistry,
+    reporter: &mut Reporter,
+    opts: RunOptions,
+) -> Result<Summary, CliError> {
     let sync = registry.build_for(cfg)?;
     let data = load_data(cfg)?;
     let graph = build_graph(cfg, &data)?;
     let hw = resolve_hardware(&cfg.devices, cfg.threads, &mut |l| reporter.say(&l))?;
     match hw {
         Hardware::Cpu { count, threads } => {
-            train_with(cfg, &data, graph, Box::new(CpuDevices { count, threads }), sync.cpu(), reporter)
+            train_with_options(cfg, &data, graph, Box::new(CpuDevices { count, threads }), sync.cpu(), reporter, opts)
         }
-        Hardware::Cuda { ordinals } => crate::gpu::train_cuda(cfg, &data, graph, &ordinals, sync.gpu(), reporter),
+        Hardware::Cuda { ordinals } => crate::gpu::train_cuda(cfg, &data, graph, &ordinals, sync.gpu(), reporter, opts),
     }
 }
 
 /// Samples per pipeline epoch for `data` at `cfg`'s batch size.
-fn pipeline_for(cfg: &TrainConfig, data: &Data, prefetch: usize, seed: u64) -> Result<Pipeline, CliError> {
+fn pipeline_for(
+    cfg: &TrainConfig,
+    data: &Data,
+    prefetch: usize,
+    seed: u64,
+    start: Cursor,
+) -> Result<Pipeline, CliError> {
     let mut pc = PipelineConfig::new(cfg.batch_size, seed);
+    pc.start = start;
     pc.workers = cfg.workers;
     pc.prefetch = prefetch.max(4);
     Ok(Pipeline::new(Arc::clone(&data.train), pc)?)
@@ -137,7 +161,8 @@ fn pipeline_for(cfg: &TrainConfig, data: &Data, prefetch: usize, seed: u64) -> R
 
 /// Trains `graph` on `data` with any backend and synchroniser: what `crossbow train` runs, and
 /// the library entry point for a backend of your own (for a synchroniser of your own, a
-/// [`SyncRegistry`] and [`crate::main_with`] give you the whole command line instead).
+/// [`SyncRegistry`] and [`crate::main_with`] give you the whole command line instead). No
+/// checkpoints, no signal handling: see [`train_with_options`].
 pub fn train_with<B: Backend>(
     cfg: &TrainConfig,
     data: &Data,
@@ -146,8 +171,64 @@ pub fn train_with<B: Backend>(
     sync: Box<dyn Synchroniser<B>>,
     reporter: &mut Reporter,
 ) -> Result<Summary, CliError> {
-    let mut engine = start_engine(cfg, graph, factory, sync)?;
+    train_with_options(cfg, data, graph, factory, sync, reporter, RunOptions::default())
+}
+
+/// What a run does besides training: resume from a checkpoint, write checkpoints, handle a
+/// divergence, stop cleanly on a signal.
+pub struct RunOptions {
+    /// The checkpoint to continue from, and its file name.
+    pub resume: Option<(PathBuf, CheckpointFile)>,
+    /// Where and how often to write checkpoints (none: no checkpoints).
+    pub checkpoint: Option<CheckpointPolicy>,
+    /// What a diverged run does.
+    pub divergence: DivergencePolicy,
+    /// Signals asking the run to stop.
+    pub interrupt: Interrupt,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            resume: None,
+            checkpoint: None,
+            divergence: DivergencePolicy { action: OnDivergence::Stop, max_rollbacks: 0 },
+            interrupt: Interrupt::none(),
+        }
+    }
+}
+
+/// A loss this many times the first iteration's (or ln(classes), if larger) means the run
+/// diverged even though it is still finite.
+pub const EXPLODED_LOSS_FACTOR: f64 = 100.0;
+
+/// [`train_with`] with checkpoints, resume, divergence handling and signals.
+pub fn train_with_options<B: Backend>(
+    cfg: &TrainConfig,
+    data: &Data,
+    graph: Graph,
+    factory: Box<dyn DeviceFactory<B>>,
+    sync: Box<dyn Synchroniser<B>>,
+    reporter: &mut Reporter,
+    opts: RunOptions,
+) -> Result<Summary, CliError> {
+    let n_dev = factory.devices().len();
+    let resumed = match &opts.resume {
+        Some((path, file)) => Some((path.clone(), EngineSnapshot::from_checkpoint(file, path)?)),
+        None => None,
+    };
+    // Start with the checkpoint's learners when the devices and the learner setting allow.
+    let layout = match (&resumed, cfg.learners_per_device) {
+        (Some((_, s)), LearnersPerDevice::Auto) if s.devices.len() == n_dev => s.layout(),
+        (_, LearnersPerDevice::Auto) => vec![1; n_dev],
+        (_, LearnersPerDevice::Fixed(m)) => vec![m; n_dev],
+    };
+    let mut engine = start_engine(cfg, graph, factory, sync, &layout)?;
     let mut run = Run::new(cfg, data, &engine)?;
+    let mut ckpt = match &opts.checkpoint {
+        Some(p) => Some(Checkpointer::start(p.clone(), resumed.as_ref().map(|r| r.1.iteration).unwrap_or(0))?),
+        None => None,
+    };
     announce(cfg, data, &engine, run.per_epoch, reporter)?;
     let mut tuner = match cfg.learners_per_device {
         LearnersPerDevice::Auto => {
@@ -160,8 +241,59 @@ pub fn train_with<B: Backend>(
         }
         LearnersPerDevice::Fixed(_) => None,
     };
+    let mut guard = Guard { first_loss: None, rollbacks: 0, lr_factor: 1.0, prev_target: None, prev_diverged_at: None };
+    if let (Some((path, file)), Some((_, snap))) = (&opts.resume, &resumed) {
+        let notes = continue_from(cfg, data, &mut engine, &mut run, tuner.as_mut(), &mut guard, file, snap)?;
+        let epoch = run.epoch(&engine);
+        reporter.say(&format!(
+            "resumed from {} at iteration {} (epoch {epoch:.3}){}",
+            path.display(),
+            engine.iteration(),
+            if guard.lr_factor < 1.0 { format!(", learning rate x{}", guard.lr_factor) } else { String::new() }
+        ));
+        for n in &notes {
+            reporter.say(&format!("resume: {n}"));
+        }
+        reporter.record(
+            "resume",
+            json!({ "from": path, "iteration": engine.iteration(), "epoch": epoch, "changes": notes }),
+        )?;
+    }
+    // With rollback, a first checkpoint before any step: a divergence before the first
+    // periodic checkpoint still has something to go back to.
+    if opts.divergence.action == OnDivergence::Rollback
+        && let Some(c) = ckpt.as_mut()
+        && c.last_good().is_none()
+    {
+        write_checkpoint(cfg, data, &engine, &run, tuner.as_ref(), &guard, &opts, c, reporter)?;
+        report_written(c.flush(), c, reporter)?;
+    }
     while !run.finished(&engine) {
-        let rec = run.step(&mut engine, reporter)?;
+        let stepped = run.step(&mut engine, reporter);
+        let diverged = match &stepped {
+            Err(StepError::Diverged(why)) => Some(why.clone()),
+            Err(StepError::Other(_)) => None,
+            Ok(rec) => guard.check(&engine, rec, data.train.num_classes())?,
+        };
+        if let Some(why) = diverged {
+            rollback(
+                cfg,
+                data,
+                &mut engine,
+                &mut run,
+                tuner.as_mut(),
+                &mut guard,
+                &opts,
+                ckpt.as_mut(),
+                reporter,
+                &why,
+            )?;
+            continue;
+        }
+        let rec = match stepped {
+            Ok(rec) => rec,
+            Err(StepError::Other(e)) | Err(StepError::Diverged(e)) => return Err(CliError::run(e)),
+        };
         if let Some(t) = tuner.as_mut() {
             for ev in t.after_step(&mut engine, &rec)? {
                 reporter.say(&ev.line());
@@ -171,24 +303,370 @@ pub fn train_with<B: Backend>(
         if run.evaluation_due(&rec) {
             run.evaluate(&mut engine, &rec, reporter)?;
         }
+        if let Some(c) = ckpt.as_mut() {
+            let done = c.poll();
+            report_written(done, c, reporter)?;
+        }
+        if let Some(sig) = opts.interrupt.requested(engine.iteration()) {
+            return Err(interrupted(
+                cfg,
+                data,
+                &engine,
+                &run,
+                tuner.as_ref(),
+                &guard,
+                &opts,
+                ckpt.as_mut(),
+                reporter,
+                sig,
+            ));
+        }
+        if let Some(c) = ckpt.as_mut()
+            && c.due(engine.iteration())
+        {
+            write_checkpoint(cfg, data, &engine, &run, tuner.as_ref(), &guard, &opts, c, reporter)?;
+        }
+    }
+    if let Some(c) = ckpt.as_mut() {
+        write_checkpoint(cfg, data, &engine, &run, tuner.as_ref(), &guard, &opts, c, reporter)?;
+        report_written(c.flush(), c, reporter)?;
+        if let Some(p) = c.last_good() {
+            reporter.say(&format!("final checkpoint: {}", p.display()));
+        }
     }
     let summary = run.summary(cfg, &engine);
     reporter.finish(&summary)?;
     Ok(summary)
 }
 
-/// The engine for `cfg`: one learner per device when the tuner decides, else the fixed count.
+/// Divergence watch: the first loss (the scale an exploded loss is measured against), and the
+/// rollbacks so far.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Guard {
+    first_loss: Option<f64>,
+    rollbacks: u32,
+    /// The base learning rate relative to the configured one (halved by every rollback).
+    lr_factor: f64,
+    /// The iteration of the checkpoint the last rollback went back to.
+    #[serde(default)]
+    prev_target: Option<u64>,
+    /// The iteration at which the run diverged before the last rollback.
+    #[serde(default)]
+    prev_diverged_at: Option<u64>,
+}
+
+impl Guard {
+    /// Why the run diverged at `rec`, if it did: a non-finite value in the central model, or
+    /// a learner's loss far above where training started.
+    fn check<B: Backend>(
+        &mut self,
+        engine: &Engine<B>,
+        rec: &IterationRecord,
+        classes: usize,
+    ) -> Result<Option<String>, CliError> {
+        let first = *self.first_loss.get_or_insert(rec.loss);
+        let limit = EXPLODED_LOSS_FACTOR * first.max((classes.max(2) as f64).ln());
+        for (dev, id, loss) in engine.learner_losses() {
+            if loss.is_nan() || loss > limit {
+                return Ok(Some(format!(
+                    "learner {id} on {dev} has loss {loss:.4e} at iteration {} (epoch {:.3}), more than {EXPLODED_LOSS_FACTOR} times the first iteration's {first:.4}",
+                    rec.iteration, rec.epoch
+                )));
+            }
+        }
+        if !engine.central_is_finite()? {
+            return Ok(Some(format!(
+                "the central model has a NaN or infinite value after iteration {} (epoch {:.3})",
+                rec.iteration, rec.epoch
+            )));
+        }
+        Ok(None)
+    }
+}
+
+/// Why [`Run::step`] failed.
+enum StepError {
+    /// A learner's loss became NaN or infinite (the engine's check).
+    Diverged(String),
+    /// Anything else.
+    Other(String),
+}
+
+/// The checkpoint of the run as it stands: the engine's buffers, copied to the host now (the
+/// only pause), handed to the writer thread.
+#[allow(clippy::too_many_arguments)]
+fn write_checkpoint<B: Backend>(
+    cfg: &TrainConfig,
+    data: &Data,
+    engine: &Engine<B>,
+    run: &Run,
+    tuner: Option<&AutoTuner>,
+    guard: &Guard,
+    opts: &RunOptions,
+    ckpt: &mut Checkpointer,
+    reporter: &mut Reporter,
+) -> Result<(), CliError> {
+    let t0 = Instant::now();
+    let file = checkpoint_file(cfg, data, engine, run, tuner, guard, opts)?;
+    let copy = t0.elapsed().as_secs_f64();
+    ckpt.submit(engine.iteration(), file)?;
+    reporter.record("checkpoint", json!({ "iteration": engine.iteration(), "copy_seconds": copy }))?;
+    Ok(())
+}
+
+/// Reports what the writer finished; a failure stops the run under `--checkpoint-errors fatal`.
+fn report_written(done: Vec<Written>, ckpt: &Checkpointer, reporter: &mut Reporter) -> Result<(), CliError> {
+    for w in done {
+        match w {
+            Written::Ok { iteration, path, seconds, bytes } => {
+                reporter.record(
+                    "checkpoint_written",
+                    json!({ "iteration": iteration, "path": path, "write_seconds": seconds, "bytes": bytes }),
+                )?;
+            }
+            Written::Failed { iteration, error } => {
+                let keep = match ckpt.last_good() {
+                    Some(p) => format!("the last good checkpoint is still {}", p.display()),
+                    None => "there is no earlier checkpoint".to_string(),
+                };
+                reporter.record("checkpoint_failed", json!({ "iteration": iteration, "error": error }))?;
+                if ckpt.policy().on_error == OnWriteError::Fatal {
+                    return Err(CliError::run(format!(
+                        "checkpoint at iteration {iteration} failed: {error}; {keep} (--checkpoint-errors fatal)"
+                    )));
+                }
+                reporter.warn(&format!(
+                    "warning: checkpoint at iteration {iteration} failed: {error}; {keep}; training continues"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Stops on `sig` after the iteration: writes a checkpoint and says how to resume.
+#[allow(clippy::too_many_arguments)]
+fn interrupted<B: Backend>(
+    cfg: &TrainConfig,
+    data: &Data,
+    engine: &Engine<B>,
+    run: &Run,
+    tuner: Option<&AutoTuner>,
+    guard: &Guard,
+    opts: &RunOptions,
+    ckpt: Option<&mut Checkpointer>,
+    reporter: &mut Reporter,
+    sig: i32,
+) -> CliError {
+    let code = signals::exit_code(sig);
+    let what = format!("stopped by {} after iteration {}", signals::name(sig), engine.iteration());
+    let _ = reporter.record("interrupted", json!({ "signal": sig, "iteration": engine.iteration() }));
+    let Some(c) = ckpt else {
+        return CliError::Interrupted { code, msg: format!("{what}; no checkpoint (no --checkpoint-dir given)") };
+    };
+    let written = write_checkpoint(cfg, data, engine, run, tuner, guard, opts, c, reporter)
+        .and_then(|_| report_written(c.flush(), c, reporter));
+    let msg = match (written, c.last_good()) {
+        (Ok(()), Some(p)) => format!(
+            "{what}; checkpoint written to {}\nresume with: crossbow train --resume {}",
+            p.display(),
+            c.policy().dir.display()
+        ),
+        (Err(e), Some(p)) => format!(
+            "{what}; the checkpoint failed ({e}); the last good one is {}\nresume with: crossbow train --resume {}",
+            p.display(),
+            p.display()
+        ),
+        (r, None) => {
+            format!("{what}; no checkpoint could be written{}", r.err().map(|e| format!(" ({e})")).unwrap_or_default())
+        }
+    };
+    CliError::Interrupted { code, msg }
+}
+
+/// A divergence: stop with where to resume from, or roll back to the last good checkpoint
+/// with the learning rate halved.
+#[allow(clippy::too_many_arguments)]
+fn rollback<B: Backend>(
+    cfg: &TrainConfig,
+    data: &Data,
+    engine: &mut Engine<B>,
+    run: &mut Run,
+    tuner: Option<&mut AutoTuner>,
+    guard: &mut Guard,
+    opts: &RunOptions,
+    ckpt: Option<&mut Checkpointer>,
+    reporter: &mut Reporter,
+    why: &str,
+) -> Result<(), CliError> {
+    let (last, dir) = match ckpt {
+        Some(c) => {
+            let done = c.flush();
+            report_written(done, c, reporter)?;
+            (c.last_good().map(Path::to_path_buf), Some(c.policy().dir.clone()))
+        }
+        None => (None, None),
+    };
+    let _ = reporter.record("diverged", json!({ "why": why, "last_good_checkpoint": last }));
+    let stop = |extra: &str| {
+        let at = match &last {
+            Some(p) => format!(
+                "; the last good checkpoint is {} (resume with: crossbow train --resume {} and a lower --lr in a new run, or --on-divergence rollback)",
+                p.display(),
+                p.display()
+            ),
+            None => {
+                "; there is no checkpoint (use --checkpoint-dir, and --on-divergence rollback to recover automatically)"
+                    .to_string()
+            }
+        };
+        CliError::run(format!("training diverged: {why}{at}{extra}; lower the learning rate"))
+    };
+    if opts.divergence.action == OnDivergence::Stop {
+        return Err(stop(""));
+    }
+    if guard.rollbacks >= opts.divergence.max_rollbacks {
+        return Err(stop(&format!(" (after {} rollbacks, the most --max-rollbacks allows)", guard.rollbacks)));
+    }
+    let Some(dir) = dir else { return Err(stop("")) };
+    // The newest checkpoint, unless the run diverged again no later than last time: then the
+    // checkpoint it went back to already held the seed of the divergence; go further back.
+    let at = engine.iteration() + 1;
+    let before = match (guard.prev_target, guard.prev_diverged_at) {
+        (Some(t), Some(d)) if at <= d => t,
+        _ => u64::MAX,
+    };
+    let mut chosen = None;
+    for (i, p) in crate::checkpoint::list(&dir)? {
+        if i >= before {
+            continue;
+        }
+        match CheckpointFile::read(&p) {
+            Ok(f) => {
+                chosen = Some((i, p, f));
+                break;
+            }
+            Err(e) => reporter.warn(&format!("warning: rollback skips a damaged checkpoint: {e}")),
+        }
+    }
+    let Some((target, path, file)) = chosen else {
+        return Err(stop(" (no earlier checkpoint to roll back to)"));
+    };
+    let snap = EngineSnapshot::from_checkpoint(&file, &path)?;
+    let mut kept = guard.clone();
+    continue_from(cfg, data, engine, run, tuner, guard, &file, &snap)?;
+    kept.rollbacks += 1;
+    kept.lr_factor *= 0.5;
+    kept.prev_target = Some(target);
+    kept.prev_diverged_at = Some(at);
+    *guard = kept;
+    let rollbacks = guard.rollbacks;
+    let lr = cfg.lr * guard.lr_factor;
+    engine.set_base_lr(lr as f32)?;
+    let line = format!(
+        "training diverged: {why}; rollback {rollbacks}/{}: reloaded {} (iteration {}), base learning rate now {lr}",
+        opts.divergence.max_rollbacks,
+        path.display(),
+        engine.iteration()
+    );
+    reporter.warn(&line);
+    reporter.record(
+        "rollback",
+        json!({ "n": rollbacks, "checkpoint": path, "iteration": engine.iteration(), "lr": lr, "why": why }),
+    )?;
+    Ok(())
+}
+
+/// Everything a checkpoint holds: the engine's tensors, and as JSON the settings, the model's
+/// input, the data streams' positions, the run's counters and evaluations, the tuner.
+fn checkpoint_file<B: Backend>(
+    cfg: &TrainConfig,
+    data: &Data,
+    engine: &Engine<B>,
+    run: &Run,
+    tuner: Option<&AutoTuner>,
+    guard: &Guard,
+    opts: &RunOptions,
+) -> Result<CheckpointFile, CliError> {
+    let norm = run.test.normalize.clone();
+    let mut file = CheckpointFile::new(json!({
+        "crossbow_version": env!("CARGO_PKG_VERSION"),
+        "config": config_to_file(cfg),
+        "model": cfg.model.to_string(),
+        "input_shape": data.train.image_shape(),
+        "classes": data.train.num_classes(),
+        "normalize": { "mean": norm.mean(), "std": norm.std() },
+        "iteration": engine.iteration(),
+        "epoch": run.epoch(engine),
+        "devices": engine.devices().iter().map(|d| d.to_string()).collect::<Vec<_>>(),
+        "layout": engine.layout(),
+        // Every random stream (initialisation, shuffles, augmentation, dropout) is derived
+        // from the seed and a position (iteration, learner id, data cursor): these are its state.
+        "rng": { "seed": cfg.seed, "derived_from": ["seed", "iteration", "learner id", "data cursor"] },
+        "run": run.save(),
+        "guard": guard,
+        "tuner": match tuner { Some(t) => t.save()?, None => Value::Null },
+        "checkpoint_policy": opts.checkpoint,
+        "divergence_policy": opts.divergence,
+    }));
+    engine.snapshot()?.to_checkpoint(&mut file)?;
+    file.tensors.insert("central/stats".into(), Tensor::vector(engine.central_stats()?));
+    Ok(file)
+}
+
+/// Puts `file`'s state into the engine, the run and the tuner.
+#[allow(clippy::too_many_arguments)]
+fn continue_from<B: Backend>(
+    cfg: &TrainConfig,
+    data: &Data,
+    engine: &mut Engine<B>,
+    run: &mut Run,
+    tuner: Option<&mut AutoTuner>,
+    guard: &mut Guard,
+    file: &CheckpointFile,
+    snap: &EngineSnapshot,
+) -> Result<Vec<String>, CliError> {
+    // Match the checkpoint's learners where the settings allow, so the state carries over exactly.
+    let want = snap.layout();
+    if want.len() == engine.devices().len() && cfg.learners_per_device == LearnersPerDevice::Auto {
+        for (d, &m) in want.iter().enumerate() {
+            while engine.layout()[d] < m {
+                engine.add_learner(d)?;
+            }
+            while engine.layout()[d] > m {
+                engine.remove_learner(d)?;
+            }
+        }
+    }
+    let mut notes = engine.restore(snap)?;
+    run.restore(cfg, data, file.state.get("run").unwrap_or(&Value::Null))?;
+    if let Some(g) = file.state.get("guard").and_then(|g| serde_json::from_value::<Guard>(g.clone()).ok()) {
+        *guard = g;
+    }
+    if (guard.lr_factor - 1.0).abs() > 0.0 {
+        engine.set_base_lr((cfg.lr * guard.lr_factor) as f32)?;
+    }
+    if let Some(t) = tuner {
+        match file.state.get("tuner") {
+            Some(v) if !v.is_null() && notes.is_empty() => {
+                if let Err(e) = t.restore(v) {
+                    notes.push(format!("the auto-tuner starts a new search ({e})"));
+                }
+            }
+            _ => notes.push("the auto-tuner starts a new search".into()),
+        }
+    }
+    Ok(notes)
+}
+
+/// The engine for `cfg` with `layout[d]` learners on device `d`.
 fn start_engine<B: Backend>(
     cfg: &TrainConfig,
     graph: Graph,
     factory: Box<dyn DeviceFactory<B>>,
     sync: Box<dyn Synchroniser<B>>,
+    layout: &[usize],
 ) -> Result<Engine<B>, CliError> {
-    let initial = match cfg.learners_per_device {
-        LearnersPerDevice::Auto => 1,
-        LearnersPerDevice::Fixed(m) => m,
-    };
-    let n_dev = factory.devices().len();
     let ecfg = EngineConfig {
         batch_size: cfg.batch_size,
         sgd: SgdConfig {
@@ -201,7 +679,7 @@ fn start_engine<B: Backend>(
         seed: cfg.seed,
         eval_batch_size: cfg.eval_batch_size,
     };
-    Ok(Engine::new(graph, ecfg, factory, sync, Box::new(HostAllReduce), &vec![initial; n_dev])?)
+    Ok(Engine::new(graph, ecfg, factory, sync, Box::new(HostAllReduce), layout)?)
 }
 
 /// The two banner lines and the metrics file's `start` record.
@@ -256,7 +734,7 @@ fn announce<B: Backend>(
 }
 
 /// Training images, loss and time since the last evaluation.
-#[derive(Default)]
+#[derive(Default, Serialize, Deserialize)]
 struct Window {
     loss: f64,
     correct: f64,
@@ -279,6 +757,8 @@ struct Run {
     eval_every_iterations: Option<u64>,
     next_eval: f64,
     wall: Instant,
+    /// Wall seconds before this process (a resumed run).
+    wall_before: f64,
     /// Training time: iterations, and batch-norm recalibration for evaluation.
     train_secs: f64,
     window: Window,
@@ -295,11 +775,11 @@ impl Run {
             LearnersPerDevice::Auto => cfg.max_learners,
             LearnersPerDevice::Fixed(m) => m,
         } * n_dev;
-        let source = PipelineSource { pipeline: pipeline_for(cfg, data, 2 * max_k, cfg.seed)? };
+        let source = PipelineSource { pipeline: pipeline_for(cfg, data, 2 * max_k, cfg.seed, Cursor::default())? };
         let test = TestSet { dataset: Arc::clone(&data.test), normalize: source.pipeline.normalize().clone() };
         let calibration = match cfg.bn_eval {
             BnEval::Recalibrate(n) if engine.graph().stats_len > 0 => {
-                Some((n, PipelineSource { pipeline: pipeline_for(cfg, data, n.min(8), cfg.seed ^ 0xB17_CA11B)? }))
+                Some((n, PipelineSource { pipeline: calibration_pipeline(cfg, data, n, Cursor::default())? }))
             }
             _ => None,
         };
@@ -315,12 +795,63 @@ impl Run {
             eval_every_iterations: cfg.eval_every_iterations,
             next_eval: cfg.eval_every,
             wall: Instant::now(),
+            wall_before: 0.0,
             train_secs: 0.0,
             window: Window::default(),
             evals: vec![],
             best: 0.0,
             reached: None,
         })
+    }
+
+    /// The run's counters, evaluations and data positions, for a checkpoint.
+    fn save(&self) -> Value {
+        json!({
+            "train_cursor": self.source.pipeline.cursor(),
+            "calibration_cursor": self.calibration.as_ref().map(|(_, c)| c.pipeline.cursor()),
+            "next_eval": self.next_eval,
+            "train_seconds": self.train_secs,
+            "wall_seconds": self.wall.elapsed().as_secs_f64() + self.wall_before,
+            "window": self.window,
+            "evaluations": self.evals,
+            "best": self.best,
+            "reached": self.reached,
+        })
+    }
+
+    /// Continues from what [`Run::save`] wrote: the data streams restart at their saved
+    /// positions (the same batches as if they had not stopped).
+    fn restore(&mut self, cfg: &TrainConfig, data: &Data, v: &Value) -> Result<(), CliError> {
+        #[derive(Deserialize)]
+        struct Saved {
+            train_cursor: Cursor,
+            calibration_cursor: Option<Cursor>,
+            next_eval: f64,
+            train_seconds: f64,
+            wall_seconds: f64,
+            window: Window,
+            evaluations: Vec<EvalLine>,
+            best: f64,
+            reached: Option<(f64, f64)>,
+        }
+        let s: Saved = serde_json::from_value(v.clone())
+            .map_err(|e| CliError::usage(format!("checkpoint: the run's state is unreadable: {e}")))?;
+        let prefetch = self.source.pipeline.batches_per_epoch().min(64) as usize;
+        self.source = PipelineSource { pipeline: pipeline_for(cfg, data, prefetch.max(4), cfg.seed, s.train_cursor)? };
+        if let Some((n, cal)) = self.calibration.as_mut() {
+            *cal = PipelineSource {
+                pipeline: calibration_pipeline(cfg, data, *n, s.calibration_cursor.unwrap_or_default())?,
+            };
+        }
+        self.next_eval = s.next_eval;
+        self.train_secs = s.train_seconds;
+        self.wall_before = s.wall_seconds;
+        self.wall = Instant::now();
+        self.window = s.window;
+        self.evals = s.evaluations;
+        self.best = s.best;
+        self.reached = s.reached;
+        Ok(())
     }
 
     fn epoch<B: Backend>(&self, engine: &Engine<B>) -> f64 {
@@ -337,10 +868,17 @@ impl Run {
         &mut self,
         engine: &mut Engine<B>,
         reporter: &mut Reporter,
-    ) -> Result<IterationRecord, CliError> {
+    ) -> Result<IterationRecord, StepError> {
         let t0 = Instant::now();
-        let batches = (0..engine.learners()).map(|_| self.source.next_batch()).collect::<Result<Vec<_>, _>>()?;
-        let rec = engine.step(batches, self.per_epoch)?;
+        let batches = (0..engine.learners())
+            .map(|_| self.source.next_batch())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| StepError::Other(e.to_string()))?;
+        let rec = match engine.step(batches, self.per_epoch) {
+            Ok(r) => r,
+            Err(ReplicaError::Diverged(why)) => return Err(StepError::Diverged(why)),
+            Err(e) => return Err(StepError::Other(e.to_string())),
+        };
         let secs = t0.elapsed().as_secs_f64();
         self.train_secs += secs;
         let w = &mut self.window;
@@ -387,7 +925,7 @@ impl Run {
             iteration: rec.iteration,
             epoch: rec.epoch,
             train_seconds: self.train_secs,
-            wall_seconds: self.wall.elapsed().as_secs_f64(),
+            wall_seconds: self.wall.elapsed().as_secs_f64() + self.wall_before,
             lr: rec.lr,
             train_loss: w.loss / w.images.max(1) as f64,
             train_accuracy: w.correct / w.images.max(1) as f64,
@@ -425,11 +963,17 @@ impl Run {
             epochs: self.epoch(engine),
             iterations: engine.iteration(),
             train_seconds: self.train_secs,
-            wall_seconds: self.wall.elapsed().as_secs_f64(),
+            wall_seconds: self.wall.elapsed().as_secs_f64() + self.wall_before,
             images_per_sec: engine.samples() as f64 / self.train_secs.max(1e-9),
             evaluations: self.evals.clone(),
         }
     }
+}
+
+/// The stream of batch-norm recalibration batches (its own seed, so the training batches are
+/// the same whichever statistics evaluation uses).
+fn calibration_pipeline(cfg: &TrainConfig, data: &Data, n: usize, start: Cursor) -> Result<Pipeline, CliError> {
+    pipeline_for(cfg, data, n.min(8), cfg.seed ^ 0xB17_CA11B, start)
 }
 
 /// Normalisation the pipeline uses for a dataset (exposed for the benchmark command).

@@ -259,6 +259,31 @@ impl<B: Backend> Engine<B> {
         })
     }
 
+    /// The batch-norm statistics the central model is evaluated with now: recalibrated on
+    /// `z` if [`Engine::recalibrate`] ran since the last iteration, else the learners' mean
+    /// (what an export of `z` should carry).
+    pub fn central_stats(&self) -> Result<Vec<f32>> {
+        match self.calibrated_state() {
+            Some(s) => Ok(s.to_vec()),
+            None => self.mean_state(None),
+        }
+    }
+
+    /// Each learner's mean loss on its last batch: `(device, learner id, loss)`.
+    pub fn learner_losses(&self) -> Vec<(String, usize, f64)> {
+        let b = self.cfg.batch_size.max(1) as f64;
+        self.devices
+            .iter()
+            .flat_map(|d| d.learners.iter().map(move |l| (d.device.to_string(), l.id, l.last_loss.0 / b)))
+            .collect()
+    }
+
+    /// Whether every value of the central model (device 0's copy) is finite.
+    pub fn central_is_finite(&self) -> Result<bool> {
+        let dev = self.devices.first().ok_or_else(|| ReplicaError::Config("no devices".into()))?;
+        Ok(Self::download(&dev.backend, &dev.central.z, self.graph.param_len)?.iter().all(|v| v.is_finite()))
+    }
+
     /// Sets the base learning rate (before the schedule), e.g. halved after a divergence.
     pub fn set_base_lr(&mut self, lr: f32) -> Result<()> {
         let sgd = crossbow_kernels::optim::SgdConfig { lr, ..self.cfg.sgd };

@@ -1,0 +1,75 @@
+//! `crossbow export`: a checkpoint's central model `z` (with the batch-norm statistics it was
+//! evaluated with) as a safetensors file whose names and shapes are those of the same
+//! architecture's PyTorch `state_dict` (see `docs/export.md` for the mapping).
+
+use std::path::PathBuf;
+
+use clap::Args;
+use crossbow_replica::ModelKind;
+use crossbow_replica::export::{export_metadata, pytorch_tensors, write_safetensors};
+use crossbow_tensor::Shape;
+
+use crate::checkpoint;
+use crate::error::CliError;
+
+/// The flags of `crossbow export`.
+#[derive(Args, Debug)]
+pub struct ExportArgs {
+    /// A checkpoint file, or a folder (its newest good checkpoint)
+    #[arg(long, value_name = "FILE|DIR")]
+    pub checkpoint: PathBuf,
+    /// The safetensors file to write
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+}
+
+/// Runs `crossbow export`.
+pub fn run(a: &ExportArgs) -> Result<(), CliError> {
+    let (path, file) = checkpoint::load(&a.checkpoint, &mut |w| eprintln!("warning: {w}"))
+        .map_err(|e| CliError::usage(e.to_string().replace("--resume", "--checkpoint")))?;
+    if a.out.canonicalize().ok().is_some_and(|o| path.canonicalize().ok() == Some(o)) {
+        return Err(CliError::usage(format!(
+            "--out {} is the checkpoint itself; choose another file",
+            a.out.display()
+        )));
+    }
+    if a.out.is_dir() {
+        return Err(CliError::usage(format!("--out {} is a folder; give a file name", a.out.display())));
+    }
+    let bad = |what: &str| CliError::usage(format!("--checkpoint {}: {what}", path.display()));
+    let st = &file.state;
+    let model: ModelKind = st
+        .get("model")
+        .and_then(|m| m.as_str())
+        .ok_or_else(|| bad("has no model name"))?
+        .parse()
+        .map_err(|e: String| bad(&e))?;
+    let input: Vec<usize> = serde_json::from_value(st.get("input_shape").cloned().unwrap_or_default())
+        .map_err(|_| bad("has no input shape"))?;
+    let classes = st.get("classes").and_then(|c| c.as_u64()).ok_or_else(|| bad("has no class count"))? as usize;
+    let graph = model.build(&Shape::new(input), classes).map_err(|e| bad(&e.to_string()))?;
+    let z = file.tensor(&path, "engine/dev0/z").map_err(|e| CliError::usage(e.to_string()))?;
+    let stats = file.tensor(&path, "central/stats").map_err(|e| CliError::usage(e.to_string()))?;
+    let tensors = pytorch_tensors(&graph, &z.data, &stats.data).map_err(|e| bad(&e.to_string()))?;
+    let mut meta = export_metadata(&graph);
+    if let Some(n) = st.get("normalize") {
+        for key in ["mean", "std"] {
+            if let Some(v) = n.get(key) {
+                meta.insert(format!("crossbow.normalize.{key}"), v.to_string());
+            }
+        }
+    }
+    if let Some(i) = st.get("iteration") {
+        meta.insert("crossbow.iteration".into(), i.to_string());
+    }
+    write_safetensors(&a.out, &tensors, &meta).map_err(|e| CliError::run(format!("--out {}: {e}", a.out.display())))?;
+    println!(
+        "wrote {} ({} tensors, {} from {} at iteration {})",
+        a.out.display(),
+        tensors.len(),
+        model,
+        path.display(),
+        st.get("iteration").map(|v| v.to_string()).unwrap_or_else(|| "?".into())
+    );
+    Ok(())
+}

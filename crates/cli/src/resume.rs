@@ -1,0 +1,138 @@
+//! Settings across a checkpoint: the run's full settings are saved as a [`TrainFile`] (every
+//! key set, so later changes of defaults cannot change a resumed run), and on `--resume` the
+//! flags given may override only what does not change the trajectory's definition.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::config::{LearnersPerDevice, TrainConfig, TrainFile};
+use crate::error::CliError;
+
+/// Keys a resumed run may change: limits, hardware, reporting and evaluation.
+const CHANGEABLE: &[&str] = &[
+    "epochs",
+    "target-accuracy",
+    "devices",
+    "threads",
+    "learners-per-device",
+    "max-learners",
+    "tuner-threshold",
+    "metrics",
+    "workers",
+    "eval-every",
+    "eval-every-iterations",
+    "eval-batch-size",
+    "data-dir",
+];
+
+/// Every setting of `cfg` as a config file would write it (`crossbow train --config` reads
+/// it back to the same settings).
+pub fn config_to_file(cfg: &TrainConfig) -> TrainFile {
+    TrainFile {
+        model: Some(cfg.model.to_string()),
+        dataset: Some(cfg.dataset.to_string()),
+        data_dir: Some(cfg.data_dir.clone()),
+        batch_size: Some(cfg.batch_size),
+        lr: Some(cfg.lr),
+        momentum: Some(cfg.momentum),
+        weight_decay: Some(cfg.weight_decay),
+        nesterov: Some(cfg.nesterov),
+        schedule: Some(cfg.schedule.to_string()),
+        epochs: Some(cfg.epochs),
+        target_accuracy: cfg.target_accuracy,
+        seed: Some(cfg.seed),
+        threads: cfg.threads,
+        metrics: cfg.metrics.clone(),
+        devices: Some(cfg.devices.to_string()),
+        learners_per_device: Some(match cfg.learners_per_device {
+            LearnersPerDevice::Auto => "auto".to_string(),
+            LearnersPerDevice::Fixed(n) => n.to_string(),
+        }),
+        sync: Some(cfg.sync_name.clone()),
+        alpha: cfg.alpha,
+        central_momentum: Some(cfg.central_momentum),
+        sma_form: cfg.sma_form.clone(),
+        bn_eval: Some(cfg.bn_eval.to_string()),
+        eval_every: Some(cfg.eval_every),
+        eval_every_iterations: cfg.eval_every_iterations,
+        eval_batch_size: Some(cfg.eval_batch_size),
+        train_size: cfg.train_size,
+        test_size: cfg.test_size,
+        workers: Some(cfg.workers),
+        max_learners: Some(cfg.max_learners),
+        tuner_threshold: Some(cfg.tuner_threshold),
+        sync_options: (!cfg.sync_options.is_empty()).then(|| {
+            cfg.sync_options
+                .iter()
+                .map(|(k, v)| (k.clone(), toml::Value::String(v.clone())))
+                .collect::<BTreeMap<_, _>>()
+        }),
+    }
+}
+
+/// The saved settings with the `given` ones (flags and `--config`) on top; a given value
+/// that would change what the run computes (model, data, optimiser, seed, synchroniser)
+/// is refused, naming the flag and both values.
+pub fn merge(saved: TrainFile, given: TrainFile) -> Result<TrainFile, CliError> {
+    let s = serde_json::to_value(&saved).map_err(CliError::run)?;
+    let g = serde_json::to_value(&given).map_err(CliError::run)?;
+    if let (Value::Object(s), Value::Object(g)) = (&s, &g) {
+        for (k, v) in g {
+            if v.is_null() || CHANGEABLE.contains(&k.as_str()) {
+                continue;
+            }
+            let old = s.get(k).cloned().unwrap_or(Value::Null);
+            if &old != v {
+                return Err(CliError::usage(format!(
+                    "--{k} cannot change when resuming: the checkpoint's run has {}, given {v} \
+                     (only {} may change; start a new run for anything else)",
+                    if old.is_null() { "none".to_string() } else { old.to_string() },
+                    CHANGEABLE.join(", ")
+                )));
+            }
+        }
+    }
+    Ok(saved.overridden_by(given))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_config_written_out_reads_back_to_the_same_settings() {
+        let f = TrainFile {
+            model: Some("resnet20".into()),
+            dataset: Some("synthetic-shapes".into()),
+            lr: Some(0.05),
+            schedule: Some("multistep:2,3:0.1".into()),
+            learners_per_device: Some("3".into()),
+            bn_eval: Some("recalibrate:5".into()),
+            target_accuracy: Some(0.8),
+            ..TrainFile::default()
+        };
+        let cfg = TrainConfig::from_file(f).unwrap();
+        let again = TrainConfig::from_file(config_to_file(&cfg)).unwrap();
+        assert_eq!(serde_json::to_value(&cfg).unwrap(), serde_json::to_value(&again).unwrap());
+        // Through TOML text too.
+        let text = toml::to_string(&config_to_file(&cfg)).unwrap();
+        let back: TrainFile = toml::from_str(&text).unwrap();
+        assert_eq!(back, config_to_file(&cfg));
+    }
+
+    #[test]
+    fn resuming_may_change_limits_but_not_the_run() {
+        let saved = config_to_file(&TrainConfig::from_file(TrainFile::default()).unwrap());
+        let given = TrainFile { epochs: Some(9.0), devices: Some("cpu:1".into()), ..TrainFile::default() };
+        let m = merge(saved.clone(), given).unwrap();
+        assert_eq!(m.epochs, Some(9.0));
+        // The same value as saved is not a change.
+        assert!(merge(saved.clone(), TrainFile { lr: saved.lr, ..TrainFile::default() }).is_ok());
+        let e = merge(saved.clone(), TrainFile { lr: Some(0.5), ..TrainFile::default() }).unwrap_err().to_string();
+        assert!(e.contains("--lr cannot change when resuming") && e.contains("0.5") && e.contains("0.01"), "{e}");
+        let e =
+            merge(saved, TrainFile { model: Some("resnet20".into()), ..TrainFile::default() }).unwrap_err().to_string();
+        assert!(e.contains("--model") && e.contains("lenet5"), "{e}");
+    }
+}
