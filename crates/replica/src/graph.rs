@@ -300,6 +300,23 @@ impl GraphBuilder {
         }
     }
 
+    /// A layer's window does not fit its input: said in the user's terms (the model needs
+    /// larger images), not as a dump of the geometry.
+    fn does_not_fit(
+        &self,
+        layer: &str,
+        kind: &str,
+        (kernel, stride, pad): (usize, usize, usize),
+        (c, h, w): (usize, usize, usize),
+    ) -> ReplicaError {
+        let input = self.nodes.first().map(|n| n.shape.dims().to_vec()).unwrap_or_default();
+        let input = input.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x");
+        ReplicaError::Model(format!(
+            "model '{}' does not fit images of {input}: its {kind} '{layer}' ({kernel}x{kernel} window, stride {stride}, padding {pad}) gets a {c}x{h}x{w} input; use larger images or another model",
+            self.name
+        ))
+    }
+
     fn push(
         &mut self,
         name: String,
@@ -349,7 +366,9 @@ impl GraphBuilder {
         self.check(x)?;
         let (c, h, w) = self.chw(x, name)?;
         let g = Conv2dGeom::square(1, c, (h, w), out_channels, kernel, stride, pad, bias);
-        g.validate().map_err(|e| ReplicaError::Model(format!("{name}: {e}")))?;
+        if g.validate().is_err() {
+            return Err(self.does_not_fit(name, "convolution", (kernel, stride, pad), (c, h, w)));
+        }
         let shape = Shape::new(vec![out_channels, g.out_h(), g.out_w()]);
         let region = self.region(
             g.weight_len(),
@@ -400,7 +419,15 @@ impl GraphBuilder {
             }
             _ => Pool2dGeom::global(1, c, (h, w)),
         };
-        g.validate().map_err(|e| ReplicaError::Model(format!("{name}: {e}")))?;
+        if g.validate().is_err() {
+            let (k, st, p) = match layer {
+                Layer::MaxPool { kernel, stride, pad, .. } | Layer::AvgPool { kernel, stride, pad, .. } => {
+                    (kernel, stride, pad)
+                }
+                _ => (h.max(w), 1, 0),
+            };
+            return Err(self.does_not_fit(name, "pooling", (k, st, p), (c, h, w)));
+        }
         let shape = Shape::new(vec![c, g.out_h(), g.out_w()]);
         Ok(self.push(name.into(), layer, vec![x], shape, None, None))
     }
@@ -510,5 +537,27 @@ impl GraphBuilder {
             param_len: self.param_len,
             stats_len: self.stats_len,
         })
+    }
+}
+
+#[cfg(test)]
+mod fit_tests {
+    use crate::models::ModelKind;
+    use crossbow_tensor::Shape;
+
+    /// Images too small for a model are refused in words, never with a struct dump.
+    #[test]
+    fn too_small_images_are_refused_in_words() {
+        for (m, shape) in [
+            (ModelKind::LeNet5, vec![1, 1, 1]),
+            (ModelKind::LeNet5, vec![1, 40, 12]),
+            (ModelKind::LeNet5, vec![1, 2, 28]),
+            (ModelKind::ResNetCifar(20), vec![3, 1, 1]),
+        ] {
+            let Err(e) = m.build(&Shape::new(shape.clone()), 10) else { continue };
+            let e = e.to_string();
+            assert!(e.contains("does not fit images of") && !e.contains('{') && !e.contains("Geom"), "{shape:?}: {e}");
+        }
+        assert!(ModelKind::LeNet5.build(&Shape::new(vec![1, 1, 1]), 10).is_err());
     }
 }
