@@ -277,6 +277,8 @@ pub struct Checkpointer {
     done: Receiver<Written>,
     thread: Option<JoinHandle<()>>,
     pending: usize,
+    /// The iteration of the last checkpoint handed to the writer by this process.
+    submitted: Option<u64>,
     last_iteration: u64,
     last_time: Instant,
     last_good: Option<PathBuf>,
@@ -350,6 +352,7 @@ impl Checkpointer {
             done,
             thread: Some(thread),
             pending: 0,
+            submitted: None,
             last_iteration: resumed_at,
             last_time: Instant::now(),
             last_good,
@@ -366,6 +369,11 @@ impl Checkpointer {
         self.last_good.as_deref()
     }
 
+    /// The iteration of the last checkpoint this process handed to the writer.
+    pub fn submitted(&self) -> Option<u64> {
+        self.submitted
+    }
+
     /// Whether a checkpoint is due after `iteration` iterations.
     pub fn due(&self, iteration: u64) -> bool {
         match self.policy.every {
@@ -378,6 +386,7 @@ impl Checkpointer {
     /// the previous checkpoint is still being written.
     pub fn submit(&mut self, iteration: u64, file: CheckpointFile) -> Result<(), CliError> {
         self.last_iteration = iteration;
+        self.submitted = Some(iteration);
         self.last_time = Instant::now();
         let jobs = self.jobs.as_ref().ok_or_else(|| CliError::run("the checkpoint writer has stopped"))?;
         jobs.send(Job { iteration, file }).map_err(|_| CliError::run("the checkpoint writer thread has stopped"))?;

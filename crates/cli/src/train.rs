@@ -328,7 +328,9 @@ pub fn train_with_options<B: Backend>(
         }
     }
     if let Some(c) = ckpt.as_mut() {
-        write_checkpoint(cfg, data, &engine, &run, tuner.as_ref(), &guard, &opts, c, reporter)?;
+        if c.submitted() != Some(engine.iteration()) {
+            write_checkpoint(cfg, data, &engine, &run, tuner.as_ref(), &guard, &opts, c, reporter)?;
+        }
         report_written(c.flush(), c, reporter)?;
         if let Some(p) = c.last_good() {
             reporter.say(&format!("final checkpoint: {}", p.display()));
