@@ -251,12 +251,11 @@ mod bench_cli {
 fn run(cli: Cli, registry: &SyncRegistry) -> Result<(), CliError> {
     match cli.command {
         Command::Train(a) => {
-            let mut file = match &a.config {
-                Some(p) => TrainFile::read(p)?,
-                None => TrainFile::default(),
+            let file = match &a.config {
+                Some(p) => Some((p.as_path(), TrainFile::read(p)?)),
+                None => None,
             };
-            file = file.overridden_by(a.to_file());
-            let cfg = TrainConfig::from_file_with(file, registry)?;
+            let cfg = TrainConfig::from_sources(file, a.to_file(), registry)?;
             if a.dry_run {
                 println!("{}", serde_json::to_string_pretty(&cfg).map_err(CliError::run)?);
                 let rows = models_cmd::table(&[cfg.model], cfg.batch_size)?;
