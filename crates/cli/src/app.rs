@@ -262,7 +262,7 @@ fn run(cli: Cli, registry: &SyncRegistry) -> Result<(), CliError> {
                 models_cmd::print(&rows);
                 return Ok(());
             }
-            let mut reporter = Reporter::new(cfg.metrics.as_deref(), a.quiet, cfg.epochs)?;
+            let mut reporter = Reporter::for_config(&cfg, a.quiet)?;
             train::train(&cfg, registry, &mut reporter)?;
             Ok(())
         }
