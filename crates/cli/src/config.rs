@@ -592,6 +592,14 @@ impl TrainConfig {
         }
         let devices: DeviceSpec =
             f.devices.as_deref().unwrap_or("auto").parse().map_err(|e: String| usage("devices", &e))?;
+        let cpu_devices = match devices {
+            DeviceSpec::Cpu(n) => n,
+            _ => 1,
+        };
+        let (devices_name, threads_name) = (o.name("devices"), o.name("threads"));
+        let names = crate::preflight::DeviceNames { devices: &devices_name, threads: &threads_name };
+        crate::preflight::check_cpu_devices(cpu_devices, f.threads, crate::train::cores(), &names)
+            .map_err(CliError::usage)?;
         let learners_per_device: LearnersPerDevice = f
             .learners_per_device
             .as_deref()
@@ -783,6 +791,8 @@ mod tests {
             ("learners-per-device = 0", "learners-per-device"),
             ("learners-per-device = \"many\"", "learners-per-device"),
             ("devices = \"tpu\"", "devices"),
+            ("devices = \"cpu:100000\"", "devices"),
+            ("threads = 100000", "threads"),
             ("sync = \"hogwild\"", "sync"),
             ("sma-form = \"fancy\"", "sma-form"),
             ("bn-eval = \"sometimes\"", "bn-eval"),

@@ -26,6 +26,7 @@ pub mod error;
 pub mod experiment;
 pub mod gpu;
 pub mod models_cmd;
+pub mod preflight;
 pub mod registry;
 pub mod report;
 pub mod source;

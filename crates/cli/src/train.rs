@@ -72,7 +72,11 @@ pub fn resolve_hardware(
 ) -> Result<Hardware, CliError> {
     let cpu = |count: usize| Hardware::Cpu { count, threads: threads.unwrap_or_else(|| (cores() / count).max(1)) };
     match spec {
-        DeviceSpec::Cpu(n) => Ok(cpu(*n)),
+        DeviceSpec::Cpu(n) => {
+            crate::preflight::check_cpu_devices(*n, threads, cores(), &crate::preflight::DeviceNames::FLAGS)
+                .map_err(CliError::usage)?;
+            Ok(cpu(*n))
+        }
         DeviceSpec::Auto => match crate::gpu::available_gpus() {
             Ok(gpus) if !gpus.is_empty() => {
                 note(format!("--devices auto: using {} CUDA GPU(s): {}", gpus.len(), crate::gpu::describe(&gpus)));
@@ -146,6 +150,7 @@ pub fn train_with<B: Backend>(
     sync: Box<dyn Synchroniser<B>>,
     reporter: &mut Reporter,
 ) -> Result<Summary, CliError> {
+    crate::preflight::check_run(cfg, data, &graph, &*factory, &*sync)?;
     let mut engine = start_engine(cfg, graph, factory, sync)?;
     let mut run = Run::new(cfg, data, &engine)?;
     announce(cfg, data, &engine, run.per_epoch, reporter)?;
