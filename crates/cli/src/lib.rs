@@ -25,6 +25,7 @@ pub mod config;
 pub mod error;
 pub mod experiment;
 pub mod gpu;
+mod limits;
 pub mod models_cmd;
 pub mod preflight;
 pub mod registry;

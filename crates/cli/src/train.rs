@@ -165,6 +165,7 @@ pub fn train_with<B: Backend>(
         }
         LearnersPerDevice::Fixed(_) => None,
     };
+    let mut last = None;
     while !run.finished(&engine) {
         let rec = run.step(&mut engine, reporter)?;
         if let Some(t) = tuner.as_mut() {
@@ -176,6 +177,14 @@ pub fn train_with<B: Backend>(
         if run.evaluation_due(&rec) {
             run.evaluate(&mut engine, &rec, reporter)?;
         }
+        last = Some(rec);
+    }
+    // The final accuracy is the model's at the end of the run.
+    if let Some(rec) = last.filter(|r| run.evals.last().is_none_or(|e| e.iteration != r.iteration)) {
+        run.evaluate(&mut engine, &rec, reporter)?;
+    }
+    if let Some(note) = crate::limits::short_limit_note(cfg, engine.iteration(), engine.samples(), run.per_epoch) {
+        reporter.say(&note);
     }
     let summary = run.summary(cfg, &engine);
     reporter.finish(&summary)?;
@@ -334,7 +343,9 @@ impl Run {
 
     /// The epoch limit is reached, or the target.
     fn finished<B: Backend>(&self, engine: &Engine<B>) -> bool {
-        self.epoch(engine) >= self.epochs - 1e-9 || self.reached.is_some()
+        let next = (engine.learners() * engine.config().batch_size) as u64;
+        crate::limits::epoch_limit_reached(engine.samples(), next, self.per_epoch, self.epochs)
+            || self.reached.is_some()
     }
 
     /// One iteration with a batch per learner; its time counts as training time.
