@@ -83,13 +83,9 @@ pub fn resolve_hardware(
                 Ok(Hardware::Cuda { ordinals: gpus })
             }
             Ok(_) | Err(_) => {
-                let why = match crate::gpu::available_gpus() {
-                    Err(e) => e.to_string(),
-                    Ok(_) => "no CUDA GPU found".into(),
-                };
                 let hw = cpu(1);
                 if let Hardware::Cpu { threads, .. } = &hw {
-                    note(format!("--devices auto: {why}; using the CPU (cpu:1, {threads} threads)"));
+                    note(crate::gpu::cpu_fallback_note(*threads));
                 }
                 Ok(hw)
             }
