@@ -257,31 +257,40 @@ mod bench_cli {
 fn run(cli: Cli, registry: &SyncRegistry) -> Result<(), CliError> {
     match cli.command {
         Command::Train(a) => {
-            let mut file = match &a.config {
-                Some(p) => TrainFile::read(p)?,
-                None => TrainFile::default(),
+            let file = match &a.config {
+                Some(p) => Some((p.as_path(), TrainFile::read(p)?)),
+                None => None,
             };
-            file = file.overridden_by(a.to_file());
+            let flags = a.to_file();
             let resume = match &a.checkpoint.resume {
                 Some(p) => Some(checkpoint::load(p, &mut |w| eprintln!("warning: {w}"))?),
                 None => None,
             };
             let mut saved_policies = None;
-            if let Some((path, ckpt)) = &resume {
-                let saved: TrainFile = serde_json::from_value(ckpt.state.get("config").cloned().unwrap_or_default())
-                    .map_err(|e| {
-                        CliError::usage(format!("--resume {}: the saved settings are unreadable: {e}", path.display()))
-                    })?;
-                file = resume::merge(saved, file)?;
-                let c: Option<CheckpointPolicy> =
-                    serde_json::from_value(ckpt.state.get("checkpoint_policy").cloned().unwrap_or_default())
-                        .unwrap_or(None);
-                let d: Option<DivergencePolicy> =
-                    serde_json::from_value(ckpt.state.get("divergence_policy").cloned().unwrap_or_default())
-                        .unwrap_or(None);
-                saved_policies = d.map(|d| (c, d));
-            }
-            let cfg = TrainConfig::from_file_with(file, registry)?;
+            let cfg = match &resume {
+                None => TrainConfig::from_sources(file, flags, registry)?,
+                Some((path, ckpt)) => {
+                    let saved: TrainFile =
+                        serde_json::from_value(ckpt.state.get("config").cloned().unwrap_or_default()).map_err(|e| {
+                            CliError::usage(format!(
+                                "--resume {}: the saved settings are unreadable: {e}",
+                                path.display()
+                            ))
+                        })?;
+                    // Refuse what may not change, then build as if the checkpoint were the
+                    // config file (a value from it is named by the checkpoint's path).
+                    let from_file = file.map(|(_, f)| f).unwrap_or_default();
+                    resume::merge(saved.clone(), from_file.clone().overridden_by(flags.clone()))?;
+                    let c: Option<CheckpointPolicy> =
+                        serde_json::from_value(ckpt.state.get("checkpoint_policy").cloned().unwrap_or_default())
+                            .unwrap_or(None);
+                    let d: Option<DivergencePolicy> =
+                        serde_json::from_value(ckpt.state.get("divergence_policy").cloned().unwrap_or_default())
+                            .unwrap_or(None);
+                    saved_policies = d.map(|d| (c, d));
+                    TrainConfig::from_sources(Some((path.as_path(), saved.overridden_by(from_file))), flags, registry)?
+                }
+            };
             let (policy, divergence) = a
                 .checkpoint
                 .resolve(saved_policies.as_ref().map(|(c, d)| (c, d)), resume.as_ref().map(|(p, _)| p.as_path()))?;
@@ -291,7 +300,10 @@ fn run(cli: Cli, registry: &SyncRegistry) -> Result<(), CliError> {
                 models_cmd::print(&rows);
                 return Ok(());
             }
-            let mut reporter = Reporter::new_with(cfg.metrics.as_deref(), a.quiet, cfg.epochs, resume.is_some())?;
+            let mut reporter = Reporter::for_config(&cfg, a.quiet)?;
+            if resume.is_some() {
+                reporter = reporter.append_to_metrics();
+            }
             let opts = train::RunOptions { resume, checkpoint: policy, divergence, interrupt: Interrupt::install()? };
             train::train_with_opts(&cfg, registry, &mut reporter, opts)?;
             Ok(())

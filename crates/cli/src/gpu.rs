@@ -19,6 +19,20 @@ pub fn available_gpus() -> Result<Vec<usize>, CliError> {
     Ok((0..n).collect())
 }
 
+/// The line `--devices auto` prints when it trains on the CPU: one short line, in plain
+/// words. The driver's own error is shown only when a driver is there and failed (no driver,
+/// or a build without CUDA, is the ordinary case of a machine without a GPU).
+pub fn cpu_fallback_note(threads: usize) -> String {
+    let why = match cuda::device_count() {
+        Ok(_) => "no GPU found".to_string(),
+        Err(crossbow_kernels::KernelError::NoCudaDriver(_) | crossbow_kernels::KernelError::NotCompiledWithCuda) => {
+            "no GPU (no CUDA driver)".to_string()
+        }
+        Err(e) => format!("the GPUs cannot be used ({e})"),
+    };
+    format!("--devices auto: {why}, using the CPU (cpu:1, {threads} thread{})", if threads == 1 { "" } else { "s" })
+}
+
 /// A description of the GPUs (names and memory).
 pub fn describe(ordinals: &[usize]) -> String {
     ordinals

@@ -3,7 +3,7 @@
 use crossbow_kernels::CpuBackend;
 use crossbow_replica::exec::workspace_len;
 use crossbow_replica::plan::plan;
-use crossbow_replica::program::{Mode, lower};
+use crossbow_replica::program::Mode;
 use crossbow_replica::{ModelKind, Replica};
 use crossbow_tensor::Shape;
 use serde::Serialize;
@@ -51,7 +51,9 @@ pub fn table(models: &[ModelKind], batch: usize) -> Result<Vec<ModelRow>, CliErr
     for &m in models {
         let (input, classes) = default_input(m);
         let g = m.build(&input, classes)?;
-        let p = lower(&g, batch, Mode::Train)?;
+        // Checked sizes: an absurd batch is an error naming the flag, not an overflow.
+        let p = crate::preflight::lower_checked(&g, batch, Mode::Train)
+            .map_err(|e| CliError::usage(format!("--batch-size {batch}: {e}")))?;
         let pl = plan(&p);
         let ws = workspace_len(&CpuBackend::new(0), &p);
         rows.push(ModelRow {

@@ -1,7 +1,7 @@
 //! What a training run shows and records: a progress bar on a terminal (plain lines
 //! otherwise), a final summary, and one JSON object per line in the metrics file.
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -78,6 +78,47 @@ pub struct Summary {
     pub evaluations: Vec<EvalLine>,
 }
 
+/// The metrics file: opened (created if missing) when the reporter is made, so that a path
+/// that cannot be written is an error before training; an existing file is emptied only when
+/// the first record is written, and a file created for a run that never started is removed.
+struct MetricsFile {
+    path: PathBuf,
+    writer: BufWriter<File>,
+    created: bool,
+    started: bool,
+}
+
+impl MetricsFile {
+    /// Opens `path` for writing without truncating it; `name` is the setting, for errors.
+    fn open(path: &Path, name: &str) -> Result<Self, CliError> {
+        let existed = path.symlink_metadata().is_ok();
+        let file = OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(path)
+            .map_err(|e| CliError::usage(format!("{name} {}: cannot write: {e}", path.display())))?;
+        Ok(MetricsFile { path: path.to_path_buf(), writer: BufWriter::new(file), created: !existed, started: false })
+    }
+
+    fn write_line(&mut self, line: &str) -> std::io::Result<()> {
+        if !self.started {
+            self.writer.get_ref().set_len(0)?;
+            self.started = true;
+        }
+        writeln!(self.writer, "{line}")?;
+        self.writer.flush()
+    }
+}
+
+impl Drop for MetricsFile {
+    fn drop(&mut self) {
+        if self.created && !self.started {
+            // Nothing was ever written: leave no empty file behind a run that failed to start.
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
 /// Prints progress and writes the metrics file.
 pub struct Reporter {
     bar: ProgressBar,
@@ -85,30 +126,25 @@ pub struct Reporter {
     quiet: bool,
     /// Print the final summary line (false for [`Reporter::silent`]).
     summary: bool,
-    metrics: Option<(PathBuf, BufWriter<File>)>,
+    metrics: Option<MetricsFile>,
     last_eval: Option<f64>,
 }
 
 impl Reporter {
-    /// A reporter; `metrics` is created (or truncated) now. `quiet` prints only the summary.
+    /// A reporter; `metrics` is opened now (an error if it cannot be written) and emptied when
+    /// the run writes its first record. `quiet` prints only the summary.
     pub fn new(metrics: Option<&Path>, quiet: bool, epochs: f64) -> Result<Self, CliError> {
-        Self::new_with(metrics, quiet, epochs, false)
+        Self::with_metrics_name(metrics, "--metrics", quiet, epochs)
     }
 
-    /// As [`Reporter::new`]; with `append` the metrics file is appended to (a resumed run).
-    pub fn new_with(metrics: Option<&Path>, quiet: bool, epochs: f64, append: bool) -> Result<Self, CliError> {
-        let metrics = match metrics {
-            Some(p) => {
-                let f = if append {
-                    std::fs::OpenOptions::new().create(true).append(true).open(p)
-                } else {
-                    File::create(p)
-                }
-                .map_err(|e| CliError::usage(format!("--metrics {}: {e}", p.display())))?;
-                Some((p.to_path_buf(), BufWriter::new(f)))
-            }
-            None => None,
-        };
+    /// As [`Reporter::new`] for a training configuration: an unwritable metrics file is named
+    /// as the user gave it (the flag, or the config file and its key).
+    pub fn for_config(cfg: &crate::config::TrainConfig, quiet: bool) -> Result<Self, CliError> {
+        Self::with_metrics_name(cfg.metrics.as_deref(), &cfg.name_of("metrics"), quiet, cfg.epochs)
+    }
+
+    fn with_metrics_name(metrics: Option<&Path>, name: &str, quiet: bool, epochs: f64) -> Result<Self, CliError> {
+        let metrics = metrics.map(|p| MetricsFile::open(p, name)).transpose()?;
         let tty = std::io::stderr().is_terminal() && !quiet;
         let bar = if tty {
             let b = ProgressBar::new((epochs * 1000.0).ceil() as u64);
@@ -122,6 +158,15 @@ impl Reporter {
             ProgressBar::hidden()
         };
         Ok(Reporter { bar, tty, quiet, summary: true, metrics, last_eval: None })
+    }
+
+    /// Keeps what the metrics file already holds and appends to it (a resumed run: the
+    /// records of the run so far stay).
+    pub fn append_to_metrics(mut self) -> Self {
+        if let Some(m) = self.metrics.as_mut() {
+            m.started = true;
+        }
+        self
     }
 
     /// A reporter that prints nothing and writes no file (for benchmarks and experiments).
@@ -152,14 +197,13 @@ impl Reporter {
 
     /// Writes one JSON object to the metrics file.
     pub fn record(&mut self, event: &str, body: Value) -> Result<(), CliError> {
-        if let Some((path, w)) = &mut self.metrics {
+        if let Some(m) = &mut self.metrics {
             let mut obj = json!({ "event": event });
             if let (Some(o), Value::Object(b)) = (obj.as_object_mut(), body) {
                 o.extend(b);
             }
-            writeln!(w, "{obj}")
-                .and_then(|_| w.flush())
-                .map_err(|e| CliError::run(format!("--metrics {}: cannot write: {e}", path.display())))?;
+            m.write_line(&obj.to_string())
+                .map_err(|e| CliError::run(format!("metrics file {}: cannot write: {e}", m.path.display())))?;
         }
         Ok(())
     }

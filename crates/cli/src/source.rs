@@ -51,6 +51,9 @@ impl EvalSource for TestSet {
     }
 
     fn for_each_batch(&mut self, batch: usize, f: &mut EvalVisitor<'_>) -> Result<(), ReplicaError> {
+        // A batch larger than the test set is the whole set (its buffer is not allocated at
+        // the size asked for).
+        let batch = batch.min(self.dataset.len().max(1));
         let batches =
             EvalBatches::new(&self.dataset, batch, &self.normalize).map_err(|e| ReplicaError::Data(e.to_string()))?;
         for b in batches {

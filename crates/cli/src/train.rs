@@ -79,20 +79,20 @@ pub fn resolve_hardware(
 ) -> Result<Hardware, CliError> {
     let cpu = |count: usize| Hardware::Cpu { count, threads: threads.unwrap_or_else(|| (cores() / count).max(1)) };
     match spec {
-        DeviceSpec::Cpu(n) => Ok(cpu(*n)),
+        DeviceSpec::Cpu(n) => {
+            crate::preflight::check_cpu_devices(*n, threads, cores(), &crate::preflight::DeviceNames::FLAGS)
+                .map_err(CliError::usage)?;
+            Ok(cpu(*n))
+        }
         DeviceSpec::Auto => match crate::gpu::available_gpus() {
             Ok(gpus) if !gpus.is_empty() => {
                 note(format!("--devices auto: using {} CUDA GPU(s): {}", gpus.len(), crate::gpu::describe(&gpus)));
                 Ok(Hardware::Cuda { ordinals: gpus })
             }
             Ok(_) | Err(_) => {
-                let why = match crate::gpu::available_gpus() {
-                    Err(e) => e.to_string(),
-                    Ok(_) => "no CUDA GPU found".into(),
-                };
                 let hw = cpu(1);
                 if let Hardware::Cpu { threads, .. } = &hw {
-                    note(format!("--devices auto: {why}; using the CPU (cpu:1, {threads} threads)"));
+                    note(crate::gpu::cpu_fallback_note(*threads));
                 }
                 Ok(hw)
             }
@@ -223,6 +223,7 @@ pub fn train_with_options<B: Backend>(
         (_, LearnersPerDevice::Auto) => vec![1; n_dev],
         (_, LearnersPerDevice::Fixed(m)) => vec![m; n_dev],
     };
+    crate::preflight::check_run(cfg, data, &graph, &*factory, &*sync)?;
     let mut engine = start_engine(cfg, graph, factory, sync, &layout)?;
     let mut run = Run::new(cfg, data, &engine)?;
     let mut ckpt = match &opts.checkpoint {
@@ -268,6 +269,7 @@ pub fn train_with_options<B: Backend>(
         write_checkpoint(cfg, data, &engine, &run, tuner.as_ref(), &guard, &opts, c, reporter)?;
         report_written(c.flush(), c, reporter)?;
     }
+    let mut last = None;
     while !run.finished(&engine) {
         let stepped = run.step(&mut engine, reporter);
         let diverged = match &stepped {
@@ -326,9 +328,19 @@ pub fn train_with_options<B: Backend>(
         {
             write_checkpoint(cfg, data, &engine, &run, tuner.as_ref(), &guard, &opts, c, reporter)?;
         }
+        last = Some(rec);
+    }
+    // The final accuracy is the model's at the end of the run.
+    let mut evaluated_at_end = false;
+    if let Some(rec) = last.filter(|r| run.evals.last().is_none_or(|e| e.iteration != r.iteration)) {
+        run.evaluate(&mut engine, &rec, reporter)?;
+        evaluated_at_end = true;
+    }
+    if let Some(note) = crate::limits::short_limit_note(cfg, engine.iteration(), engine.samples(), run.per_epoch) {
+        reporter.say(&note);
     }
     if let Some(c) = ckpt.as_mut() {
-        if c.submitted() != Some(engine.iteration()) {
+        if evaluated_at_end || c.submitted() != Some(engine.iteration()) {
             write_checkpoint(cfg, data, &engine, &run, tuner.as_ref(), &guard, &opts, c, reporter)?;
         }
         report_written(c.flush(), c, reporter)?;
@@ -862,7 +874,9 @@ impl Run {
 
     /// The epoch limit is reached, or the target.
     fn finished<B: Backend>(&self, engine: &Engine<B>) -> bool {
-        self.epoch(engine) >= self.epochs - 1e-9 || self.reached.is_some()
+        let next = (engine.learners() * engine.config().batch_size) as u64;
+        crate::limits::epoch_limit_reached(engine.samples(), next, self.per_epoch, self.epochs)
+            || self.reached.is_some()
     }
 
     /// One iteration with a batch per learner; its time counts as training time.

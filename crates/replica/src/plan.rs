@@ -23,19 +23,20 @@ pub struct MemoryPlan {
 }
 
 impl MemoryPlan {
-    /// Elements of all slots together.
+    /// Elements of all slots together. (A program from [`crate::program::lower`] has its
+    /// sizes checked against overflow; for any other, the sums saturate rather than wrap.)
     pub fn planned_len(&self) -> usize {
-        self.slot_len.iter().sum()
+        self.slot_len.iter().fold(0usize, |a, &n| a.saturating_add(n))
     }
 
     /// Bytes of all slots (f32).
     pub fn planned_bytes(&self) -> usize {
-        self.planned_len() * 4
+        self.planned_len().saturating_mul(4)
     }
 
     /// Bytes without reuse (f32).
     pub fn unplanned_bytes(&self) -> usize {
-        self.unplanned_len * 4
+        self.unplanned_len.saturating_mul(4)
     }
 }
 
@@ -102,7 +103,8 @@ pub fn plan(program: &Program) -> MemoryPlan {
         free.append(&mut release_at[i]);
     }
     let slot_of: Vec<usize> = (0..nt).map(|t| slot_of_storage[storage(t)]).collect();
-    let unplanned_len = (0..nt).filter(|&t| used[t] && t == storage(t)).map(|t| program.tensors[t].len).sum();
+    let unplanned_len =
+        (0..nt).filter(|&t| used[t] && t == storage(t)).fold(0usize, |a, t| a.saturating_add(program.tensors[t].len));
     MemoryPlan { slot_len, slot_of, unplanned_len }
 }
 

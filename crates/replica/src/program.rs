@@ -387,6 +387,33 @@ impl Lowering<'_> {
     }
 }
 
+/// Bytes (`f32`) of every tensor of the program at `batch`, bounded from above without
+/// lowering: each node has at most an activation, a dropout mask, a gradient and one partial
+/// gradient per consumer, each `batch × per_sample` elements. Checked arithmetic, so an
+/// absurd batch size is an error here rather than an overflow in the lowering, the memory
+/// plan or the engine's footprint (all of which add up at most these tensors).
+fn size_bound_bytes(graph: &Graph, batch: usize, consumers: &[Vec<NodeId>]) -> Option<usize> {
+    (0..graph.nodes.len())
+        .try_fold(0usize, |acc, n| {
+            let per_node =
+                graph.per_sample(n).checked_mul(3usize.checked_add(consumers.get(n).map_or(0, Vec::len))?)?;
+            acc.checked_add(per_node)
+        })?
+        .checked_mul(batch)?
+        .checked_mul(std::mem::size_of::<f32>())
+}
+
+fn check_size(graph: &Graph, batch: usize, consumers: &[Vec<NodeId>]) -> Result<()> {
+    match size_bound_bytes(graph, batch, consumers) {
+        Some(_) => Ok(()),
+        None => Err(ReplicaError::Config(format!(
+            "batch size {batch} is too large: the tensors of {} at that batch size would not fit in {} bits of address space",
+            graph.name,
+            usize::BITS
+        ))),
+    }
+}
+
 /// Whether the backward pass of node `n`'s own layer reads its output (so the output may not
 /// be overwritten in place by a consumer).
 fn backward_reads_output(layer: &Layer) -> bool {
@@ -400,6 +427,7 @@ pub fn lower(graph: &Graph, batch: usize, mode: Mode) -> Result<Program> {
     }
     let n_nodes = graph.nodes.len();
     let consumers: Vec<Vec<NodeId>> = (0..n_nodes).map(|n| graph.consumers(n)).collect();
+    check_size(graph, batch, &consumers)?;
     let mut l = Lowering {
         g: graph,
         batch,
@@ -636,5 +664,32 @@ fn lower_backward(l: &mut Lowering<'_>) {
             }
             let _ = slot;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::models::ModelKind;
+    use crate::plan::plan;
+    use crossbow_tensor::Shape;
+
+    #[test]
+    fn absurd_batch_sizes_are_errors_not_overflows() {
+        let g = ModelKind::LeNet5.build(&Shape::new(vec![1, 28, 28]), 10).unwrap();
+        for batch in [usize::MAX, usize::MAX / 2, 1 << 50] {
+            for mode in [Mode::Train, Mode::Eval, Mode::Calibrate] {
+                let e = lower(&g, batch, mode).unwrap_err().to_string();
+                assert!(e.contains(&format!("batch size {batch} is too large")), "{e}");
+            }
+        }
+        // Large but representable: lowering and planning allocate nothing, and the plan's
+        // sums stay below the bound the lowering checked.
+        let p = lower(&g, 1 << 32, Mode::Train).unwrap();
+        let pl = plan(&p);
+        assert!(pl.planned_len() <= pl.unplanned_len);
+        assert_eq!(pl.unplanned_bytes(), pl.unplanned_len * 4);
+        let bound = size_bound_bytes(&g, 1 << 32, &(0..g.nodes.len()).map(|n| g.consumers(n)).collect::<Vec<_>>());
+        assert!(pl.unplanned_bytes() <= bound.unwrap());
     }
 }

@@ -81,16 +81,26 @@ impl DeviceFactory<CpuBackend> for CpuDevices {
 /// Memory a CPU device may give its learners: half of the available memory, shared among
 /// `devices` CPU devices (read from /proc/meminfo; 4 GiB per device when unknown).
 pub fn cpu_memory_budget(devices: usize) -> u64 {
-    let avail = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
-        s.lines()
-            .find(|l| l.starts_with("MemAvailable:"))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|kb| kb.parse::<u64>().ok())
-    });
-    match avail {
-        Some(kb) => kb * 1024 / 2 / devices.max(1) as u64,
+    match available_memory() {
+        Some(bytes) => bytes / 2 / devices.max(1) as u64,
         None => 4 << 30,
     }
+}
+
+/// The memory this machine has available for new allocations, in bytes (`MemAvailable` of
+/// /proc/meminfo), when known.
+pub fn available_memory() -> Option<u64> {
+    std::fs::read_to_string("/proc/meminfo").ok().as_deref().and_then(mem_available)
+}
+
+/// `MemAvailable` of a /proc/meminfo text, in bytes.
+fn mem_available(meminfo: &str) -> Option<u64> {
+    meminfo
+        .lines()
+        .find(|l| l.starts_with("MemAvailable:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .and_then(|kb| kb.checked_mul(1024))
 }
 
 /// GPUs as engine devices: every learner gets its own stream (a [`CudaBackend`]), the device
@@ -138,5 +148,19 @@ impl DeviceFactory<CudaBackend> for CudaDevices {
     /// 90% of the free device memory when asked (the rest for cuBLAS/cuDNN workspaces).
     fn memory_budget(&self, d: usize) -> Option<u64> {
         self.devices[d].mem_info().ok().map(|m| m.free as u64 / 10 * 9)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mem_available_is_read_in_bytes() {
+        let text = "MemTotal:       24000000 kB\nMemFree:  100 kB\nMemAvailable:   21000000 kB\n";
+        assert_eq!(mem_available(text), Some(21_000_000 * 1024));
+        assert_eq!(mem_available("MemTotal: 5 kB\n"), None);
+        assert_eq!(mem_available("MemAvailable: lots kB\n"), None);
+        assert_eq!(mem_available(&format!("MemAvailable: {} kB\n", u64::MAX)), None);
     }
 }

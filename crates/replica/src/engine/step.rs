@@ -79,12 +79,22 @@ impl<B: Backend> Engine<B> {
                     .devices
                     .iter_mut()
                     .zip(per_device)
-                    .map(|(dev, bs)| s.spawn(move || dev.run_learners(sync, &info, bs, seed, len)))
+                    .map(|(dev, bs)| {
+                        let name = format!("crossbow-{}", dev.device);
+                        std::thread::Builder::new()
+                            .name(name)
+                            .spawn_scoped(s, move || dev.run_learners(sync, &info, bs, seed, len))
+                    })
                     .collect();
+                // A thread that could not be started is an error, not a panic; the threads that
+                // did start are joined all the same.
                 handles
                     .into_iter()
-                    .map(|h| {
-                        h.join().unwrap_or_else(|_| Err(ReplicaError::DeviceThread("a device thread panicked".into())))
+                    .map(|h| match h {
+                        Ok(h) => h
+                            .join()
+                            .unwrap_or_else(|_| Err(ReplicaError::DeviceThread("a device thread panicked".into()))),
+                        Err(e) => Err(ReplicaError::DeviceThread(format!("cannot start a device thread: {e}"))),
                     })
                     .collect()
             })

@@ -9,13 +9,14 @@
 //! settled, so that a change on one device never lands in another's measurement window.
 
 use crossbow_kernels::Backend;
-use crossbow_tuner::{Decision, MemoryFigures, Report, Sample, Tuner, TunerConfig};
+use crossbow_tuner::{Comparison, Decision, MemoryFigures, Reason, Report, Sample, Tuner, TunerConfig};
 use serde::Serialize;
 
 use super::{Engine, IterationRecord};
 use crate::error::{ReplicaError, Result};
 
-/// Something the auto-tuner did, for logs and metrics files.
+/// Something the auto-tuner decided, for logs and metrics files: one event per decision (a
+/// move of several learners, asked for one learner at a time, is one event).
 #[derive(Clone, Debug, Serialize)]
 pub struct TuningEvent {
     /// The iteration after which it happened.
@@ -26,31 +27,139 @@ pub struct TuningEvent {
     pub device: usize,
     /// The tuner's report (decision, reason, figures).
     pub report: Report,
+    /// Median images/s of the learners running when the decision was taken, when measured.
+    pub images_per_sec: Option<f64>,
+    /// The learner count they were compared with and its median images/s, if any.
+    pub compared_with: Option<(usize, f64)>,
     /// Learners per device after the decision was applied.
     pub learners_after: Vec<usize>,
     /// Why the decision could not be applied, if it could not.
     pub failed: Option<String>,
 }
 
+fn learners(n: usize) -> String {
+    format!("{n} learner{}", if n == 1 { "" } else { "s" })
+}
+
+fn comparison(reason: &Reason) -> Option<&Comparison> {
+    match reason {
+        Reason::Improved(c)
+        | Reason::NoGainTryingMore(c)
+        | Reason::NoGain(c)
+        | Reason::NotWorthKeeping(c)
+        | Reason::WorthKeepingTryingFewer(c)
+        | Reason::WorthKeeping(c) => Some(c),
+        _ => None,
+    }
+}
+
+/// Bytes in the largest binary unit that keeps them at least 1 (`1.50 GiB`, `12.0 MiB`).
+fn size(bytes: u64) -> String {
+    let b = bytes as f64;
+    match bytes {
+        n if n >= 1 << 30 => format!("{:.2} GiB", b / (1u64 << 30) as f64),
+        n if n >= 1 << 20 => format!("{:.1} MiB", b / (1u64 << 20) as f64),
+        n if n >= 1 << 10 => format!("{:.1} KiB", b / 1024.0),
+        n => format!("{n} bytes"),
+    }
+}
+
 impl TuningEvent {
-    /// One line: `k learners: N img/s -> add / remove / keep (reason)`.
+    /// One line: `tuner device D: k learners: N img/s (+x% vs j) -> add / remove / keep: why`.
     pub fn line(&self) -> String {
-        let action = match self.report.decision {
-            Decision::AddLearner => "add a learner",
-            Decision::RemoveLearner => "remove a learner",
-            Decision::Keep => "keep",
-            Decision::Settled => "settled",
+        let r = &self.report;
+        let mut s = format!("tuner device {}: ", self.device);
+        match r.learners {
+            Some(k) => s.push_str(&learners(k)),
+            None => s.push_str("no learners measured yet"),
+        }
+        if let Some(n) = self.images_per_sec {
+            s.push_str(&format!(": {n:.0} img/s"));
+            if let Some((j, m)) = self.compared_with
+                && m > 0.0
+            {
+                s.push_str(&format!(" ({:+.1}% vs {j})", (n / m - 1.0) * 100.0));
+            }
+        }
+        let k = r.learners.unwrap_or(r.target);
+        let action = match r.decision {
+            Decision::AddLearner if r.target > k + 1 => format!("add {} (to {})", r.target - k, r.target),
+            Decision::AddLearner => "add".to_string(),
+            Decision::RemoveLearner if r.target + 1 < k => format!("remove {} (to {})", k - r.target, r.target),
+            Decision::RemoveLearner => "remove".to_string(),
+            Decision::Keep | Decision::Settled => "keep".to_string(),
         };
-        let now = self.report.learners.map(|n| n.to_string()).unwrap_or_else(|| "?".into());
-        let mut s = format!(
-            "tuner device {}: {now} learners -> {action} (target {}): {}",
-            self.device, self.report.target, self.report.reason
-        );
+        s.push_str(&format!(" -> {action}: {}", self.why()));
         if let Some(e) = &self.failed {
             s.push_str(&format!(" [could not apply: {e}]"));
         }
         s
     }
+
+    /// The reason, in a few words.
+    fn why(&self) -> String {
+        let r = &self.report;
+        let settled = if r.decision == Decision::Settled { ", settled" } else { "" };
+        let pct = |x: f64| format!("{:+.1}%", x * 100.0);
+        if r.decision == Decision::Settled && comparison(&r.reason).is_some() {
+            // The comparison was reported with the move that led here.
+            return "the best count, settled".to_string();
+        }
+        let text = match r.reason {
+            Reason::Starting => "waiting for the first measurement".to_string(),
+            Reason::WarmingUp { .. } | Reason::Measuring { .. } => "measuring".to_string(),
+            Reason::Explore { .. } => "first measurement, trying one more".to_string(),
+            Reason::Improved(c) => format!("{} beats the {} needed", pct(c.change), pct(c.needed)),
+            Reason::NoGainTryingMore(c) => {
+                format!("{} is short of the {} needed; trying one more", pct(c.change), pct(c.needed))
+            }
+            Reason::NoGain(c) => format!(
+                "{} learners: {} where {} was needed; {} is the best",
+                c.to_learners,
+                pct(c.change),
+                pct(c.needed),
+                c.from_learners
+            ),
+            Reason::NotWorthKeeping(c) => format!(
+                "{} learners gained only {} over {} ({} needed); trying fewer",
+                c.to_learners,
+                pct(c.change),
+                c.from_learners,
+                pct(c.needed)
+            ),
+            Reason::WorthKeepingTryingFewer(c) | Reason::WorthKeeping(c) => format!(
+                "{} learners gain {} over {} ({} needed), worth keeping",
+                c.to_learners,
+                pct(c.change),
+                c.from_learners,
+                pct(c.needed)
+            ),
+            Reason::MaxLearners { max } => format!("at the maximum of {}", learners(max)),
+            Reason::MinLearners { min } => format!("at the minimum of {}", learners(min)),
+            Reason::MemoryBudget { learners: n, needed_bytes, budget_bytes } => {
+                format!("{} would need {} of a {} memory budget", learners(n), size(needed_bytes), size(budget_bytes))
+            }
+            Reason::MemoryFree { needed_bytes, free_bytes } => {
+                format!("one more learner needs {}, {} free", size(needed_bytes), size(free_bytes))
+            }
+            Reason::MemoryUnknown => "memory needs unknown, not adding learners".to_string(),
+            Reason::ChangeFailed { learners: n } => format!("could not move to {}", learners(n)),
+            Reason::ThroughputDrop { learners: n, drop, .. } => {
+                format!("throughput at {} fell {:.1}% since settling; re-tuning", learners(n), drop * 100.0)
+            }
+            Reason::ExternalChange { expected, reported } => {
+                format!("learner count changed outside the tuner ({expected} -> {reported}); re-tuning")
+            }
+            Reason::Requested => "re-tuning on request".to_string(),
+        };
+        format!("{text}{settled}")
+    }
+}
+
+/// Whether a report is a new decision worth an event: a change, failure or settling, and not
+/// the next one-learner step of a move already reported (same decision, target and reason).
+fn new_decision(last: Option<&(Decision, usize, Reason)>, report: &Report) -> bool {
+    report.decision != Decision::Keep && last != Some(&(report.decision, report.target, report.reason))
 }
 
 /// The tuner and the bookkeeping around it.
@@ -58,7 +167,7 @@ pub struct AutoTuner {
     tuner: Tuner,
     /// With several devices behind one barrier: the device being tuned now.
     probing: Option<usize>,
-    last_logged: Vec<Option<Decision>>,
+    last_logged: Vec<Option<(Decision, usize, Reason)>>,
 }
 
 impl AutoTuner {
@@ -125,20 +234,40 @@ impl AutoTuner {
             {
                 self.probing = (p + 1 < rec.learners.len()).then_some(p + 1);
             }
-            let repeat_settled = report.decision == Decision::Settled && self.last_logged[d] == Some(Decision::Settled);
-            if (report.decision != Decision::Keep && !repeat_settled) || failed.is_some() {
-                self.last_logged[d] = Some(report.decision);
+            if new_decision(self.last_logged[d].as_ref(), &report) || failed.is_some() {
+                self.last_logged[d] = Some((report.decision, report.target, report.reason));
+                let (images_per_sec, compared_with) = self.figures(d, &report);
                 events.push(TuningEvent {
                     iteration: rec.iteration,
                     epoch: rec.epoch,
                     device: d,
                     report,
+                    images_per_sec,
+                    compared_with,
                     learners_after: engine.layout(),
                     failed,
                 });
             }
         }
         Ok(events)
+    }
+
+    /// The measured median of the count running at `report`, and the count it was compared
+    /// with (from the report's comparison, else the device's table of this round).
+    fn figures(&self, d: usize, report: &Report) -> (Option<f64>, Option<(usize, f64)>) {
+        let Some(k) = report.learners else { return (None, None) };
+        match comparison(&report.reason) {
+            Some(c) if c.to_learners == k => (Some(c.to_median), Some((c.from_learners, c.from_median))),
+            Some(c) if c.from_learners == k => (Some(c.from_median), Some((c.to_learners, c.to_median))),
+            _ => {
+                let table = self.tuner.device(d).map(|t| t.table()).unwrap_or(&[]);
+                let median = match report.reason {
+                    Reason::Explore { learners, median } if learners == k => Some(median),
+                    _ => table.iter().find(|e| e.learners == k).map(|e| e.median),
+                };
+                (median, None)
+            }
+        }
     }
 }
 
@@ -154,7 +283,7 @@ impl AutoTuner {
     /// Replaces the state with one [`AutoTuner::save`] wrote, for the same number of
     /// devices; the memory figures stay this tuner's (they are the current engine's).
     pub fn restore(&mut self, state: &serde_json::Value) -> Result<()> {
-        type Saved = (Tuner, Option<usize>, Vec<Option<Decision>>);
+        type Saved = (Tuner, Option<usize>, Vec<Option<(Decision, usize, Reason)>>);
         let (mut tuner, probing, last_logged): Saved = serde_json::from_value(state.clone())
             .map_err(|e| ReplicaError::Config(format!("tuner state in the checkpoint is unreadable: {e}")))?;
         let n = self.last_logged.len();
@@ -177,5 +306,180 @@ impl AutoTuner {
         self.probing = probing;
         self.last_logged = last_logged;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crossbow_kernels::CpuBackend;
+    use crossbow_kernels::optim::SgdConfig;
+    use crossbow_tensor::{Device, Shape};
+    use crossbow_tuner::SampleUse;
+
+    use super::*;
+    use crate::engine::{CpuDevices, DeviceFactory, EngineConfig};
+    use crate::graph::{Graph, GraphBuilder};
+    use crate::schedule::Schedule;
+    use crate::sync::{HostAllReduce, Independent};
+
+    fn report(decision: Decision, learners: usize, target: usize, reason: Reason) -> Report {
+        Report { decision, learners: Some(learners), target, reason, sample: SampleUse::Measured, round: 0 }
+    }
+
+    fn event(report: Report, images_per_sec: Option<f64>, compared_with: Option<(usize, f64)>) -> TuningEvent {
+        TuningEvent {
+            iteration: 9,
+            epoch: 0.1,
+            device: 0,
+            report,
+            images_per_sec,
+            compared_with,
+            learners_after: vec![],
+            failed: None,
+        }
+    }
+
+    fn cmp(from: (usize, f64), to: (usize, f64), needed: f64) -> Comparison {
+        Comparison {
+            from_learners: from.0,
+            from_median: from.1,
+            to_learners: to.0,
+            to_median: to.1,
+            change: to.1 / from.1 - 1.0,
+            needed,
+        }
+    }
+
+    #[test]
+    fn lines_say_count_throughput_change_and_action() {
+        let c = cmp((1, 2000.0), (2, 2300.0), 0.05);
+        let l = event(report(Decision::AddLearner, 2, 3, Reason::Improved(c)), Some(2300.0), Some((1, 2000.0))).line();
+        assert_eq!(l, "tuner device 0: 2 learners: 2300 img/s (+15.0% vs 1) -> add: +15.0% beats the +5.0% needed");
+        let start = Reason::Explore { learners: 1, median: 2981.2 };
+        let l = event(report(Decision::AddLearner, 1, 2, start), Some(2981.2), None).line();
+        assert_eq!(l, "tuner device 0: 1 learner: 2981 img/s -> add: first measurement, trying one more");
+        // A move of two learners back to the best, then settling there.
+        let c = cmp((2, 3000.0), (4, 2400.0), 0.1025);
+        let l = event(report(Decision::RemoveLearner, 4, 2, Reason::NoGain(c)), Some(2400.0), Some((2, 3000.0))).line();
+        assert!(l.starts_with("tuner device 0: 4 learners: 2400 img/s (-20.0% vs 2) -> remove 2 (to 2): "), "{l}");
+        let l = event(report(Decision::Settled, 2, 2, Reason::NoGain(c)), Some(3000.0), Some((4, 2400.0))).line();
+        assert!(l.starts_with("tuner device 0: 2 learners: 3000 img/s (+25.0% vs 4) -> keep: "), "{l}");
+        assert!(l.ends_with("-> keep: the best count, settled"), "{l}");
+        let mem = Reason::MemoryBudget { learners: 3, needed_bytes: 3 << 30, budget_bytes: 2 << 30 };
+        let l = event(report(Decision::Settled, 2, 2, mem), None, None).line();
+        assert_eq!(
+            l,
+            "tuner device 0: 2 learners -> keep: 3 learners would need 3.00 GiB of a 2.00 GiB memory budget, settled"
+        );
+        assert_eq!(
+            (size(1536 << 20), size(3 << 19), size(2048), size(5)),
+            ("1.50 GiB".into(), "1.5 MiB".into(), "2.0 KiB".into(), "5 bytes".into())
+        );
+    }
+
+    #[test]
+    fn one_event_per_decision_not_per_step() {
+        let c = cmp((2, 3000.0), (4, 2400.0), 0.1025);
+        let first = report(Decision::RemoveLearner, 4, 2, Reason::NoGain(c));
+        let step = report(Decision::RemoveLearner, 3, 2, Reason::NoGain(c));
+        let settled = report(Decision::Settled, 2, 2, Reason::NoGain(c));
+        let key = |r: &Report| (r.decision, r.target, r.reason);
+        assert!(new_decision(None, &first));
+        assert!(!new_decision(Some(&key(&first)), &step), "the second step of the same move");
+        assert!(new_decision(Some(&key(&first)), &settled));
+        assert!(!new_decision(Some(&key(&settled)), &settled), "settled again");
+        assert!(!new_decision(None, &report(Decision::Keep, 2, 2, Reason::Measuring { windows: 1, needed: 5 })));
+        let c2 = cmp((2, 3000.0), (3, 3400.0), 0.05);
+        let climb = report(Decision::AddLearner, 3, 4, Reason::Improved(c2));
+        assert!(new_decision(Some(&key(&settled)), &climb));
+    }
+
+    /// CPU devices with a memory budget set by the test.
+    struct Budgeted {
+        cpu: CpuDevices,
+        budget: u64,
+    }
+
+    impl DeviceFactory<CpuBackend> for Budgeted {
+        fn devices(&self) -> Vec<Device> {
+            self.cpu.devices()
+        }
+        fn learner_backend(&self, d: usize, learners: usize) -> Result<CpuBackend> {
+            self.cpu.learner_backend(d, learners)
+        }
+        fn device_backend(&self, d: usize) -> Result<CpuBackend> {
+            self.cpu.device_backend(d)
+        }
+        fn host_threads(&self, d: usize) -> usize {
+            self.cpu.host_threads(d)
+        }
+        fn memory_budget(&self, _d: usize) -> Option<u64> {
+            Some(self.budget)
+        }
+    }
+
+    fn tiny() -> Graph {
+        let mut b = GraphBuilder::new("tiny", Shape::new(vec![1, 4, 4])).unwrap();
+        let x = b.input();
+        let out = b.linear("fc", x, 3, true).unwrap();
+        b.finish(out).unwrap()
+    }
+
+    /// Throughput that grows with every learner: only memory stops the tuner, at the largest
+    /// count whose footprint fits the device's budget.
+    #[test]
+    fn the_tuner_never_adds_learners_beyond_the_memory_budget() {
+        let cfg = EngineConfig {
+            batch_size: 2,
+            sgd: SgdConfig::plain(0.1),
+            schedule: Schedule::Constant,
+            seed: 1,
+            eval_batch_size: 4,
+        };
+        let make = |budget: u64| {
+            Engine::new(
+                tiny(),
+                cfg.clone(),
+                Box::new(Budgeted { cpu: CpuDevices { count: 1, threads: 1 }, budget }),
+                Box::new(Independent::default()),
+                Box::new(HostAllReduce),
+                &[1],
+            )
+            .unwrap()
+        };
+        let fp = make(u64::MAX).footprint();
+        // Room for three learners and a half.
+        let mut engine = make(fp.fixed_bytes_per_device + 3 * fp.bytes_per_learner + fp.bytes_per_learner / 2);
+        let tc = TunerConfig { max_learners: 8, ..TunerConfig::default() };
+        let mut tuner = AutoTuner::new(&engine, tc, true).unwrap();
+        let mut most = 1;
+        let mut lines = vec![];
+        for it in 1..400u64 {
+            let k = engine.learners();
+            most = most.max(k);
+            // k learners process k times the images in a tenth of the time: always a gain.
+            let secs = 0.01 / k as f64;
+            let rec = IterationRecord {
+                iteration: it,
+                epoch: it as f64 / 100.0,
+                lr: 0.1,
+                loss: 1.0,
+                accuracy: 0.5,
+                images: 2 * k,
+                seconds: secs,
+                device_seconds: vec![secs],
+                learners: engine.layout(),
+            };
+            for ev in tuner.after_step(&mut engine, &rec).unwrap() {
+                lines.push(ev.line());
+            }
+            if tuner.settled() {
+                break;
+            }
+        }
+        assert!(tuner.settled(), "{lines:#?}");
+        assert_eq!(most, 3, "{lines:#?}");
+        assert_eq!(engine.learners(), 3, "{lines:#?}");
+        assert!(lines.last().is_some_and(|l| l.contains("memory budget")), "{lines:#?}");
     }
 }
