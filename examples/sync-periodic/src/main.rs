@@ -20,7 +20,7 @@ use std::process::ExitCode;
 use crossbow_cli::{SyncOptions, SyncRegistry};
 use crossbow_kernels::{Backend, View, ViewMut};
 use crossbow_replica::Result;
-use crossbow_replica::sync::{Central, LearnerBuffers, LearnerRef, Settings, StepInfo, Synchroniser, sgd, sum_into};
+use crossbow_replica::sync::{Central, LearnerBuffers, LearnerRef, Settings, StepInfo, Synchroniser, sgd};
 
 /// Periodic model averaging every `period` iterations.
 struct PeriodicAveraging {
@@ -60,23 +60,38 @@ impl<B: Backend> Synchroniser<B> for PeriodicAveraging {
         _z: &B::Buffer,
         len: usize,
     ) -> Result<()> {
-        sgd(be, &info.sgd, l.params, l.grads, l.velocity, len)
+        sgd(be, &info.sgd, l.params, l.grads, l.velocity, len)?;
+        if info.lr_dropped {
+            // Momentum built at the old rate is dropped, as the built-in synchronisers do.
+            be.fill(ViewMut::new(l.velocity, 0..len)?, 0.0)?;
+        }
+        Ok(())
     }
 
-    /// Each device contributes the sum of its learners' weights (only when averaging).
+    /// Each device contributes the sum of its learners' differences from `z` (only when
+    /// averaging): differences, so that replicas equal to `z` leave it exactly where it is
+    /// (a sum of k copies divided by k need not round back to the copy).
     fn reduce_device(
         &self,
         be: &B,
         info: &StepInfo,
         ls: &[LearnerRef<'_, B>],
-        _c: &Central<B>,
+        c: &Central<B>,
         out: &mut B::Buffer,
         len: usize,
     ) -> Result<()> {
-        if self.averaging_now(info) { sum_into(be, ls.iter().map(|l| l.params), out, len) } else { Ok(()) }
+        if !self.averaging_now(info) {
+            return Ok(());
+        }
+        be.fill(ViewMut::new(out, 0..len)?, 0.0)?;
+        for l in ls {
+            be.axpy(1.0, View::new(l.params, 0..len)?, ViewMut::new(out, 0..len)?)?;
+            be.axpy(-1.0, View::new(&c.z, 0..len)?, ViewMut::new(out, 0..len)?)?;
+        }
+        Ok(())
     }
 
-    /// The all-reduced total is the sum over every learner: z = total / k.
+    /// The all-reduced total is the sum over every learner: z += total / k, the average.
     fn apply_device(
         &self,
         be: &B,
@@ -87,7 +102,7 @@ impl<B: Backend> Synchroniser<B> for PeriodicAveraging {
     ) -> Result<()> {
         if self.averaging_now(info) {
             let k = info.learners.max(1) as f32;
-            be.axpby(1.0 / k, View::new(&*total, 0..len)?, 0.0, ViewMut::new(&mut c.z, 0..len)?)?;
+            be.axpy(1.0 / k, View::new(&*total, 0..len)?, ViewMut::new(&mut c.z, 0..len)?)?;
         }
         Ok(())
     }
@@ -114,4 +129,68 @@ fn main() -> ExitCode {
         PeriodicAveraging::from_options,
     );
     crossbow_cli::main_with(registry)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crossbow_kernels::CpuBackend;
+    use crossbow_kernels::optim::SgdConfig;
+    use crossbow_replica::engine::{CpuDevices, Engine, EngineConfig, TrainBatch};
+    use crossbow_replica::sync::HostAllReduce;
+    use crossbow_replica::{ModelKind, Schedule};
+    use crossbow_tensor::Shape;
+
+    struct Batch(Vec<f32>, Vec<f32>);
+
+    impl TrainBatch for Batch {
+        fn images(&self) -> &[f32] {
+            &self.0
+        }
+        fn labels(&self) -> &[f32] {
+            &self.1
+        }
+    }
+
+    /// The invariant every synchroniser must keep: at learning rate 0 (and no weight decay)
+    /// nothing moves, bit for bit, through averagings, on one and on two devices.
+    #[test]
+    fn nothing_moves_at_learning_rate_zero() {
+        let g = ModelKind::LeNet5.build(&Shape::new(vec![1, 12, 12]), 3).unwrap();
+        for layout in [vec![1], vec![3], vec![2, 3]] {
+            let cfg = EngineConfig {
+                batch_size: 2,
+                sgd: SgdConfig { lr: 0.0, momentum: 0.9, weight_decay: 0.0, nesterov: false },
+                schedule: Schedule::Constant,
+                seed: 9,
+                eval_batch_size: 2,
+            };
+            let mut e: Engine<CpuBackend> = Engine::new(
+                g.clone(),
+                cfg,
+                Box::new(CpuDevices { count: layout.len(), threads: 1 }),
+                Box::new(PeriodicAveraging { period: 2 }),
+                Box::new(HostAllReduce),
+                &layout,
+            )
+            .unwrap();
+            let z0 = e.central_to_host(0).unwrap();
+            for t in 0..7u64 {
+                let batches = (0..e.learners())
+                    .map(|j| {
+                        let x = (0..2 * 144).map(|i| ((i as u64 * 31 + t * 7 + j as u64) % 17) as f32 / 17.0).collect();
+                        Batch(x, vec![(t % 3) as f32, (j % 3) as f32])
+                    })
+                    .collect();
+                e.step(batches, 1000).unwrap();
+            }
+            for d in 0..layout.len() {
+                assert!(e.central_to_host(d).unwrap().iter().zip(&z0).all(|(a, b)| a.to_bits() == b.to_bits()), "{layout:?}");
+                for j in 0..layout[d] {
+                    let w = e.learner_params(d, j).unwrap();
+                    assert!(w.iter().zip(&z0).all(|(a, b)| a.to_bits() == b.to_bits()), "{layout:?} learner {j}");
+                }
+            }
+        }
+    }
 }
