@@ -126,7 +126,7 @@ pub const DEFAULT_BANDWIDTH_GB_S: f64 = 10.0;
 pub const AUTO_WARMUP_ITERATIONS: usize = 5;
 
 /// The help line of `--sync ako`, for the registry.
-pub const HELP: &str = "Ako: decentralised, each learner sends 1/p of its accumulated gradient per iteration; \
+pub const HELP: &str = "decentralised partial gradient exchange (Ako): each learner sends 1/p of its accumulated gradient per iteration; \
                         options: partitions=P|auto [auto], bandwidth=GB/s [10, for auto]";
 
 /// How many partitions the gradient is split into.
