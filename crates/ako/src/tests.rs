@@ -198,7 +198,7 @@ fn settings_report_the_traffic() {
     let e = engine(&g, 2, &[2], ako(4), sgd(), Schedule::Constant);
     let (name, s) = e.synchroniser();
     assert_eq!(name, "ako");
-    let want = 4 * g.param_len.div_ceil(4);
+    let want = 4 * (0..4).map(|q| partition_range(g.param_len, 4, q).len()).max().unwrap();
     assert_eq!(s.get("sent_bytes_per_learner"), Some(&crossbow_replica::SettingValue::Int(want as i64)), "{s}");
 }
 

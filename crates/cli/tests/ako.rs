@@ -67,7 +67,7 @@ fn one_partition_trains_exactly_as_ssgd() {
     // And partial exchange is a different run.
     let (code, four) = run(&[TINY, &["--sync", "ako", "--sync-opt", "partitions=4"]].concat());
     assert_eq!(code, 0, "{four}");
-    assert!(four.contains("sync ako (partitions=4 sent_bytes_per_learner=61704)"), "{four}");
+    assert!(four.contains("sync ako (partitions=4 sent_bytes_per_learner=61708)"), "{four}");
     assert_ne!(evaluations(&four), s);
 }
 
