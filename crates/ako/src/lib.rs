@@ -95,6 +95,11 @@
 //! slow. A fixed `p` resumes from a checkpoint bit for bit (its whole state is in the engine's
 //! buffers); `auto` measures again after a resume.
 //!
+//! **Measured** (BENCHMARKS.md §8, LeNet-5, 4 learners): with momentum 0.9 Ako needs more
+//! epochs than S-SGD and SMA, the more the larger `p` (p = 16 did not reach the target), since
+//! the momentum of `z` amplifies gradients that arrive up to `p − 1` iterations late; without
+//! momentum it trains at p = 16 and beats momentum-free S-SGD (only 0 and 0.9 were tried).
+//!
 //! ## Traffic: the algorithm's, not a wire's
 //!
 //! Each learner contributes `1/p` of the model per iteration (`4·len/p` bytes; Ako's
