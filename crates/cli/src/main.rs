@@ -2,8 +2,14 @@
 //!
 //! The `crossbow` command line with the built-in synchronisers; everything is in the library
 //! ([`crossbow_cli::main_with`]), so a binary with synchronisers of your own is this file plus
-//! [`crossbow_cli::SyncRegistry::register`] calls.
+//! [`crossbow_cli::SyncRegistry::register`] calls — as `ako` below, which lives in its own
+//! crate (`crates/ako`) and uses only the public synchroniser API.
 
 fn main() -> std::process::ExitCode {
-    crossbow_cli::main_with(crossbow_cli::SyncRegistry::builtin())
+    let mut registry = crossbow_cli::SyncRegistry::builtin();
+    // Ako: --sync ako --sync-opt partitions=P|auto [--sync-opt bandwidth=GB/s].
+    registry.register("ako", crossbow_ako::HELP, |o: &crossbow_cli::SyncOptions| {
+        crossbow_ako::Ako::from_options(o.get("partitions"), o.get("bandwidth"))
+    });
+    crossbow_cli::main_with(registry)
 }
