@@ -107,7 +107,7 @@ pub struct Select {
 pub struct Configuration {
     /// Its number, from 0, in the order of the cartesian product.
     pub id: usize,
-    /// `(key, value)` of every `[space]` key, in the file's order.
+    /// `(key, value)` of every `[space]` key, keys in alphabetical order.
     pub settings: Vec<(String, String)>,
     /// The validated settings it trains with.
     pub cfg: TrainConfig,
