@@ -1080,9 +1080,13 @@ fn finish(ctx: &mut Ctx<'_>, args: &ExploreArgs, mut o: Outcome) -> Result<(), C
     std::fs::write(&best_path, header + &best)
         .map_err(|e| CliError::run(format!("{}: cannot write: {e}", best_path.display())))?;
     let share = format!(
-        "pipeline: {} samples decoded and augmented (unit batches of {}) for the {} the configurations trained on (what running them one after another decodes): {:.2}x fewer; waited {:.2} s for it, {:.2} s assembling batches; batch-norm recalibration drew {} more samples, per configuration (not shared)",
+        "pipeline: {} samples decoded and augmented ({}) for the {} the configurations trained on (what running them one after another decodes): {:.2}x fewer; waited {:.2} s for it, {:.2} s assembling batches; batch-norm recalibration drew {} more samples, per configuration (not shared)",
         o.decoded_samples,
-        o.unit,
+        if o.unit == 0 {
+            "each configuration its own pipeline".to_string()
+        } else {
+            format!("unit batches of {}", o.unit)
+        },
         consumed,
         consumed as f64 / o.decoded_samples.max(1) as f64,
         o.wait_secs,
