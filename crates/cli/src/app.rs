@@ -41,6 +41,9 @@ enum Command {
     Experiment(ExperimentCmd),
     /// Write a checkpoint's central model as a safetensors file PyTorch loads (docs/export.md).
     Export(crate::export_cmd::ExportArgs),
+    /// Explore several configurations as one job from one data pipeline, prune the losers
+    /// early and write the best as a config file (docs/explore.md).
+    Explore(crate::explore::ExploreArgs),
 }
 
 #[derive(Subcommand)]
@@ -309,6 +312,7 @@ fn run(cli: Cli, registry: &SyncRegistry) -> Result<(), CliError> {
             Ok(())
         }
         Command::Export(a) => crate::export_cmd::run(&a),
+        Command::Explore(a) => crate::explore::run(&a, registry),
         Command::Models(a) => {
             let models: Vec<ModelKind> = if a.model.is_empty() {
                 ModelKind::NAMES.iter().filter_map(|n| n.parse().ok()).collect()

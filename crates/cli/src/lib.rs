@@ -16,6 +16,8 @@
 //! * `crossbow models` — parameters, FLOPs and planned memory per model.
 //! * `crossbow bench` — training throughput (images/s) per model, batch size and learner count,
 //!   and what the auto-tuner picks.
+//! * `crossbow explore` — several configurations as one job from one data pipeline, losers
+//!   pruned early, the best written as a config file (see [`explore`]).
 //! * `crossbow experiment tta` — time/epochs to accuracy, SMA against S-SGD (or any registered
 //!   synchronisers).
 
@@ -25,6 +27,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod error;
 pub mod experiment;
+pub mod explore;
 pub mod export_cmd;
 pub mod gpu;
 mod limits;

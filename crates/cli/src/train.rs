@@ -674,7 +674,7 @@ fn continue_from<B: Backend>(
 }
 
 /// The engine for `cfg` with `layout[d]` learners on device `d`.
-fn start_engine<B: Backend>(
+pub(crate) fn start_engine<B: Backend>(
     cfg: &TrainConfig,
     graph: Graph,
     factory: Box<dyn DeviceFactory<B>>,
@@ -988,7 +988,12 @@ impl Run {
 
 /// The stream of batch-norm recalibration batches (its own seed, so the training batches are
 /// the same whichever statistics evaluation uses).
-fn calibration_pipeline(cfg: &TrainConfig, data: &Data, n: usize, start: Cursor) -> Result<Pipeline, CliError> {
+pub(crate) fn calibration_pipeline(
+    cfg: &TrainConfig,
+    data: &Data,
+    n: usize,
+    start: Cursor,
+) -> Result<Pipeline, CliError> {
     pipeline_for(cfg, data, n.min(8), cfg.seed ^ 0xB17_CA11B, start)
 }
 
