@@ -352,11 +352,13 @@ fn command(registry: &SyncRegistry) -> clap::Command {
     let names = registry.names().join(" | ");
     let list = registry.describe();
     let list = list.lines().map(|l| format!("  {l}")).collect::<Vec<_>>().join("\n");
+    let flags: String = registry.option_flags().iter().map(|(f, o)| format!(" --{f} V is --sync-opt {o}=V.")).collect();
     let one = |default: &str| {
-        let (names, list, default) = (names.clone(), list.clone(), default.to_string());
+        let (names, list, default, flags) = (names.clone(), list.clone(), default.to_string(), flags.clone());
         move |a: clap::Arg| {
-            a.help(format!("{names}{default}"))
-                .long_help(format!("The synchroniser, by name{default}:\n{list}\nTheir options: --sync-opt KEY=VALUE."))
+            a.help(format!("{names}{default}")).long_help(format!(
+                "The synchroniser, by name{default}:\n{list}\nTheir options: --sync-opt KEY=VALUE.{flags}"
+            ))
         }
     };
     let many = {
@@ -396,6 +398,7 @@ pub fn main_with(registry: SyncRegistry) -> ExitCode {
         .and_then(|a| Path::new(a).file_stem())
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "crossbow".into());
+    let args = registry.expand_option_flags(args);
     let matches = command(&registry).get_matches_from(args);
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,

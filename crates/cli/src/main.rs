@@ -7,9 +7,11 @@
 
 fn main() -> std::process::ExitCode {
     let mut registry = crossbow_cli::SyncRegistry::builtin();
-    // Ako: --sync ako --sync-opt partitions=P|auto [--sync-opt bandwidth=GB/s].
+    // Ako: --sync ako --ako-partitions P|auto [--ako-bandwidth GB/s] (the same as
+    // --sync-opt partitions=P|auto, --sync-opt bandwidth=GB/s).
     registry.register("ako", crossbow_ako::HELP, |o: &crossbow_cli::SyncOptions| {
         crossbow_ako::Ako::from_options(o.get("partitions"), o.get("bandwidth"))
     });
+    registry.option_flag("ako-partitions", "partitions").option_flag("ako-bandwidth", "bandwidth");
     crossbow_cli::main_with(registry)
 }

@@ -182,6 +182,8 @@ struct Entry {
 #[derive(Default)]
 pub struct SyncRegistry {
     entries: Vec<Entry>,
+    /// Flags of their own for synchroniser options: `(flag without dashes, option)`.
+    flags: Vec<(String, String)>,
 }
 
 impl std::fmt::Debug for SyncRegistry {
@@ -282,6 +284,55 @@ impl SyncRegistry {
         self
     }
 
+    /// Gives option `option` a flag of its own: `--FLAG VALUE` (or `--FLAG=VALUE`) on any
+    /// command means `--sync-opt OPTION=VALUE` (e.g. `option_flag("ako-partitions",
+    /// "partitions")`). The flag must not be one of crossbow's own.
+    pub fn option_flag(&mut self, flag: &str, option: &str) -> &mut Self {
+        let flag = flag.trim_start_matches('-').to_string();
+        self.flags.retain(|(f, _)| *f != flag);
+        self.flags.push((flag, option.to_string()));
+        self
+    }
+
+    /// The option flags, `(flag, option)`.
+    pub fn option_flags(&self) -> &[(String, String)] {
+        &self.flags
+    }
+
+    /// `args` with every option flag rewritten as `--sync-opt OPTION=VALUE`; a flag without
+    /// a value is left for the parser to reject.
+    pub fn expand_option_flags(&self, args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+        let mut out = Vec::with_capacity(args.len());
+        let mut it = args.into_iter().peekable();
+        while let Some(a) = it.next() {
+            let text = a.to_string_lossy().into_owned();
+            let hit = self.flags.iter().find_map(|(f, o)| {
+                let long = format!("--{f}");
+                if text == long {
+                    Some((o.clone(), None))
+                } else {
+                    text.strip_prefix(&format!("{long}=")).map(|v| (o.clone(), Some(v.to_string())))
+                }
+            });
+            match hit {
+                Some((o, Some(v))) => {
+                    out.push("--sync-opt".into());
+                    out.push(format!("{o}={v}").into());
+                }
+                Some((o, None)) => match it.peek().map(|v| v.to_string_lossy().into_owned()) {
+                    Some(v) if !v.starts_with("--") => {
+                        it.next();
+                        out.push("--sync-opt".into());
+                        out.push(format!("{o}={v}").into());
+                    }
+                    _ => out.push(a),
+                },
+                None => out.push(a),
+            }
+        }
+        out
+    }
+
     /// Every registered name, in registration order.
     pub fn names(&self) -> Vec<&str> {
         self.entries.iter().map(|e| e.name.as_str()).collect()
@@ -341,6 +392,21 @@ mod tests {
     use super::*;
     use crate::config::TrainFile;
     use crossbow_kernels::Backend;
+
+    #[test]
+    fn option_flags_become_sync_options() {
+        let mut r = SyncRegistry::builtin();
+        r.option_flag("--ako-partitions", "partitions");
+        let args = |v: &[&str]| v.iter().map(std::ffi::OsString::from).collect::<Vec<_>>();
+        let got = r.expand_option_flags(args(&["crossbow", "train", "--ako-partitions", "4", "--lr", "0.1"]));
+        assert_eq!(got, args(&["crossbow", "train", "--sync-opt", "partitions=4", "--lr", "0.1"]));
+        let got = r.expand_option_flags(args(&["x", "--ako-partitions=auto"]));
+        assert_eq!(got, args(&["x", "--sync-opt", "partitions=auto"]));
+        // Without a value the flag is left as it is, for the parser to reject by name.
+        let got = r.expand_option_flags(args(&["x", "--ako-partitions", "--lr", "1"]));
+        assert_eq!(got, args(&["x", "--ako-partitions", "--lr", "1"]));
+        assert_eq!(r.option_flags(), &[("ako-partitions".to_string(), "partitions".to_string())]);
+    }
     use crossbow_replica::sync::{Central, LearnerBuffers, LearnerRef, StepInfo};
     use crossbow_replica::{Result, Settings};
 

@@ -64,8 +64,8 @@ fn one_partition_trains_exactly_as_ssgd() {
     let (a, s) = (evaluations(&ako), evaluations(&ssgd));
     assert_eq!(a.len(), 2, "{ako}");
     assert_eq!(a, s);
-    // And partial exchange is a different run.
-    let (code, four) = run(&[TINY, &["--sync", "ako", "--sync-opt", "partitions=4"]].concat());
+    // And partial exchange is a different run (here through Ako's own flag).
+    let (code, four) = run(&[TINY, &["--sync", "ako", "--ako-partitions", "4"]].concat());
     assert_eq!(code, 0, "{four}");
     assert!(four.contains("sync ako (partitions=4 sent_bytes_per_learner=61708)"), "{four}");
     assert_ne!(evaluations(&four), s);

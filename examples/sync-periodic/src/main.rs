@@ -185,7 +185,10 @@ mod tests {
                 e.step(batches, 1000).unwrap();
             }
             for d in 0..layout.len() {
-                assert!(e.central_to_host(d).unwrap().iter().zip(&z0).all(|(a, b)| a.to_bits() == b.to_bits()), "{layout:?}");
+                assert!(
+                    e.central_to_host(d).unwrap().iter().zip(&z0).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{layout:?}"
+                );
                 for j in 0..layout[d] {
                     let w = e.learner_params(d, j).unwrap();
                     assert!(w.iter().zip(&z0).all(|(a, b)| a.to_bits() == b.to_bits()), "{layout:?} learner {j}");
