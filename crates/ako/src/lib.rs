@@ -13,13 +13,15 @@
 //! every gradient element reaches every learner within `p` iterations.
 //!
 //! ```text
-//! crossbow train --sync ako --sync-opt partitions=4 --learners-per-device 4
+//! crossbow train --sync ako --ako-partitions 4 --learners-per-device 4   # the crossbow binary's flag
+//! crossbow train --sync ako --sync-opt partitions=4 --learners-per-device 4 # the same, generic
 //! crossbow train --sync ako --sync-opt partitions=auto --sync-opt bandwidth=1.25   # GB/s
 //! crossbow experiment tta --sync 'ako/sync-options.partitions=4,ssgd,sma' ...
 //! ```
 //!
-//! Options (`--sync-opt KEY=VALUE`, or the `[sync-options]` table of a config file — the
-//! registry's only way to give a synchroniser options of its own):
+//! Options (`--sync-opt KEY=VALUE`, or the `[sync-options]` table of a config file; the
+//! `crossbow` binary also maps `--ako-partitions` and `--ako-bandwidth` onto them with
+//! `SyncRegistry::option_flag`):
 //!
 //! | option | values | default |
 //! |---|---|---|
