@@ -107,21 +107,27 @@ fn conv2d(c: &mut Criterion) {
     }
 }
 
-/// The peak these figures are compared with, in the same run: AVX2 FMA on 1 and 2 threads.
+/// The peak these figures are compared with, in the same run: FMA on the widest unit present
+/// (AVX-512 where the CPU has it, else AVX2), on 1 thread and on every core.
 fn peak(c: &mut Criterion) {
-    if !crossbow_benches::has_avx2_fma() {
+    let Some((unit, flop_per_fma)) = crossbow_benches::widest_fma() else {
         return;
-    }
+    };
     let mut g = c.benchmark_group("peak_fma");
     g.warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2)).sample_size(20);
     let iters = 1_000_000u64;
-    for threads in [1usize, 2] {
-        g.throughput(Throughput::Elements((crossbow_benches::fma_loop_flops(iters) * threads as f64) as u64));
-        g.bench_function(BenchmarkId::new(format!("{threads}t"), "avx2-fma"), |b| {
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let mut counts = vec![1usize];
+    if cores > 1 {
+        counts.push(cores);
+    }
+    for threads in counts {
+        g.throughput(Throughput::Elements((iters as f64 * 12.0 * flop_per_fma * threads as f64) as u64));
+        g.bench_function(BenchmarkId::new(format!("{threads}t"), format!("{unit}-fma")), |b| {
             b.iter(|| {
                 std::thread::scope(|s| {
                     let hs: Vec<_> =
-                        (0..threads).map(|_| s.spawn(move || crossbow_benches::fma_loop_guarded(iters))).collect();
+                        (0..threads).map(|_| s.spawn(move || crossbow_benches::peak_fma_loop(iters).1)).collect();
                     hs.into_iter().map(|h| h.join().unwrap_or(0.0)).sum::<f32>()
                 })
             })
