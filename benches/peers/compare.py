@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""crossbow against PyTorch on the same CPU cores: the same models, batch sizes and thread
+count, run alternately for several rounds, with the machine's peak measured in the same run.
+
+For each model and batch size it prints the median images/s of crossbow (its `bench` with the
+auto-tuner choosing the learners, as `crossbow train` does by default) and of PyTorch
+(`pytorch_bench.py`), their ratio, each as a fraction of the peak FLOP/s of all cores
+(training = 3 x the forward FLOPs `crossbow models` reports), and the GFLOP per image.
+
+    cargo build --release -p crossbow-cli -p crossbow-benches
+    python3 -m venv ~/torchenv && ~/torchenv/bin/pip install torch   # outside the repository
+    python3 benches/peers/compare.py --python ~/torchenv/bin/python --rounds 3
+
+CI does not run this (it needs PyTorch and a quiet machine).
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+
+
+def run(cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"compare: {' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
+    return r.stdout
+
+
+def peak(binary):
+    """(unit, all-core peak FLOP/s) from peak-flops."""
+    out = run([binary])
+    m = re.findall(r"peak (\S+) FMA f32, (\d+) cores?\s*:\s*([\d.]+) GFLOP/s", out)
+    if not m:
+        sys.exit(f"compare: cannot read {binary}'s output:\n{out}")
+    unit, _, g = max(m, key=lambda t: int(t[1]))
+    return unit, float(g) * 1e9
+
+
+def forward_flops(crossbow, models):
+    out = run([crossbow, "models", "--model", ",".join(models), "--batch-size", "1"])
+    flops = {}
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) > 3 and cells[0] in models:
+            flops[cells[0]] = float(cells[3]) * 1e6
+    return flops
+
+
+def crossbow_ips(crossbow, model, batch, threads, iterations):
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "bench.json")
+        run([crossbow, "bench", "--model", model, "--batch-size", str(batch), "--learners", "1",
+             "--devices", "cpu", "--threads", str(threads), "--iterations", str(iterations), "--tuner",
+             "--json", path])
+        with open(path) as f:
+            body = json.load(f)
+    tuned = body.get("tuner") or []
+    if tuned:
+        return tuned[0]["images_per_sec"], tuned[0]["picked"]
+    return body["rows"][0]["images_per_sec"], 1
+
+
+def torch_ips(python, model, batch, threads, iterations):
+    out = run([python, os.path.join(HERE, "pytorch_bench.py"), "--model", model, "--batch-size", str(batch),
+               "--threads", str(threads), "--iterations", str(iterations)])
+    return json.loads(out.strip().splitlines()[-1])["images_per_sec"]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--python", required=True, help="the Python of a virtual environment with torch")
+    p.add_argument("--crossbow", default=os.path.join(ROOT, "target", "release", "crossbow"))
+    p.add_argument("--peak-flops", default=os.path.join(ROOT, "target", "release", "peak-flops"))
+    p.add_argument("--models", default="lenet5,resnet20,resnet32")
+    p.add_argument("--batch-sizes", default="16,32,128")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--iterations", type=int, default=20)
+    p.add_argument("--json", help="also write every measurement here")
+    a = p.parse_args()
+    models = [m.strip() for m in a.models.split(",") if m.strip()]
+    batches = [int(b) for b in a.batch_sizes.split(",")]
+    for f in (a.crossbow, a.peak_flops, a.python):
+        if not os.path.exists(f):
+            sys.exit(f"compare: {f} does not exist (build with cargo build --release -p crossbow-cli -p crossbow-benches)")
+    fwd = forward_flops(a.crossbow, models)
+    peaks = []
+    cb = {(m, b): [] for m in models for b in batches}
+    pt = {(m, b): [] for m in models for b in batches}
+    picked = {}
+    for r in range(a.rounds):
+        peaks.append(peak(a.peak_flops))
+        for m in models:
+            for b in batches:
+                # Alternate which goes first, so that drift in the machine's state hits both.
+                order = ("crossbow", "torch") if r % 2 == 0 else ("torch", "crossbow")
+                for who in order:
+                    if who == "crossbow":
+                        ips, k = crossbow_ips(a.crossbow, m, b, a.threads, a.iterations)
+                        cb[(m, b)].append(ips)
+                        picked.setdefault((m, b), []).append(k)
+                    else:
+                        pt[(m, b)].append(torch_ips(a.python, m, b, a.threads, a.iterations))
+                print(f"round {r + 1}/{a.rounds} {m} b{b}: crossbow {cb[(m, b)][-1]:.0f}, "
+                      f"pytorch {pt[(m, b)][-1]:.0f} img/s", file=sys.stderr)
+    unit = peaks[0][0]
+    pk = statistics.median(g for _, g in peaks)
+    print(f"peak ({unit} FMA, {a.threads} threads, median of {len(peaks)}): {pk / 1e9:.1f} GFLOP/s")
+    print(f"{a.rounds} rounds, {a.iterations} iterations each, {a.threads} threads; medians")
+    print("| model | batch | crossbow img/s (learners) | PyTorch img/s | ratio | crossbow % of peak | PyTorch % of peak | GFLOP/image |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    rows = []
+    for m in models:
+        for b in batches:
+            c, t = statistics.median(cb[(m, b)]), statistics.median(pt[(m, b)])
+            f = 3 * fwd.get(m, float("nan"))
+            ks = sorted(set(picked[(m, b)]))
+            print(f"| {m} | {b} | {c:.0f} ({'/'.join(map(str, ks))}) | {t:.0f} | {c / t:.2f}x | "
+                  f"{100 * c * f / pk:.1f}% | {100 * t * f / pk:.1f}% | {f / 1e9:.3f} |")
+            rows.append({"model": m, "batch": b, "crossbow": cb[(m, b)], "pytorch": pt[(m, b)],
+                         "learners": picked[(m, b)], "train_flop_per_image": f})
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump({"peak_flops": [g for _, g in peaks], "unit": unit, "threads": a.threads, "rows": rows}, fh,
+                      indent=1)
+
+
+if __name__ == "__main__":
+    main()
