@@ -68,7 +68,7 @@ impl MpiGroup {
         let size = world.size() as usize;
         let library = mpi::environment::library_version()
             .ok()
-            .and_then(|v| v.lines().next().map(|l| l.trim().trim_end_matches(',').to_string()))
+            .and_then(|v| v.split([',', '\n']).next().map(|l| l.trim().to_string()))
             .unwrap_or_else(|| "unknown MPI library".into());
         Ok(MpiGroup {
             inner: Mutex::new(Inner { world, seq: 0, seen: vec![0; size], _universe: universe }),
