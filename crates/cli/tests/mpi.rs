@@ -38,11 +38,7 @@ fn tmp(name: &str) -> PathBuf {
 }
 
 fn records(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
+    std::fs::read_to_string(path).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
 }
 
 fn event<'a>(recs: &'a [Value], name: &str) -> &'a Value {
@@ -138,13 +134,7 @@ fn long_job(dir: &Path, extra: &[&str]) -> (Child, u32) {
     let at = args.iter().position(|a| a == "--epochs").unwrap();
     args[at + 1] = "500".into();
     args.extend(extra.iter().map(|s| s.to_string()));
-    let job = mpirun(2)
-        .arg(bin())
-        .args(&args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let job = mpirun(2).arg(bin()).args(&args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let rank1 = dir.join("m.rank1.jsonl");
     let start = Instant::now();
     loop {

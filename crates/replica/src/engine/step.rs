@@ -3,8 +3,8 @@
 
 use std::time::Instant;
 
-use crossbow_kernels::{Backend, View, ViewMut};
 use crossbow_kernels::optim::SgdConfig;
+use crossbow_kernels::{Backend, View, ViewMut};
 use rayon::prelude::*;
 use serde::Serialize;
 
