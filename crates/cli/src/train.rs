@@ -369,6 +369,29 @@ pub fn train_with_options<B: Backend>(
         "central",
         json!({ "iteration": engine.iteration(), "parameters": z.len(), "crc32": format!("{:08x}", crc.finalize()) }),
     )?;
+    if engine.world().size() > 1 {
+        let mut t = run.rank_allreduce.clone();
+        t.sort_by(f64::total_cmp);
+        let median = t.get(t.len() / 2).copied().unwrap_or(0.0);
+        let mean = t.iter().sum::<f64>() / t.len().max(1) as f64;
+        reporter.record(
+            "rank_allreduce",
+            json!({
+                "ranks": engine.world().size(),
+                "count": t.len(),
+                "bytes": 4 * engine.graph().param_len,
+                "median_seconds": median,
+                "mean_seconds": mean,
+                "train_seconds": run.train_secs,
+            }),
+        )?;
+        reporter.say(&format!(
+            "all-reduce between ranks ({} KiB, download + MPI + upload, waiting for the slowest rank included): median {:.3} ms over {} iterations",
+            4 * engine.graph().param_len / 1024,
+            1e3 * median,
+            t.len()
+        ));
+    }
     let summary = run.summary(cfg, &engine);
     reporter.finish(&summary)?;
     Ok(summary)
@@ -832,6 +855,8 @@ struct Run {
     best: f64,
     /// Training seconds and epochs when the target was first reached.
     reached: Option<(f64, f64)>,
+    /// Seconds of each iteration's all-reduce between ranks (several processes only).
+    rank_allreduce: Vec<f64>,
 }
 
 impl Run {
@@ -869,6 +894,7 @@ impl Run {
             evals: vec![],
             best: 0.0,
             reached: None,
+            rank_allreduce: vec![],
         })
     }
 
@@ -964,6 +990,9 @@ impl Run {
         w.correct += rec.accuracy * rec.images as f64;
         w.images += rec.images;
         w.seconds += secs;
+        if engine.world().size() > 1 {
+            self.rank_allreduce.push(rec.rank_allreduce_seconds);
+        }
         reporter.progress(rec.epoch, rec.images as f64 / secs.max(1e-9), rec.loss, &rec.learners);
         Ok(rec)
     }

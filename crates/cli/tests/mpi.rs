@@ -126,15 +126,46 @@ fn two_ranks_of_two_learners_match_one_process_of_four_bit_for_bit() {
     }
 }
 
+/// With the auto-tuner on every rank (each may change its own learner count at any
+/// iteration), the ranks agree on the layout before every iteration: the run ends, and both
+/// ranks end with the same central model. (Which changes the tuners make depends on timing;
+/// the engine's test `ranks_train_as_devices_of_one_process_and_agree_on_learner_changes`
+/// checks a given change exactly.)
+#[test]
+fn the_ranks_auto_tuners_agree_on_the_learners() {
+    let dir = tmp("tuner");
+    let m = dir.join("m.jsonl");
+    let mut args = train_args("sma", "cpu:1", &m);
+    let at = args.iter().position(|a| a == "--learners-per-device").unwrap();
+    args[at + 1] = "auto".into();
+    let at = args.iter().position(|a| a == "--epochs").unwrap();
+    args[at + 1] = "4".into();
+    args.extend(["--max-learners".to_string(), "3".to_string()]);
+    let out = mpirun(2).arg(bin()).args(&args).output().unwrap();
+    check(&out, "mpirun -np 2 with the auto-tuner");
+    let r0 = records(&m);
+    let r1 = records(&dir.join("m.rank1.jsonl"));
+    assert_eq!(event(&r0, "central")["crc32"], event(&r1, "central")["crc32"]);
+    assert_eq!(event(&r0, "end")["iterations"], event(&r1, "end")["iterations"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `mpirun -np 2 crossbow <args>`, its output captured (the caller waits for it).
+fn spawn_job(args: &[String]) -> Child {
+    mpirun(2).arg(bin()).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+}
+
 /// Starts a long 2-rank run, waits until rank 1 has written its start record, and returns
 /// the job and rank 1's pid.
+// The job is handed to the caller, which waits for it (`ends_within`); clippy cannot see that.
+#[allow(clippy::zombie_processes)]
 fn long_job(dir: &Path, extra: &[&str]) -> (Child, u32) {
     let metrics = dir.join("m.jsonl");
     let mut args = train_args("sma", "cpu:1", &metrics);
     let at = args.iter().position(|a| a == "--epochs").unwrap();
     args[at + 1] = "500".into();
     args.extend(extra.iter().map(|s| s.to_string()));
-    let job = mpirun(2).arg(bin()).args(&args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut job = spawn_job(&args);
     let rank1 = dir.join("m.rank1.jsonl");
     let start = Instant::now();
     loop {
@@ -144,7 +175,11 @@ fn long_job(dir: &Path, extra: &[&str]) -> (Child, u32) {
             std::thread::sleep(Duration::from_secs(2));
             return (job, pid as u32);
         }
-        assert!(start.elapsed() < Duration::from_secs(120), "rank 1 never started");
+        if start.elapsed() > Duration::from_secs(120) {
+            let _ = job.kill();
+            let _ = job.wait();
+            panic!("rank 1 never started");
+        }
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -196,6 +231,7 @@ fn a_stopped_rank_ends_the_job_at_the_deadline_and_is_named() {
     signal(pid, "-KILL");
     assert_ne!(code, Some(0), "{text}");
     assert!(text.contains("did not complete within 3 s"), "{text}");
-    assert!(text.contains("rank 1 (last reached collective #"), "the hung rank is not named: {text}");
+    // Stopped before the collective or inside it: named either way.
+    assert!(text.contains("not completed by rank 1 ("), "the hung rank is not named: {text}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

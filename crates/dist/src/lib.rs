@@ -75,26 +75,50 @@ pub fn detect() -> Result<Option<Launch>, String> {
 /// within it is taken as hung or dead, and the job stops.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// What a rank knows about another when its deadline passes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Peer {
+    /// The last collective the rank was seen to reach (0: none).
+    pub reached: u64,
+    /// Seconds since anything was heard from it (ranks waiting in a collective tell the
+    /// others they are alive several times per deadline).
+    pub silent_for: f64,
+}
+
 /// The line a rank prints when collective number `seq` (`what`) did not complete within
-/// `timeout`; `last_seen[r]` is the last collective rank `r` was seen to reach (`None` for
-/// this rank itself).
-pub fn timeout_message(rank: usize, what: &str, seq: u64, timeout: Duration, last_seen: &[Option<u64>]) -> String {
-    let missing: Vec<String> = last_seen
+/// `timeout`; `peers[r]` is what it knows of rank `r` (`None` for itself). A rank that never
+/// reached the collective is named, and so is one that reached it but has been silent for
+/// more than `silent_limit` seconds (stopped or hung inside it).
+pub fn timeout_message(
+    rank: usize,
+    what: &str,
+    seq: u64,
+    timeout: Duration,
+    silent_limit: f64,
+    peers: &[Option<Peer>],
+) -> String {
+    let missing: Vec<String> = peers
         .iter()
         .enumerate()
-        .filter_map(|(r, s)| match s {
-            Some(s) if *s < seq => Some(if *s == 0 {
-                format!("rank {r} (never reached any collective)")
+        .filter_map(|(r, p)| {
+            let p = (*p)?;
+            if p.reached < seq {
+                Some(if p.reached == 0 {
+                    format!("rank {r} (never reached any collective)")
+                } else {
+                    format!("rank {r} (last reached collective #{})", p.reached)
+                })
+            } else if p.silent_for > silent_limit {
+                Some(format!("rank {r} (reached it, then silent for {:.1} s)", p.silent_for))
             } else {
-                format!("rank {r} (last reached collective #{s})")
-            }),
-            _ => None,
+                None
+            }
         })
         .collect();
     let who = if missing.is_empty() {
-        "every rank reached it, so the network or the MPI library is stuck".to_string()
+        "every rank reached it and is alive, so the network or the MPI library is stuck".to_string()
     } else {
-        format!("not reached by {}: hung or dead", missing.join(", "))
+        format!("not completed by {}: hung or dead", missing.join(", "))
     };
     format!(
         "rank {rank}: {what} (collective #{seq}) did not complete within {} s; {who}; stopping every rank (MPI_Abort). Raise the deadline with --mpi-timeout SECONDS if a rank is only slow",
@@ -146,12 +170,23 @@ mod tests {
 
     #[test]
     fn the_timeout_message_names_the_missing_rank() {
-        let m = timeout_message(0, "all-reduce", 12, Duration::from_secs(5), &[None, Some(12), Some(11), Some(0)]);
+        let p = |reached, silent_for| Some(Peer { reached, silent_for });
+        let m = timeout_message(
+            0,
+            "all-reduce",
+            12,
+            Duration::from_secs(5),
+            2.0,
+            &[None, p(12, 0.1), p(11, 0.1), p(0, 9.0)],
+        );
         assert!(m.contains("rank 2 (last reached collective #11)"), "{m}");
         assert!(m.contains("rank 3 (never reached"), "{m}");
         assert!(!m.contains("rank 1 "), "{m}");
         assert!(m.contains("within 5 s"), "{m}");
-        let m = timeout_message(1, "all-reduce", 3, Duration::from_secs(5), &[Some(3), None]);
-        assert!(m.contains("every rank reached it"), "{m}");
+        // Reached it, then stopped inside it.
+        let m = timeout_message(0, "all-reduce", 3, Duration::from_secs(5), 2.0, &[None, p(3, 4.5)]);
+        assert!(m.contains("rank 1 (reached it, then silent for 4.5 s)"), "{m}");
+        let m = timeout_message(1, "all-reduce", 3, Duration::from_secs(5), 2.0, &[p(3, 0.2), None]);
+        assert!(m.contains("every rank reached it and is alive"), "{m}");
     }
 }

@@ -12,10 +12,11 @@ use mpi::request::{Request, Scope};
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 
-use crate::timeout_message;
+use crate::{Peer, timeout_message};
 
-/// Tag of the small "I reached collective #n" messages each rank sends every other rank
-/// before a collective, so that a rank whose collective times out can name who never came.
+/// Tag of the small "I am at collective #n" messages each rank sends every other rank before
+/// a collective and, while it waits in one, a few times per deadline: a rank whose deadline
+/// passes names who never came, or came and then fell silent (stopped inside it).
 const ARRIVAL_TAG: i32 = 0x0C0B;
 
 /// Exit code of the ranks stopped by `MPI_Abort` after a deadline.
@@ -26,8 +27,8 @@ struct Inner {
     world: SimpleCommunicator,
     /// Collectives started so far (the number of the current one).
     seq: u64,
-    /// The last collective each rank was seen to reach.
-    seen: Vec<u64>,
+    /// What was last heard from each rank: the collective it reached, and when.
+    seen: Vec<(u64, Instant)>,
     /// Finalises MPI when dropped (after `world`: fields drop in order).
     _universe: Universe,
 }
@@ -71,7 +72,7 @@ impl MpiGroup {
             .and_then(|v| v.split([',', '\n']).next().map(|l| l.trim().to_string()))
             .unwrap_or_else(|| "unknown MPI library".into());
         Ok(MpiGroup {
-            inner: Mutex::new(Inner { world, seq: 0, seen: vec![0; size], _universe: universe }),
+            inner: Mutex::new(Inner { world, seq: 0, seen: vec![(0, Instant::now()); size], _universe: universe }),
             rank,
             size,
             timeout,
@@ -176,22 +177,26 @@ impl ProcessGroup for MpiGroup {
 /// Starts the next collective: numbers it and tells every other rank this one reached it.
 fn arrive(world: &SimpleCommunicator, seq: &mut u64, rank: usize) -> u64 {
     *seq += 1;
-    let n = *seq;
+    tell(world, *seq, rank);
+    *seq
+}
+
+/// Tells every other rank that this one is at collective `n`.
+fn tell(world: &SimpleCommunicator, n: u64, rank: usize) {
     for r in 0..world.size() {
         if r as usize != rank {
             // 8 bytes: sent eagerly, so this returns even if rank `r` is stopped.
             world.process_at_rank(r).send_with_tag(&n, ARRIVAL_TAG);
         }
     }
-    n
 }
 
 /// Reads every arrival message that came in.
-fn drain(world: &SimpleCommunicator, seen: &mut [u64]) {
+fn drain(world: &SimpleCommunicator, seen: &mut [(u64, Instant)]) {
     while let Some((msg, status)) = world.any_process().immediate_matched_probe_with_tag(ARRIVAL_TAG) {
         let (n, _) = msg.matched_receive::<u64>();
         if let Some(s) = seen.get_mut(status.source_rank() as usize) {
-            *s = (*s).max(n);
+            *s = (s.0.max(n), Instant::now());
         }
     }
 }
@@ -200,13 +205,18 @@ fn drain(world: &SimpleCommunicator, seen: &mut [u64]) {
 /// collective `n` and stops the job.
 fn wait<'a, D: ?Sized, S: Scope<'a>>(
     world: &SimpleCommunicator,
-    seen: &mut [u64],
+    seen: &mut [(u64, Instant)],
     n: u64,
     timeout: Duration,
     what: &str,
     mut req: Request<'a, D, S>,
 ) {
     let start = Instant::now();
+    let me = world.rank() as usize;
+    // While waiting, tell the others this rank is alive 8 times per deadline; a rank silent
+    // for over 3 of those intervals is stopped or hung.
+    let beat = timeout / 8;
+    let mut last_beat = start;
     let mut polls = 0u64;
     loop {
         drain(world, seen);
@@ -214,11 +224,21 @@ fn wait<'a, D: ?Sized, S: Scope<'a>>(
             Ok(_) => return,
             Err(r) => req = r,
         }
-        if start.elapsed() >= timeout {
-            let me = world.rank() as usize;
-            let last: Vec<Option<u64>> =
-                seen.iter().enumerate().map(|(r, s)| if r == me { None } else { Some(*s) }).collect();
-            eprintln!("crossbow: error: {}", timeout_message(me, what, n, timeout, &last));
+        let now = Instant::now();
+        if now.duration_since(last_beat) >= beat {
+            tell(world, n, me);
+            last_beat = now;
+        }
+        if now.duration_since(start) >= timeout {
+            let peers: Vec<Option<Peer>> = seen
+                .iter()
+                .enumerate()
+                .map(|(r, (reached, heard))| {
+                    (r != me).then(|| Peer { reached: *reached, silent_for: now.duration_since(*heard).as_secs_f64() })
+                })
+                .collect();
+            let limit = 3.0 * beat.as_secs_f64();
+            eprintln!("crossbow: error: {}", timeout_message(me, what, n, timeout, limit, &peers));
             world.abort(TIMEOUT_EXIT_CODE);
         }
         polls += 1;
