@@ -96,7 +96,7 @@ fn check(out: &std::process::Output, what: &str) {
 
 #[test]
 fn two_ranks_of_two_learners_match_one_process_of_four_bit_for_bit() {
-    for sync in ["sma", "ssgd"] {
+    for sync in ["sma", "ssgd", "easgd"] {
         let dir = tmp(&format!("same-{sync}"));
         let one = dir.join("one.jsonl");
         let out = Command::new(bin()).args(train_args(sync, "cpu:2", &one)).output().unwrap();
