@@ -39,7 +39,8 @@ pub struct Launch {
 }
 
 /// The launcher variables recognised, as (launcher, rank variable, size variable), most
-/// specific first: Open MPI's `mpirun`, MPICH/Intel MPI (`PMI_*`), PMIx, Slurm's `srun`.
+/// specific first: Open MPI's `mpirun`, MPICH/Intel MPI (`PMI_*`), PMIx, Slurm's `srun` (in a
+/// job step only: `SLURM_STEP_ID` set).
 pub const LAUNCH_VARIABLES: [(&str, &str, &str); 4] = [
     ("Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
     ("PMI", "PMI_RANK", "PMI_SIZE"),
@@ -54,6 +55,11 @@ pub const LAUNCH_VARIABLES: [(&str, &str, &str); 4] = [
 pub fn detect_with(var: impl Fn(&str) -> Option<String>) -> Result<Option<Launch>, String> {
     for (launcher, rank_var, size_var) in LAUNCH_VARIABLES {
         let (Some(r), Some(s)) = (var(rank_var), var(size_var)) else { continue };
+        // A Slurm batch script itself has SLURM_PROCID=0 and SLURM_NTASKS=N too; only the
+        // tasks `srun` starts are in a job step.
+        if launcher == "Slurm" && var("SLURM_STEP_ID").is_none() {
+            continue;
+        }
         let rank: usize =
             r.trim().parse().map_err(|_| format!("{rank_var}={r:?} (set by {launcher}) is not a rank number"))?;
         let size: usize =
@@ -146,7 +152,10 @@ mod tests {
     fn launchers_are_recognised() {
         let l = detect_with(env(&[("OMPI_COMM_WORLD_RANK", "1"), ("OMPI_COMM_WORLD_SIZE", "2")])).unwrap().unwrap();
         assert_eq!(l, Launch { rank: 1, size: 2, launcher: "Open MPI" });
-        let l = detect_with(env(&[("SLURM_PROCID", "3"), ("SLURM_NTASKS", "8")])).unwrap().unwrap();
+        // The batch script of an allocation is not a rank; the tasks of `srun` are.
+        assert_eq!(detect_with(env(&[("SLURM_PROCID", "0"), ("SLURM_NTASKS", "8")])).unwrap(), None);
+        let l =
+            detect_with(env(&[("SLURM_PROCID", "3"), ("SLURM_NTASKS", "8"), ("SLURM_STEP_ID", "0")])).unwrap().unwrap();
         assert_eq!(l, Launch { rank: 3, size: 8, launcher: "Slurm" });
         // Open MPI's variables win over Slurm's (mpirun inside an allocation).
         let l = detect_with(env(&[
