@@ -158,6 +158,10 @@ struct TrainArgs {
     /// Print the resolved configuration and the model's memory plan, then exit
     #[arg(long)]
     dry_run: bool,
+    /// Under mpirun/srun: seconds a collective between ranks may take before the job stops,
+    /// naming the ranks that never reached it [default: 60]
+    #[arg(long, value_name = "SECONDS")]
+    mpi_timeout: Option<f64>,
     #[command(flatten)]
     checkpoint: CheckpointArgs,
 }
@@ -303,13 +307,33 @@ fn run(cli: Cli, registry: &SyncRegistry) -> Result<(), CliError> {
                 models_cmd::print(&rows);
                 return Ok(());
             }
-            let mut reporter = Reporter::for_config(&cfg, a.quiet)?;
-            if resume.is_some() {
-                reporter = reporter.append_to_metrics();
+            let world = crate::processes::World::start(a.mpi_timeout)?;
+            let result = (|| -> Result<(), CliError> {
+                let mut cfg = cfg;
+                if world.size() > 1 {
+                    cfg.metrics = cfg.metrics.as_deref().map(|p| world.metrics_path(p));
+                }
+                let mut reporter = Reporter::for_config(&cfg, a.quiet)?;
+                if world.size() > 1 {
+                    reporter = reporter.for_rank(world.rank());
+                }
+                if resume.is_some() {
+                    reporter = reporter.append_to_metrics();
+                }
+                let opts = train::RunOptions {
+                    resume,
+                    checkpoint: policy,
+                    divergence,
+                    interrupt: Interrupt::install()?,
+                    world: std::sync::Arc::clone(&world.group),
+                };
+                train::train_with_opts(&cfg, registry, &mut reporter, opts)?;
+                Ok(())
+            })();
+            if let Err(e) = &result {
+                world.stop_all(&format!("error: {e}"), e.exit_code() as u8);
             }
-            let opts = train::RunOptions { resume, checkpoint: policy, divergence, interrupt: Interrupt::install()? };
-            train::train_with_opts(&cfg, registry, &mut reporter, opts)?;
-            Ok(())
+            result
         }
         Command::Export(a) => crate::export_cmd::run(&a),
         Command::Explore(a) => crate::explore::run(&a, registry),

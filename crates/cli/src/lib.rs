@@ -33,6 +33,7 @@ pub mod gpu;
 mod limits;
 pub mod models_cmd;
 pub mod preflight;
+pub mod processes;
 pub mod registry;
 pub mod report;
 pub mod resume;

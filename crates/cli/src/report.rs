@@ -128,6 +128,8 @@ pub struct Reporter {
     summary: bool,
     metrics: Option<MetricsFile>,
     last_eval: Option<f64>,
+    /// The rank written into every record (several processes only).
+    rank: Option<usize>,
 }
 
 impl Reporter {
@@ -157,7 +159,7 @@ impl Reporter {
         } else {
             ProgressBar::hidden()
         };
-        Ok(Reporter { bar, tty, quiet, summary: true, metrics, last_eval: None })
+        Ok(Reporter { bar, tty, quiet, summary: true, metrics, last_eval: None, rank: None })
     }
 
     /// Keeps what the metrics file already holds and appends to it (a resumed run: the
@@ -169,9 +171,31 @@ impl Reporter {
         self
     }
 
+    /// The reporter of rank `rank` of a job of several processes: every record carries the
+    /// rank; ranks other than 0 print nothing (their metrics file is written all the same).
+    pub fn for_rank(mut self, rank: usize) -> Self {
+        self.rank = Some(rank);
+        if rank > 0 {
+            self.bar.finish_and_clear();
+            self.bar = ProgressBar::hidden();
+            self.tty = false;
+            self.quiet = true;
+            self.summary = false;
+        }
+        self
+    }
+
     /// A reporter that prints nothing and writes no file (for benchmarks and experiments).
     pub fn silent() -> Self {
-        Reporter { bar: ProgressBar::hidden(), tty: false, quiet: true, summary: false, metrics: None, last_eval: None }
+        Reporter {
+            bar: ProgressBar::hidden(),
+            tty: false,
+            quiet: true,
+            summary: false,
+            metrics: None,
+            last_eval: None,
+            rank: None,
+        }
     }
 
     /// Prints a line (above the progress bar on a terminal).
@@ -198,7 +222,10 @@ impl Reporter {
     /// Writes one JSON object to the metrics file.
     pub fn record(&mut self, event: &str, body: Value) -> Result<(), CliError> {
         if let Some(m) = &mut self.metrics {
-            let mut obj = json!({ "event": event });
+            let mut obj = match self.rank {
+                Some(r) => json!({ "event": event, "rank": r }),
+                None => json!({ "event": event }),
+            };
             if let (Some(o), Value::Object(b)) = (obj.as_object_mut(), body) {
                 o.extend(b);
             }

@@ -13,7 +13,7 @@ use crossbow_replica::engine::{
     AutoTuner, CpuDevices, DeviceFactory, Engine, EngineConfig, IterationRecord, TrainSource,
 };
 use crossbow_replica::sync::HostAllReduce;
-use crossbow_replica::{Graph, ReplicaError, Synchroniser};
+use crossbow_replica::{Graph, ProcessGroup, ReplicaError, Solo, Synchroniser};
 use crossbow_tensor::{DeviceSpec, Shape};
 use crossbow_tuner::TunerConfig;
 use serde::{Deserialize, Serialize};
@@ -185,6 +185,8 @@ pub struct RunOptions {
     pub divergence: DivergencePolicy,
     /// Signals asking the run to stop.
     pub interrupt: Interrupt,
+    /// The processes (ranks) this run is one of ([`Solo`] alone; see [`crate::processes`]).
+    pub world: Arc<dyn ProcessGroup>,
 }
 
 impl Default for RunOptions {
@@ -194,6 +196,7 @@ impl Default for RunOptions {
             checkpoint: None,
             divergence: DivergencePolicy { action: OnDivergence::Stop, max_rollbacks: 0 },
             interrupt: Interrupt::none(),
+            world: Arc::new(Solo),
         }
     }
 }
@@ -224,7 +227,14 @@ pub fn train_with_options<B: Backend>(
         (_, LearnersPerDevice::Fixed(m)) => vec![m; n_dev],
     };
     crate::preflight::check_run(cfg, data, &graph, &*factory, &*sync)?;
-    let mut engine = start_engine(cfg, graph, factory, sync, &layout)?;
+    let world = Arc::clone(&opts.world);
+    if world.size() > 1 && (opts.resume.is_some() || opts.checkpoint.is_some()) {
+        return Err(CliError::usage(format!(
+            "--checkpoint-dir / --resume: checkpoints of a job of several processes are not supported yet ({} processes); run without them",
+            world.size()
+        )));
+    }
+    let mut engine = start_engine_in(cfg, graph, factory, sync, &layout, world)?;
     let mut run = Run::new(cfg, data, &engine)?;
     let mut ckpt = match &opts.checkpoint {
         Some(p) => Some(Checkpointer::start(p.clone(), resumed.as_ref().map(|r| r.1.iteration).unwrap_or(0))?),
@@ -348,6 +358,40 @@ pub fn train_with_options<B: Backend>(
             reporter.say(&format!("final checkpoint: {}", p.display()));
         }
     }
+    // A fingerprint of the final central model: equal on every rank, and equal between runs
+    // that are bit-identical (the multi-process tests compare it).
+    let z = engine.central_to_host(0)?;
+    let mut crc = crc32fast::Hasher::new();
+    for v in &z {
+        crc.update(&v.to_le_bytes());
+    }
+    reporter.record(
+        "central",
+        json!({ "iteration": engine.iteration(), "parameters": z.len(), "crc32": format!("{:08x}", crc.finalize()) }),
+    )?;
+    if engine.world().size() > 1 {
+        let mut t = run.rank_allreduce.clone();
+        t.sort_by(f64::total_cmp);
+        let median = t.get(t.len() / 2).copied().unwrap_or(0.0);
+        let mean = t.iter().sum::<f64>() / t.len().max(1) as f64;
+        reporter.record(
+            "rank_allreduce",
+            json!({
+                "ranks": engine.world().size(),
+                "count": t.len(),
+                "bytes": 4 * engine.graph().param_len,
+                "median_seconds": median,
+                "mean_seconds": mean,
+                "train_seconds": run.train_secs,
+            }),
+        )?;
+        reporter.say(&format!(
+            "all-reduce between ranks ({} KiB, download + MPI + upload, waiting for the slowest rank included): median {:.3} ms over {} iterations",
+            4 * engine.graph().param_len / 1024,
+            1e3 * median,
+            t.len()
+        ));
+    }
     let summary = run.summary(cfg, &engine);
     reporter.finish(&summary)?;
     Ok(summary)
@@ -380,7 +424,14 @@ impl Guard {
     ) -> Result<Option<String>, CliError> {
         let first = *self.first_loss.get_or_insert(rec.loss);
         let limit = EXPLODED_LOSS_FACTOR * first.max((classes.max(2) as f64).ln());
-        for (dev, id, loss) in engine.learner_losses() {
+        // With several ranks every rank must decide alike: the mean loss over all ranks'
+        // learners (the same number on every rank) stands for the per-learner losses.
+        let losses = if engine.world().size() > 1 {
+            vec![(format!("{} ranks", engine.world().size()), 0, rec.loss)]
+        } else {
+            engine.learner_losses()
+        };
+        for (dev, id, loss) in losses {
             if loss.is_nan() || loss > limit {
                 return Ok(Some(format!(
                     "learner {id} on {dev} has loss {loss:.4e} at iteration {} (epoch {:.3}), more than {EXPLODED_LOSS_FACTOR} times the first iteration's {first:.4}",
@@ -681,6 +732,18 @@ pub(crate) fn start_engine<B: Backend>(
     sync: Box<dyn Synchroniser<B>>,
     layout: &[usize],
 ) -> Result<Engine<B>, CliError> {
+    start_engine_in(cfg, graph, factory, sync, layout, Arc::new(Solo))
+}
+
+/// [`start_engine`] as one rank of `world` (a collective).
+pub(crate) fn start_engine_in<B: Backend>(
+    cfg: &TrainConfig,
+    graph: Graph,
+    factory: Box<dyn DeviceFactory<B>>,
+    sync: Box<dyn Synchroniser<B>>,
+    layout: &[usize],
+    world: Arc<dyn ProcessGroup>,
+) -> Result<Engine<B>, CliError> {
     let ecfg = EngineConfig {
         batch_size: cfg.batch_size,
         sgd: SgdConfig {
@@ -693,7 +756,7 @@ pub(crate) fn start_engine<B: Backend>(
         seed: cfg.seed,
         eval_batch_size: cfg.eval_batch_size,
     };
-    Ok(Engine::new(graph, ecfg, factory, sync, Box::new(HostAllReduce), layout)?)
+    Ok(Engine::in_world(graph, ecfg, factory, sync, Box::new(HostAllReduce), layout, world)?)
 }
 
 /// The two banner lines and the metrics file's `start` record.
@@ -733,9 +796,21 @@ fn announce<B: Backend>(
         cfg.weight_decay,
         cfg.bn_eval,
     ));
+    let world = engine.world();
+    if world.size() > 1 {
+        reporter.say(&format!(
+            "processes: {}; learners per rank {:?} ({} in all, alpha and the data order count them all); rank 0 prints, every rank writes its own metrics file",
+            world.describe(),
+            engine.world_layout(),
+            engine.world_learners()
+        ));
+    }
     reporter.record(
         "start",
         json!({
+            "ranks": world.size(),
+            "pid": std::process::id(),
+            "world_learners": engine.world_layout(),
             "config": cfg,
             "devices": dev_names,
             "learners": engine.layout(),
@@ -780,15 +855,19 @@ struct Run {
     best: f64,
     /// Training seconds and epochs when the target was first reached.
     reached: Option<(f64, f64)>,
+    /// Seconds of each iteration's all-reduce between ranks (several processes only).
+    rank_allreduce: Vec<f64>,
 }
 
 impl Run {
     fn new<B: Backend>(cfg: &TrainConfig, data: &Data, engine: &Engine<B>) -> Result<Self, CliError> {
         let n_dev = engine.devices().len();
+        // Every rank draws the whole iteration's batches (and keeps its own).
         let max_k = match cfg.learners_per_device {
             LearnersPerDevice::Auto => cfg.max_learners,
             LearnersPerDevice::Fixed(m) => m,
-        } * n_dev;
+        } * n_dev
+            * engine.world().size();
         let source = PipelineSource { pipeline: pipeline_for(cfg, data, 2 * max_k, cfg.seed, Cursor::default())? };
         let test = TestSet { dataset: Arc::clone(&data.test), normalize: source.pipeline.normalize().clone() };
         let calibration = match cfg.bn_eval {
@@ -815,6 +894,7 @@ impl Run {
             evals: vec![],
             best: 0.0,
             reached: None,
+            rank_allreduce: vec![],
         })
     }
 
@@ -874,7 +954,7 @@ impl Run {
 
     /// The epoch limit is reached, or the target.
     fn finished<B: Backend>(&self, engine: &Engine<B>) -> bool {
-        let next = (engine.learners() * engine.config().batch_size) as u64;
+        let next = (engine.world_learners() * engine.config().batch_size) as u64;
         crate::limits::epoch_limit_reached(engine.samples(), next, self.per_epoch, self.epochs)
             || self.reached.is_some()
     }
@@ -886,10 +966,18 @@ impl Run {
         reporter: &mut Reporter,
     ) -> Result<IterationRecord, StepError> {
         let t0 = Instant::now();
-        let batches = (0..engine.learners())
-            .map(|_| self.source.next_batch())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| StepError::Other(e.to_string()))?;
+        // Every rank draws the iteration's batches of all ranks in the global learner order and
+        // keeps its own slice, so each learner trains on the batch it would have had in one
+        // process with all the learners.
+        engine.sync_layout().map_err(|e| StepError::Other(e.to_string()))?;
+        let (offset, mine, all) = (engine.learner_offset(), engine.learners(), engine.world_learners());
+        let mut batches = Vec::with_capacity(mine);
+        for i in 0..all {
+            let b = self.source.next_batch().map_err(|e| StepError::Other(e.to_string()))?;
+            if (offset..offset + mine).contains(&i) {
+                batches.push(b);
+            }
+        }
         let rec = match engine.step(batches, self.per_epoch) {
             Ok(r) => r,
             Err(ReplicaError::Diverged(why)) => return Err(StepError::Diverged(why)),
@@ -902,6 +990,9 @@ impl Run {
         w.correct += rec.accuracy * rec.images as f64;
         w.images += rec.images;
         w.seconds += secs;
+        if engine.world().size() > 1 {
+            self.rank_allreduce.push(rec.rank_allreduce_seconds);
+        }
         reporter.progress(rec.epoch, rec.images as f64 / secs.max(1e-9), rec.loss, &rec.learners);
         Ok(rec)
     }

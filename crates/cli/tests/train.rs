@@ -101,7 +101,9 @@ fn metrics_file_has_one_json_line_per_evaluation() {
     let text = std::fs::read_to_string(&path).unwrap();
     let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let events: Vec<&str> = lines.iter().map(|v| v["event"].as_str().unwrap()).collect();
-    assert_eq!(events, ["start", "eval", "eval", "end"]);
+    assert_eq!(events, ["start", "eval", "eval", "central", "end"]);
+    // The final central model's fingerprint (what runs over several processes compare).
+    assert_eq!(lines[3]["crc32"].as_str().unwrap().len(), 8);
     assert_eq!(lines[0]["learners"], serde_json::json!([1]));
     assert_eq!(lines[0]["sync"]["name"], "sma");
     let settings = &lines[0]["sync"]["settings"];
@@ -205,4 +207,21 @@ fn models_command_prints_resnet32_parameters() {
     let (code, out, err) = crossbow(&["models", "--model", "resnet32"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("466906 (0.467 M)"), "{out}");
+}
+
+/// Started by a launcher as one of several ranks, a crossbow built without MPI refuses to
+/// train alone on all the data, and says how to build it.
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn ranks_of_a_build_without_mpi_are_refused() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_crossbow"))
+        .args(["train", "--epochs", "0.01"])
+        .env("OMPI_COMM_WORLD_RANK", "1")
+        .env("OMPI_COMM_WORLD_SIZE", "2")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("rank 1 of 2 started by Open MPI") && err.contains("--features mpi"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
 }

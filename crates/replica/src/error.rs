@@ -38,4 +38,7 @@ pub enum ReplicaError {
     /// The data pipeline failed.
     #[error("data: {0}")]
     Data(String),
+    /// A collective between processes (ranks) failed.
+    #[error("processes: {0}")]
+    Processes(String),
 }

@@ -31,6 +31,7 @@ pub mod schedule;
 pub mod sync;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod world;
 
 pub use engine::{Engine, EngineConfig};
 pub use error::{ReplicaError, Result};
@@ -39,3 +40,4 @@ pub use models::ModelKind;
 pub use replica::Replica;
 pub use schedule::Schedule;
 pub use sync::{SettingValue, Settings, Synchroniser};
+pub use world::{ProcessGroup, Solo};

@@ -30,7 +30,8 @@ pub(super) struct Evaluator<B: Backend> {
 }
 
 impl<B: Backend> Engine<B> {
-    /// Mean batch-norm running statistics over the learners of device `d` (or of all devices).
+    /// Mean batch-norm running statistics over the learners of device `d` (or of all devices,
+    /// and then of every rank: a collective with several ranks).
     pub(super) fn mean_state(&self, d: Option<usize>) -> Result<Vec<f32>> {
         let n = self.graph.stats_len;
         let mut acc = vec![0.0f64; n];
@@ -49,6 +50,11 @@ impl<B: Backend> Engine<B> {
                 }
                 count += 1;
             }
+        }
+        if d.is_none() && self.world.size() > 1 {
+            acc.push(count as f64);
+            self.world.all_reduce_sum_f64(&mut acc)?;
+            count = acc.pop().unwrap_or(0.0) as usize;
         }
         Ok(acc.into_iter().map(|a| (a / count.max(1) as f64) as f32).collect())
     }
@@ -107,7 +113,12 @@ impl<B: Backend> Engine<B> {
 
     /// Test loss and accuracy of the central model (device 0's copy), with the batch-norm
     /// statistics recalibrated on `z` by [`Engine::recalibrate`] since the last iteration, or
-    /// else the running statistics averaged over all learners.
+    /// else the running statistics averaged over all learners. With several ranks it is a
+    /// collective and the test set is sharded: rank `r` of `n` evaluates batches `r, r + n,
+    /// ...` and the sums of losses, correct answers and samples are added over the ranks
+    /// (every rank returns the same result; the correct count is exactly the one-process
+    /// count, the mean loss may differ from it in the last bits, its sum being in another
+    /// order).
     pub fn evaluate(&mut self, data: &mut dyn EvalSource) -> Result<EvalResult> {
         self.ensure_evaluator()?;
         let state = match self.calibrated_state() {
@@ -123,9 +134,15 @@ impl<B: Backend> Engine<B> {
         let (mut loss, mut correct, mut n) = (0.0f64, 0usize, 0usize);
         let graph = &self.graph;
         let z = &dev.central.z;
+        let (rank, ranks) = (self.world.rank(), self.world.size().max(1));
+        let mut batch_no = 0usize;
+        let mut total = 0usize;
         data.for_each_batch(self.cfg.eval_batch_size, &mut |images, labels| {
             let b = labels.len();
-            if b == 0 {
+            let mine = batch_no % ranks == rank;
+            batch_no += 1;
+            total += b;
+            if b == 0 || !mine {
                 return Ok(());
             }
             let pos = match ev.execs.iter().position(|e| e.batch() == b) {
@@ -144,7 +161,12 @@ impl<B: Backend> Engine<B> {
             n += b;
             Ok(())
         })?;
-        if n == 0 {
+        if ranks > 1 {
+            let mut sums = [loss, correct as f64, n as f64];
+            self.world.all_reduce_sum_f64(&mut sums)?;
+            (loss, correct, n) = (sums[0], sums[1] as usize, sums[2] as usize);
+        }
+        if total == 0 || n == 0 {
             return Err(ReplicaError::Data("the test set is empty".into()));
         }
         Ok(EvalResult { loss: loss / n as f64, accuracy: correct as f64 / n as f64, samples: n })

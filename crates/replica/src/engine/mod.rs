@@ -46,6 +46,7 @@ use crate::program::{Mode, Program, lower};
 use crate::replica::{Replica, initial_params, initial_state};
 use crate::schedule::Schedule;
 use crate::sync::{AllReduce, Central, LearnerBuffers, Synchroniser};
+use crate::world::{ProcessGroup, Solo, learner_offset};
 use evaluation::Evaluator;
 
 /// The engine's fixed settings.
@@ -99,6 +100,15 @@ pub struct Engine<B: Backend> {
     allreduce: Box<dyn AllReduce<B>>,
     devices: Vec<DeviceState<B>>,
     next_id: usize,
+    /// Step between the ids of learners added later (the number of ranks: rank `r` gives
+    /// ids `r, r + size, ...` above the initial ones, so ids stay unique across ranks).
+    id_stride: usize,
+    /// The processes this engine is one of (see [`crate::world`]).
+    world: Arc<dyn ProcessGroup>,
+    /// Learners of every rank, by rank, as last agreed ([`Engine::sync_layout`]).
+    world_counts: Vec<usize>,
+    /// The iteration at which the layout was last agreed (none: it must be agreed again).
+    layout_agreed_at: Option<u64>,
     iteration: u64,
     samples: u64,
     stage: usize,
@@ -115,6 +125,24 @@ impl<B: Backend> Engine<B> {
         sync: Box<dyn Synchroniser<B>>,
         allreduce: Box<dyn AllReduce<B>>,
         learners: &[usize],
+    ) -> Result<Self> {
+        Self::in_world(graph, cfg, factory, sync, allreduce, learners, Arc::new(Solo))
+    }
+
+    /// [`Engine::new`] as one rank of `world`: a collective (every rank calls it). The
+    /// learners of all ranks form one global order (rank 0's first, each rank's by device
+    /// then learner); this rank's get global ids and synchroniser slots from its offset in
+    /// that order, and the synchroniser is told the global learner count (so SMA's
+    /// `alpha = 1/k` counts every rank's learners). Each iteration this rank's process total
+    /// is summed with every other rank's through `world`.
+    pub fn in_world(
+        graph: Graph,
+        cfg: EngineConfig,
+        factory: Box<dyn DeviceFactory<B>>,
+        sync: Box<dyn Synchroniser<B>>,
+        allreduce: Box<dyn AllReduce<B>>,
+        learners: &[usize],
+        world: Arc<dyn ProcessGroup>,
     ) -> Result<Self> {
         cfg.sgd.validate()?;
         cfg.schedule.validate().map_err(ReplicaError::Config)?;
@@ -137,6 +165,10 @@ impl<B: Backend> Engine<B> {
         let init = initial_params(&graph, cfg.seed);
         let state = initial_state(&graph);
         let len = graph.param_len;
+        let local: usize = learners.iter().sum();
+        let world_counts = world.all_gather_u64(local as u64)?.into_iter().map(|c| c as usize).collect::<Vec<_>>();
+        let offset = learner_offset(&world_counts, world.rank());
+        let total: usize = world_counts.iter().sum();
         let mut engine = Engine {
             graph,
             program,
@@ -146,7 +178,11 @@ impl<B: Backend> Engine<B> {
             sync,
             allreduce,
             devices: vec![],
-            next_id: 0,
+            next_id: offset,
+            id_stride: 1,
+            world: Arc::clone(&world),
+            world_counts,
+            layout_agreed_at: None,
             iteration: 0,
             samples: 0,
             stage: 0,
@@ -185,14 +221,75 @@ impl<B: Backend> Engine<B> {
                 engine.devices[d].learners.push(l);
             }
         }
+        if world.size() > 1 {
+            engine.next_id = total + world.rank();
+            engine.id_stride = world.size();
+        }
         engine.learners_changed()?;
         Ok(engine)
+    }
+
+    /// The processes this engine is one of.
+    pub fn world(&self) -> &Arc<dyn ProcessGroup> {
+        &self.world
+    }
+
+    /// Learners of every rank, by rank, as last agreed (one entry, [`Engine::learners`], in a
+    /// single process).
+    pub fn world_layout(&self) -> &[usize] {
+        &self.world_counts
+    }
+
+    /// Learners of all ranks together: the `k` of `alpha = 1/k` and of the batches an
+    /// iteration takes from the global sample order.
+    pub fn world_learners(&self) -> usize {
+        if self.world.size() > 1 { self.world_counts.iter().sum() } else { self.learners() }
+    }
+
+    /// Where this rank's learners start in the global learner order: its learners take
+    /// batches `offset .. offset + learners()` of every iteration's `world_learners()`.
+    pub fn learner_offset(&self) -> usize {
+        if self.world.size() > 1 { learner_offset(&self.world_counts, self.world.rank()) } else { 0 }
+    }
+
+    /// Agrees on every rank's learner count before an iteration (a collective when there are
+    /// several ranks; nothing otherwise). When any rank's count changed (its auto-tuner added
+    /// or removed a learner), every rank tells its synchroniser the new global count and
+    /// resets, so all ranks apply the same `alpha` from the same iteration on. Called by
+    /// [`Engine::step`]; call it yourself before drawing an iteration's batches, so that the
+    /// offset and count you slice them with are the agreed ones.
+    pub fn sync_layout(&mut self) -> Result<()> {
+        if self.world.size() <= 1 || self.layout_agreed_at == Some(self.iteration) {
+            return Ok(());
+        }
+        let counts: Vec<usize> =
+            self.world.all_gather_u64(self.learners() as u64)?.into_iter().map(|c| c as usize).collect();
+        self.layout_agreed_at = Some(self.iteration);
+        if counts != self.world_counts {
+            self.world_counts = counts;
+            self.learners_changed()?;
+        }
+        Ok(())
     }
 
     /// Tells the synchroniser the learner count and lets it reset its view of `z`'s history
     /// on every device (at the start, and after learners are added or removed).
     fn learners_changed(&mut self) -> Result<()> {
-        let k = self.learners();
+        if self.world.size() > 1 {
+            // This rank's own count is known now; the others' are agreed before the next
+            // iteration (`sync_layout`), which resets again if any of them changed.
+            let local = self.learners();
+            let rank = self.world.rank();
+            if let Some(c) = self.world_counts.get_mut(rank) {
+                *c = local;
+            }
+            // Slots in the global order: this rank's offset, then device and learner order.
+            let offset = self.learner_offset();
+            for (i, l) in self.devices.iter_mut().flat_map(|d| d.learners.iter_mut()).enumerate() {
+                l.slot = offset + i;
+            }
+        }
+        let k = self.world_learners();
         self.sync.set_learners(k);
         let len = self.graph.param_len;
         let sync = &*self.sync;
@@ -223,7 +320,7 @@ impl<B: Backend> Engine<B> {
         let sync_buffers =
             (0..self.sync.learner_buffers()).map(|_| backend.alloc(len)).collect::<Result<Vec<_>, _>>()?;
         let id = self.next_id;
-        self.next_id += 1;
+        self.next_id += self.id_stride;
         let slot = self.free_slot();
         Ok(Learner { id, slot, backend, replica, exec, sync_buffers, last_loss: (0.0, 0) })
     }

@@ -3,8 +3,8 @@
 
 use std::time::Instant;
 
-use crossbow_kernels::Backend;
 use crossbow_kernels::optim::SgdConfig;
+use crossbow_kernels::{Backend, View, ViewMut};
 use rayon::prelude::*;
 use serde::Serialize;
 
@@ -22,25 +22,32 @@ pub struct IterationRecord {
     pub epoch: f64,
     /// Learning rate used by this iteration, after the schedule.
     pub lr: f64,
-    /// Mean training loss over all learners' batches.
+    /// Mean training loss over all learners' batches (of every rank).
     pub loss: f64,
     /// Training accuracy over all learners' batches.
     pub accuracy: f64,
-    /// Training images processed by all learners together in this iteration.
+    /// Training images processed by all learners together in this iteration (of every rank).
     pub images: usize,
     /// Wall time of the whole iteration (every device, the all-reduce, the central update).
     pub seconds: f64,
     /// Each device's own compute time: its learners' forward, backward and local steps and
     /// its reduction (the iteration's time for devices whose work is asynchronous, GPUs).
     pub device_seconds: Vec<f64>,
-    /// Learners per device during the iteration.
+    /// Learners per device during the iteration (this rank's devices).
     pub learners: Vec<usize>,
+    /// Seconds of the all-reduce between ranks (0 in a single process): download of the
+    /// process total, the collective, upload to every device.
+    #[serde(default)]
+    pub rank_allreduce_seconds: f64,
 }
 
 impl<B: Backend> Engine<B> {
-    /// Runs one iteration: `batches` must hold one batch per learner (device order, then
-    /// learner order). `samples_per_epoch` converts progress into epochs for the schedule.
+    /// Runs one iteration: `batches` must hold one batch per learner of this rank (device
+    /// order, then learner order). `samples_per_epoch` converts progress into epochs for the
+    /// schedule. With several ranks it is a collective; see [`Engine::sync_layout`] for which
+    /// batches of the global order are this rank's.
     pub fn step<T: TrainBatch>(&mut self, batches: Vec<T>, samples_per_epoch: usize) -> Result<IterationRecord> {
+        self.sync_layout()?;
         let k = self.learners();
         if batches.len() != k {
             return Err(ReplicaError::Config(format!("iteration needs {k} batches, got {}", batches.len())));
@@ -54,7 +61,7 @@ impl<B: Backend> Engine<B> {
             epoch,
             sgd: SgdConfig { lr: lr as f32, ..self.cfg.sgd },
             base_lr: self.cfg.sgd.lr,
-            learners: k,
+            learners: self.world_learners(),
             lr_dropped: stage > self.stage,
         };
         let len = self.graph.param_len;
@@ -107,6 +114,20 @@ impl<B: Backend> Engine<B> {
                 self.devices.iter_mut().map(|d| (&d.backend, &mut d.contribution)).collect();
             self.allreduce.all_reduce_sum(&mut parts, len)?;
         }
+        // Then across ranks: the process total (identical on every device now) goes through
+        // the host once per process, and every device receives the same global total.
+        let mut rank_allreduce_seconds = 0.0;
+        if self.world.size() > 1 {
+            let t0 = Instant::now();
+            let mut host = vec![0.0f32; len];
+            let first = &self.devices[0];
+            first.backend.download(View::new(&first.contribution, 0..len)?, &mut host)?;
+            self.world.all_reduce_sum_f32(&mut host)?;
+            for dev in &mut self.devices {
+                dev.backend.upload(&host, ViewMut::new(&mut dev.contribution, 0..len)?)?;
+            }
+            rank_allreduce_seconds = t0.elapsed().as_secs_f64();
+        }
 
         // Phase C: every device updates its central model, then its learners (on their own
         // streams, after the update).
@@ -127,19 +148,38 @@ impl<B: Backend> Engine<B> {
         let mut loss = 0.0;
         let mut correct = 0usize;
         let mut images = 0usize;
+        let mut bad = None;
         for dev in &mut self.devices {
             for l in &mut dev.learners {
                 l.last_loss = l.exec.loss_stats(&l.backend)?;
-                if !l.last_loss.0.is_finite() {
-                    return Err(ReplicaError::Diverged(format!(
+                if !l.last_loss.0.is_finite() && bad.is_none() {
+                    bad = Some(format!(
                         "learner {} on {} has loss {} at iteration {} (epoch {epoch:.3}); lower the learning rate",
                         l.id, dev.device, l.last_loss.0, self.iteration
-                    )));
+                    ));
                 }
                 loss += l.last_loss.0;
                 correct += l.last_loss.1;
                 images += self.cfg.batch_size;
             }
+        }
+        if self.world.size() > 1 {
+            // Every rank sees the same totals, so every rank stops on a diverged learner of
+            // any rank (a NaN loss makes the sum NaN everywhere).
+            let mut sums = [loss, correct as f64, images as f64];
+            self.world.all_reduce_sum_f64(&mut sums)?;
+            if !sums[0].is_finite() && bad.is_none() {
+                bad = Some(format!(
+                    "a learner of another rank has loss {} at iteration {} (epoch {epoch:.3}); lower the learning rate",
+                    sums[0], self.iteration
+                ));
+            }
+            loss = sums[0];
+            correct = sums[1] as usize;
+            images = sums[2] as usize;
+        }
+        if let Some(why) = bad {
+            return Err(ReplicaError::Diverged(why));
         }
         let seconds = start.elapsed().as_secs_f64();
         if !self.factory.synchronous() {
@@ -158,6 +198,7 @@ impl<B: Backend> Engine<B> {
             seconds,
             device_seconds,
             learners: self.layout(),
+            rank_allreduce_seconds,
         })
     }
 }

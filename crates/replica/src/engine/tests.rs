@@ -151,3 +151,153 @@ fn bad_layouts_are_errors() {
     assert!(make(&[1], 2).is_err());
     assert!(make(&[1, 1], 0).is_err());
 }
+
+/// Ranks as threads of one process (for tests without MPI): every collective deposits this
+/// rank's values, waits for all, and sums in rank order (the same numbers on every rank).
+struct ThreadRanks {
+    rank: usize,
+    shared: std::sync::Arc<Shared>,
+}
+
+struct Shared {
+    n: usize,
+    barrier: std::sync::Barrier,
+    f32s: std::sync::Mutex<Vec<Vec<f32>>>,
+    f64s: std::sync::Mutex<Vec<Vec<f64>>>,
+    u64s: std::sync::Mutex<Vec<u64>>,
+}
+
+fn thread_ranks(n: usize) -> Vec<ThreadRanks> {
+    let shared = std::sync::Arc::new(Shared {
+        n,
+        barrier: std::sync::Barrier::new(n),
+        f32s: std::sync::Mutex::new(vec![vec![]; n]),
+        f64s: std::sync::Mutex::new(vec![vec![]; n]),
+        u64s: std::sync::Mutex::new(vec![0; n]),
+    });
+    (0..n).map(|rank| ThreadRanks { rank, shared: std::sync::Arc::clone(&shared) }).collect()
+}
+
+fn sum_in_rank_order<T: Copy + std::ops::AddAssign>(slots: &std::sync::Mutex<Vec<Vec<T>>>, buf: &mut [T]) {
+    let g = slots.lock().unwrap();
+    buf.copy_from_slice(&g[0]);
+    for part in &g[1..] {
+        for (b, v) in buf.iter_mut().zip(part) {
+            *b += *v;
+        }
+    }
+}
+
+impl crate::world::ProcessGroup for ThreadRanks {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn size(&self) -> usize {
+        self.shared.n
+    }
+    fn all_reduce_sum_f32(&self, buf: &mut [f32]) -> Result<()> {
+        self.shared.f32s.lock().unwrap()[self.rank] = buf.to_vec();
+        self.shared.barrier.wait();
+        sum_in_rank_order(&self.shared.f32s, buf);
+        self.shared.barrier.wait();
+        Ok(())
+    }
+    fn all_reduce_sum_f64(&self, buf: &mut [f64]) -> Result<()> {
+        self.shared.f64s.lock().unwrap()[self.rank] = buf.to_vec();
+        self.shared.barrier.wait();
+        sum_in_rank_order(&self.shared.f64s, buf);
+        self.shared.barrier.wait();
+        Ok(())
+    }
+    fn all_gather_u64(&self, value: u64) -> Result<Vec<u64>> {
+        self.shared.u64s.lock().unwrap()[self.rank] = value;
+        self.shared.barrier.wait();
+        let all = self.shared.u64s.lock().unwrap().clone();
+        self.shared.barrier.wait();
+        Ok(all)
+    }
+}
+
+fn cfg3() -> EngineConfig {
+    EngineConfig {
+        batch_size: 3,
+        sgd: SgdConfig { lr: 0.05, momentum: 0.9, weight_decay: 1e-4, nesterov: false },
+        schedule: Schedule::Constant,
+        seed: 3,
+        eval_batch_size: 4,
+    }
+}
+
+/// 2 ranks of 1 device x 2 learners train bit-identically to 1 process of 2 devices x 2
+/// learners (the ranks' sum is the devices' sum, in the same order), the global count is the
+/// synchroniser's k, and when rank 1 adds a learner between iterations both ranks agree on
+/// the new layout before the next one (the single process adds it to device 1 at the same
+/// point) and stay identical.
+#[test]
+fn ranks_train_as_devices_of_one_process_and_agree_on_learner_changes() {
+    let g = graph();
+    let iterations = 6u64;
+    let add_after = 3u64;
+    let be = CpuBackend::new(0);
+    let mut single = Engine::new(
+        g.clone(),
+        cfg3(),
+        Box::new(TestDevices::new(&be, 2).unwrap()),
+        Box::new(Independent::default()),
+        Box::new(HostAllReduce),
+        &[2, 2],
+    )
+    .unwrap();
+    for t in 0..iterations {
+        if t == add_after {
+            single.add_learner(1).unwrap();
+        }
+        let k = single.learners();
+        let rec = single.step(batches(&g, 3, k, t), 1000).unwrap();
+        assert_eq!(rec.images, 3 * k);
+    }
+    let want = single.central_to_host(0).unwrap();
+
+    let results: Vec<(Vec<f32>, Vec<usize>, u64)> = std::thread::scope(|s| {
+        let handles: Vec<_> = thread_ranks(2)
+            .into_iter()
+            .map(|w| {
+                let g = g.clone();
+                s.spawn(move || {
+                    let be = CpuBackend::new(0);
+                    let rank = w.rank;
+                    let mut e = Engine::in_world(
+                        g.clone(),
+                        cfg3(),
+                        Box::new(TestDevices::new(&be, 1).unwrap()),
+                        Box::new(Independent::default()),
+                        Box::new(HostAllReduce),
+                        &[2],
+                        std::sync::Arc::new(w),
+                    )
+                    .unwrap();
+                    assert_eq!(e.world_learners(), 4);
+                    assert_eq!(e.learner_offset(), 2 * rank);
+                    let mut images = 0;
+                    for t in 0..iterations {
+                        if t == add_after && rank == 1 {
+                            e.add_learner(0).unwrap();
+                        }
+                        e.sync_layout().unwrap();
+                        let (off, mine, all) = (e.learner_offset(), e.learners(), e.world_learners());
+                        let bs: Vec<Batch> = batches(&g, 3, all, t).into_iter().skip(off).take(mine).collect();
+                        let rec = e.step(bs, 1000).unwrap();
+                        images = rec.images;
+                    }
+                    (e.central_to_host(0).unwrap(), e.world_layout().to_vec(), images as u64)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (rank, (z, layout, images)) in results.iter().enumerate() {
+        assert_eq!(layout, &[2, 3], "rank {rank}");
+        assert_eq!(*images, 15, "rank {rank}: the record counts every rank's images");
+        assert!(z.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "rank {rank} differs from one process");
+    }
+}

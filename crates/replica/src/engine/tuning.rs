@@ -469,6 +469,7 @@ mod tests {
                 seconds: secs,
                 device_seconds: vec![secs],
                 learners: engine.layout(),
+                rank_allreduce_seconds: 0.0,
             };
             for ev in tuner.after_step(&mut engine, &rec).unwrap() {
                 lines.push(ev.line());

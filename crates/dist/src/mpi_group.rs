@@ -1,0 +1,255 @@
+//! [`MpiGroup`]: the ranks of an MPI job as a [`ProcessGroup`], every collective with a
+//! deadline.
+
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crossbow_replica::{ProcessGroup, ReplicaError, Result};
+use mpi::collective::SystemOperation;
+use mpi::datatype::Equivalence;
+use mpi::environment::{Threading, Universe};
+use mpi::request::{Request, Scope};
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::*;
+
+use crate::{Peer, timeout_message};
+
+/// Tag of the small "I am at collective #n" messages each rank sends every other rank before
+/// a collective and, while it waits in one, a few times per deadline: a rank whose deadline
+/// passes names who never came, or came and then fell silent (stopped inside it).
+const ARRIVAL_TAG: i32 = 0x0C0B;
+
+/// Exit code of the ranks stopped by `MPI_Abort` after a deadline.
+pub const TIMEOUT_EXIT_CODE: i32 = 3;
+
+/// The MPI state, used by one thread at a time (behind the [`MpiGroup`]'s mutex).
+struct Inner {
+    world: SimpleCommunicator,
+    /// Collectives started so far (the number of the current one).
+    seq: u64,
+    /// What was last heard from each rank: the collective it reached, and when.
+    seen: Vec<(u64, Instant)>,
+    /// Finalises MPI when dropped (after `world`: fields drop in order).
+    _universe: Universe,
+}
+
+// SAFETY: MPI is initialised with `Threading::Serialized` (checked in `MpiGroup::init`): any
+// thread may call MPI as long as no two do at once. `Inner` holds the only communicator and is
+// only reached through `MpiGroup::inner`'s mutex, so calls never overlap.
+unsafe impl Send for Inner {}
+
+/// The ranks of the job (`MPI_COMM_WORLD`) as a [`ProcessGroup`]. Sums are bit-identical on
+/// every rank by construction: with 2 ranks `MPI_Allreduce` (each rank adds the same two
+/// numbers, and `a + b == b + a` exactly), with more a reduction to rank 0 followed by a
+/// broadcast of its result. Every collective is non-blocking and polled against a deadline;
+/// before it each rank tells the others it arrived, so that a rank whose deadline passes
+/// names the ranks that never came, then stops the whole job with `MPI_Abort`.
+pub struct MpiGroup {
+    inner: Mutex<Inner>,
+    rank: usize,
+    size: usize,
+    timeout: Duration,
+    library: String,
+}
+
+impl MpiGroup {
+    /// Initialises MPI (`MPI_Init_thread`, serialized threading) with `timeout` as the
+    /// deadline of every collective. Errors: MPI was already initialised, or the library
+    /// cannot give serialized threading.
+    pub fn init(timeout: Duration) -> Result<Self, String> {
+        let (universe, threading) = mpi::initialize_with_threading(Threading::Serialized)
+            .ok_or_else(|| "MPI was already initialised in this process".to_string())?;
+        if !matches!(threading, Threading::Serialized | Threading::Multiple) {
+            return Err(format!(
+                "the MPI library gives only {threading:?} threading; crossbow needs Serialized (calls from any one thread at a time)"
+            ));
+        }
+        let world = universe.world();
+        let rank = world.rank() as usize;
+        let size = world.size() as usize;
+        let library = mpi::environment::library_version()
+            .ok()
+            .and_then(|v| v.split([',', '\n']).next().map(|l| l.trim().to_string()))
+            .unwrap_or_else(|| "unknown MPI library".into());
+        Ok(MpiGroup {
+            inner: Mutex::new(Inner { world, seq: 0, seen: vec![(0, Instant::now()); size], _universe: universe }),
+            rank,
+            size,
+            timeout,
+            library,
+        })
+    }
+
+    /// The deadline of every collective.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Stops every rank of the job (`MPI_Abort`) with exit code `code`: what a rank does when
+    /// it fails alone, so that the others do not wait for it until their deadline.
+    pub fn abort(&self, code: i32) -> ! {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.world.abort(code)
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, Inner>> {
+        self.inner.lock().map_err(|_| ReplicaError::Processes("the MPI state is poisoned by a panic".into()))
+    }
+
+    /// Element-wise sum over the ranks, identical on every rank (see the type's docs).
+    fn sum<T>(&self, buf: &mut [T], what: &str) -> Result<()>
+    where
+        T: Equivalence + Copy,
+        [T]: Buffer + BufferMut,
+    {
+        if self.size <= 1 {
+            return Ok(());
+        }
+        let mut g = self.lock()?;
+        let Inner { world, seq, seen, .. } = &mut *g;
+        let send = buf.to_vec();
+        let sum = SystemOperation::sum();
+        let n = arrive(world, seq, self.rank);
+        if self.size == 2 {
+            mpi::request::scope(|sc| {
+                let req = world.immediate_all_reduce_into(sc, &send[..], &mut *buf, sum);
+                wait(world, seen, n, self.timeout, what, req);
+            });
+            return Ok(());
+        }
+        let root = world.process_at_rank(0);
+        mpi::request::scope(|sc| {
+            if self.rank == 0 {
+                let req = root.immediate_reduce_into_root(sc, &send[..], &mut *buf, sum);
+                wait(world, seen, n, self.timeout, what, req);
+            } else {
+                let req = root.immediate_reduce_into(sc, &send[..], sum);
+                wait(world, seen, n, self.timeout, what, req);
+            }
+        });
+        let n = arrive(world, seq, self.rank);
+        mpi::request::scope(|sc| {
+            let req = root.immediate_broadcast_into(sc, &mut *buf);
+            wait(world, seen, n, self.timeout, what, req);
+        });
+        Ok(())
+    }
+}
+
+impl ProcessGroup for MpiGroup {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn all_reduce_sum_f32(&self, buf: &mut [f32]) -> Result<()> {
+        self.sum(buf, "the all-reduce of the central-model update")
+    }
+
+    fn all_reduce_sum_f64(&self, buf: &mut [f64]) -> Result<()> {
+        self.sum(buf, "a sum of counts")
+    }
+
+    fn all_gather_u64(&self, value: u64) -> Result<Vec<u64>> {
+        let mut out = vec![0u64; self.size];
+        if self.size <= 1 {
+            out[0] = value;
+            return Ok(out);
+        }
+        let mut g = self.lock()?;
+        let Inner { world, seq, seen, .. } = &mut *g;
+        let n = arrive(world, seq, self.rank);
+        mpi::request::scope(|sc| {
+            let req = world.immediate_all_gather_into(sc, &value, &mut out[..]);
+            wait(world, seen, n, self.timeout, "the agreement on every rank's learner count", req);
+        });
+        Ok(out)
+    }
+
+    fn describe(&self) -> String {
+        format!("MPI rank {} of {} ({})", self.rank, self.size, self.library)
+    }
+}
+
+/// Starts the next collective: numbers it and tells every other rank this one reached it.
+fn arrive(world: &SimpleCommunicator, seq: &mut u64, rank: usize) -> u64 {
+    *seq += 1;
+    tell(world, *seq, rank);
+    *seq
+}
+
+/// Tells every other rank that this one is at collective `n`.
+fn tell(world: &SimpleCommunicator, n: u64, rank: usize) {
+    for r in 0..world.size() {
+        if r as usize != rank {
+            // 8 bytes: sent eagerly, so this returns even if rank `r` is stopped.
+            world.process_at_rank(r).send_with_tag(&n, ARRIVAL_TAG);
+        }
+    }
+}
+
+/// Reads every arrival message that came in.
+fn drain(world: &SimpleCommunicator, seen: &mut [(u64, Instant)]) {
+    while let Some((msg, status)) = world.any_process().immediate_matched_probe_with_tag(ARRIVAL_TAG) {
+        let (n, _) = msg.matched_receive::<u64>();
+        if let Some(s) = seen.get_mut(status.source_rank() as usize) {
+            *s = (s.0.max(n), Instant::now());
+        }
+    }
+}
+
+/// Polls `req` until it completes; past `timeout` prints which ranks never reached
+/// collective `n` and stops the job.
+fn wait<'a, D: ?Sized, S: Scope<'a>>(
+    world: &SimpleCommunicator,
+    seen: &mut [(u64, Instant)],
+    n: u64,
+    timeout: Duration,
+    what: &str,
+    mut req: Request<'a, D, S>,
+) {
+    let start = Instant::now();
+    let me = world.rank() as usize;
+    // While waiting, tell the others this rank is alive 8 times per deadline; a rank silent
+    // for over 3 of those intervals is stopped or hung.
+    let beat = timeout / 8;
+    let mut last_beat = start;
+    let mut polls = 0u64;
+    loop {
+        drain(world, seen);
+        match req.test() {
+            Ok(_) => return,
+            Err(r) => req = r,
+        }
+        let now = Instant::now();
+        if now.duration_since(last_beat) >= beat {
+            tell(world, n, me);
+            last_beat = now;
+        }
+        if now.duration_since(start) >= timeout {
+            let peers: Vec<Option<Peer>> = seen
+                .iter()
+                .enumerate()
+                .map(|(r, (reached, heard))| {
+                    (r != me).then(|| Peer { reached: *reached, silent_for: now.duration_since(*heard).as_secs_f64() })
+                })
+                .collect();
+            let limit = 3.0 * beat.as_secs_f64();
+            eprintln!("crossbow: error: {}", timeout_message(me, what, n, timeout, limit, &peers));
+            world.abort(TIMEOUT_EXIT_CODE);
+        }
+        polls += 1;
+        // Progress needs polls (MPI moves a non-blocking collective on in `test`), but a
+        // waiting rank must not take the cores its own devices' threads need.
+        if polls < 100 {
+            std::hint::spin_loop();
+        } else if polls < 2000 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+}

@@ -1,0 +1,97 @@
+//! The processes an engine is one of: the last level of the reduction hierarchy.
+//!
+//! Within a process, learners are reduced per device ([`crate::Synchroniser::reduce_device`])
+//! and devices by the engine's [`crate::sync::AllReduce`]. When the job runs as several
+//! processes (ranks, e.g. launched by `mpirun`), each rank's engine then sums its process
+//! total with every other rank's through a [`ProcessGroup`] (host memory, one all-reduce per
+//! process and iteration, not one per learner), and every device of every rank applies the
+//! same total. A single process is [`Solo`], which does nothing. The MPI implementation lives
+//! in the `crossbow-dist` crate (feature `mpi`), so this crate needs no MPI.
+//!
+//! Every method is a collective: every rank calls the same methods in the same order (the
+//! engine and the `crossbow` binary do), and each returns the same result on every rank.
+
+use crate::error::Result;
+
+/// A group of processes that reduce together. Every method is collective (see the module
+/// documentation) and its result is identical, bit for bit, on every rank.
+pub trait ProcessGroup: Send + Sync {
+    /// This process's rank, in `0..size`.
+    fn rank(&self) -> usize;
+
+    /// Number of processes.
+    fn size(&self) -> usize;
+
+    /// Element-wise sum of `buf` over every rank, in place. The result must be bit-identical
+    /// on every rank (the central models of all ranks must never drift apart).
+    fn all_reduce_sum_f32(&self, buf: &mut [f32]) -> Result<()>;
+
+    /// Element-wise sum of `buf` over every rank, in place (counts, loss sums).
+    fn all_reduce_sum_f64(&self, buf: &mut [f64]) -> Result<()>;
+
+    /// Every rank's `value`, by rank.
+    fn all_gather_u64(&self, value: u64) -> Result<Vec<u64>>;
+
+    /// Short description for logs (`"1 process"`, `"MPI rank 0 of 2 (Open MPI ...)"`).
+    fn describe(&self) -> String {
+        format!("rank {} of {}", self.rank(), self.size())
+    }
+}
+
+/// One process alone: every collective is the identity.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Solo;
+
+impl ProcessGroup for Solo {
+    fn rank(&self) -> usize {
+        0
+    }
+
+    fn size(&self) -> usize {
+        1
+    }
+
+    fn all_reduce_sum_f32(&self, _buf: &mut [f32]) -> Result<()> {
+        Ok(())
+    }
+
+    fn all_reduce_sum_f64(&self, _buf: &mut [f64]) -> Result<()> {
+        Ok(())
+    }
+
+    fn all_gather_u64(&self, value: u64) -> Result<Vec<u64>> {
+        Ok(vec![value])
+    }
+
+    fn describe(&self) -> String {
+        "1 process".into()
+    }
+}
+
+/// Where rank `rank`'s learners start in the global order, given every rank's learner count
+/// (the sum of the counts of the ranks before it).
+pub fn learner_offset(counts: &[usize], rank: usize) -> usize {
+    counts.iter().take(rank).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn solo_is_the_identity() {
+        let s = Solo;
+        let mut v = vec![1.0f32, 2.0];
+        s.all_reduce_sum_f32(&mut v).unwrap();
+        assert_eq!(v, [1.0, 2.0]);
+        assert_eq!(s.all_gather_u64(7).unwrap(), [7]);
+        assert_eq!((s.rank(), s.size()), (0, 1));
+    }
+
+    #[test]
+    fn offsets_are_prefix_sums() {
+        assert_eq!(learner_offset(&[2, 3, 1], 0), 0);
+        assert_eq!(learner_offset(&[2, 3, 1], 1), 2);
+        assert_eq!(learner_offset(&[2, 3, 1], 2), 5);
+    }
+}
