@@ -21,6 +21,8 @@ use crossbow_replica::ModelKind;
 use crossbow_tensor::Shape;
 
 const GB: f64 = 1e9;
+/// Scaling efficiency is against this many servers, whether or not it is in the table.
+const BASE_SERVERS: usize = 1;
 
 /// A100 NVLink3, 8 GPUs: nccl-tests all_reduce_perf busbw measured on one 8-GPU A100 server
 /// (232.54 GB/s, NVIDIA/nccl#1048; NCCL's own tuning caps A100 at 235 GB/s).
@@ -213,7 +215,11 @@ fn cluster(servers: usize, a: &PredictArgs, gbps: u32) -> Result<Cluster, String
 
 fn run_predict(a: &PredictArgs) -> Result<(), String> {
     check_args(a)?;
-    let base = *a.servers.iter().min().unwrap_or(&1);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    println!(
+        "Predictions of the cost model (BENCHMARKS.md section 12), not measurements: `scaling-model {}`",
+        args.join(" ")
+    );
     for &model in &a.model {
         let w = workload(model, a)?;
         println!(
@@ -233,14 +239,14 @@ fn run_predict(a: &PredictArgs) -> Result<(), String> {
                 };
                 println!(
                     "{model:?}, {} x {gbps} Gb/s per server ({:.0} GB/s busbw), NVLink {NVLINK_BUSBW_GBS} GB/s, \
-                     overlap {ov:?}: predicted images/s (scaling efficiency vs {base} server(s))\n",
+                     overlap {ov:?}: predicted images/s (scaling efficiency vs 1 server)\n",
                     a.nics,
                     a.nics as f64 * nic_busbw_gbs(gbps)?
                 );
                 if a.detail {
-                    detail_table(a, &w, gbps, overlap, base)?;
+                    detail_table(a, &w, gbps, overlap)?;
                 } else {
-                    summary_table(a, &w, gbps, overlap, base)?;
+                    summary_table(a, &w, gbps, overlap)?;
                 }
                 println!();
             }
@@ -249,7 +255,8 @@ fn run_predict(a: &PredictArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn summary_table(a: &PredictArgs, w: &Workload, gbps: u32, overlap: Overlap, base: usize) -> Result<(), String> {
+fn summary_table(a: &PredictArgs, w: &Workload, gbps: u32, overlap: Overlap) -> Result<(), String> {
+    let base = BASE_SERVERS;
     let head: Vec<String> = a.servers.iter().map(|n| format!("{n} x {}", a.gpus_per_server)).collect();
     println!("| configuration | {} |", head.join(" | "));
     println!("|---|{}", "---:|".repeat(a.servers.len()));
@@ -265,7 +272,8 @@ fn summary_table(a: &PredictArgs, w: &Workload, gbps: u32, overlap: Overlap, bas
     Ok(())
 }
 
-fn detail_table(a: &PredictArgs, w: &Workload, gbps: u32, overlap: Overlap, base: usize) -> Result<(), String> {
+fn detail_table(a: &PredictArgs, w: &Workload, gbps: u32, overlap: Overlap) -> Result<(), String> {
+    let base = BASE_SERVERS;
     println!(
         "| servers | configuration | compute ms | all-reduce ms | iteration ms | images/s | efficiency | \
          network kB/image | NVLink kB/image |"
