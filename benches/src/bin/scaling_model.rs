@@ -356,3 +356,51 @@ fn run_fit(a: &FitArgs) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(name: &str, text: &str) -> std::path::PathBuf {
+        let p = std::env::temp_dir().join(format!("scaling-model-{}-{name}.csv", std::process::id()));
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    #[test]
+    fn points_are_grouped_by_size_and_bad_lines_name_the_line() {
+        let p = write("ok", "# ranks=2\nbytes,seconds\n4,0.000001\n4,0.000003\n1024,0.00001\n\n");
+        let by = read_points(&p).unwrap();
+        assert_eq!(by.get(&4), Some(&vec![1e-6, 3e-6]));
+        assert_eq!(by.get(&1024), Some(&vec![1e-5]));
+        let bad = write("bad", "bytes,seconds\n4,0.1\n8;0.2\n");
+        let e = read_points(&bad).unwrap_err();
+        assert!(e.contains(":3:") && e.contains("8;0.2"), "{e}");
+        let neg = write("neg", "4,-1\n");
+        assert!(read_points(&neg).unwrap_err().contains("not a positive"));
+        let empty = write("empty", "# nothing\n");
+        assert!(read_points(&empty).unwrap_err().contains("no `bytes,seconds`"));
+        for f in [p, bad, neg, empty] {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+
+    #[test]
+    fn parameter_counts_come_from_the_model_definitions() {
+        assert_eq!(params(ModelName::Resnet32).unwrap(), 466_906);
+        assert_eq!(params(ModelName::Resnet50).unwrap(), 25_557_032);
+    }
+
+    #[test]
+    fn every_network_has_a_figure_and_others_are_refused() {
+        for g in [100, 200, 400] {
+            assert!(nic_busbw_gbs(g).unwrap() > 0.9 * f64::from(g) / 8.0);
+        }
+        assert!(nic_busbw_gbs(300).unwrap_err().contains("--network 300"));
+        let names: Vec<String> = configs(&[1, 2]).into_iter().map(|c| c.0).collect();
+        assert_eq!(
+            names,
+            ["S-SGD", "SMA k=1, hierarchical", "SMA k=2, hierarchical", "SMA k=2, one all-reduce per learner"]
+        );
+    }
+}
