@@ -116,6 +116,22 @@ struct FitArgs {
     /// Sizes in bytes left out of the fit and predicted from it (the model check).
     #[arg(long, value_delimiter = ',')]
     check: Vec<u64>,
+    /// Fit only sizes from this many bytes (smaller ones are still shown against the fit).
+    #[arg(long)]
+    min_bytes: Option<u64>,
+    /// Fit only sizes up to this many bytes (larger ones are still shown against the fit).
+    #[arg(long)]
+    max_bytes: Option<u64>,
+    /// Statistic of each size's calls: the median, or the minimum (the least disturbed call on
+    /// a loaded machine).
+    #[arg(long, value_enum, default_value_t = Stat::Median)]
+    stat: Stat,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum, Debug)]
+enum Stat {
+    Median,
+    Min,
 }
 
 fn main() -> ExitCode {
@@ -331,15 +347,23 @@ fn run_fit(a: &FitArgs) -> Result<(), String> {
     }
     let mut medians = Vec::new();
     for (&b, ts) in &by_size {
-        let m = median(ts).ok_or_else(|| format!("size {b}: no usable times"))?;
+        let m = match a.stat {
+            Stat::Median => median(ts),
+            Stat::Min => ts.iter().copied().reduce(f64::min),
+        }
+        .ok_or_else(|| format!("size {b}: no usable times"))?;
         medians.push((b, ts.len(), m));
     }
+    let in_fit = |b: u64| {
+        !a.check.contains(&b) && a.min_bytes.is_none_or(|min| b >= min) && a.max_bytes.is_none_or(|max| b <= max)
+    };
     let fit_points: Vec<(f64, f64)> =
-        medians.iter().filter(|(b, _, _)| !a.check.contains(b)).map(|&(b, _, m)| (b as f64, m)).collect();
+        medians.iter().filter(|(b, _, _)| in_fit(*b)).map(|&(b, _, m)| (b as f64, m)).collect();
     let link = fit_ring(a.ranks, &fit_points)?;
     println!(
-        "fit over {} sizes ({} ranks): alpha = {:.3} us per step, busbw = {:.2} GB/s \
+        "fit of the {:?} over {} sizes ({} ranks): alpha = {:.3} us per step, busbw = {:.2} GB/s \
          (t = {:.3} us + S / {:.2} GB/s)\n",
+        a.stat,
         fit_points.len(),
         a.ranks,
         link.alpha_s * 1e6,
@@ -347,11 +371,17 @@ fn run_fit(a: &FitArgs) -> Result<(), String> {
         2.0 * (a.ranks as f64 - 1.0) * link.alpha_s * 1e6,
         link.busbw / (2.0 * (a.ranks as f64 - 1.0) / a.ranks as f64) / GB
     );
-    println!("| bytes | calls | measured median us | model us | model / measured | used in fit |");
+    println!("| bytes | calls | measured {:?} us | model us | model / measured | used in fit |", a.stat);
     println!("|---:|---:|---:|---:|---:|---|");
     for (b, n, m) in medians {
         let model = ring_allreduce_seconds(a.ranks, b as f64, link);
-        let used = if a.check.contains(&b) { "no (check)" } else { "yes" };
+        let used = if a.check.contains(&b) {
+            "no (check)"
+        } else if in_fit(b) {
+            "yes"
+        } else {
+            "no (outside --min-bytes/--max-bytes)"
+        };
         println!("| {b} | {n} | {:.2} | {:.2} | {:.2} | {used} |", m * 1e6, model * 1e6, model / m);
     }
     Ok(())
