@@ -2,6 +2,9 @@
 //!
 //! Criterion benchmarks for each crossbow component (`cargo bench -p crossbow-benches`), and
 //! the helpers they share. Figures and the commands that produced them are in `BENCHMARKS.md`.
+//! [`scaling`] is the cost model behind the `scaling-model` binary (BENCHMARKS.md section 12).
+
+pub mod scaling;
 
 /// True when the CPU has AVX2 and FMA.
 pub fn has_avx2_fma() -> bool {
