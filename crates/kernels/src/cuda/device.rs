@@ -19,6 +19,7 @@ use super::cudnn::{self, Cudnn};
 use super::driver::{device_info, driver_status, status_error};
 use super::gpu::GpuBackend;
 use super::launch::{BLOCK, ColGemm, KernelArg, Launcher, Sealed};
+use super::libs::{self, CudaLib};
 use super::nvrtc;
 use crate::error::{KernelError, Result};
 
@@ -79,6 +80,7 @@ impl CudaDevice {
         // (CudaBackend::record_event / wait_event / wait_for). Must precede any allocation.
         // SAFETY: see the stream-ordering contract in the module docs.
         unsafe { ctx.disable_event_tracking() };
+        let driver_version = super::driver::driver_version_or_zero();
         // SAFETY: only tries to dlopen libcublas.
         if !unsafe { cudarc::cublas::sys::is_culib_present() } {
             return Err(KernelError::Cuda {
@@ -86,8 +88,13 @@ impl CudaDevice {
                 msg: "libcublas.so not found on the library path (needed for GEMM, linear and conv2d)".into(),
             });
         }
+        libs::prepare(CudaLib::Cublas, driver_version)
+            .map_err(|msg| KernelError::Cuda { context: format!("cuBLAS for cuda:{ordinal}"), msg })?;
         let nvrtc_version = nvrtc::nvrtc_version()?;
         let target = Target::for_device(info.compute_capability)?;
+        // Modules from an NVRTC newer than the driver do not load: say so before compiling.
+        libs::nvrtc_fits_driver(nvrtc_version, driver_version, matches!(target, Target::Cubin(_)))
+            .map_err(|msg| KernelError::Cuda { context: format!("NVRTC for cuda:{ordinal}"), msg })?;
         let functions = cache::load_all(&ctx, ordinal, &target, options.kernel_cache.as_deref())?;
         let cudnn = if options.cudnn {
             cudnn::probe()

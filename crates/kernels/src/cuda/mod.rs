@@ -84,6 +84,8 @@
 mod common;
 pub use common::*;
 
+pub mod libs;
+
 mod gpu;
 pub mod launch;
 pub use gpu::GpuBackend;

@@ -281,3 +281,24 @@ fn emulator_rejects_a_wrong_width_argument() {
     be.download(crate::View::whole(&buf), &mut host).unwrap();
     assert!(host.iter().all(|&v| v == 2.0));
 }
+
+/// The NVRTC file cudarc loads is the one the library check resolved, and the process maps
+/// (what `crossbow doctor` prints) name it.
+#[test]
+#[cfg(feature = "cuda")]
+fn nvrtc_loaded_library_is_the_checked_one() {
+    if !nvrtc_or_skip("nvrtc_loaded_library_is_the_checked_one") {
+        return;
+    }
+    nvrtc_version().unwrap();
+    let resolved = libs::resolve_like_cudarc(libs::CudaLib::Nvrtc).expect("cudarc's NVRTC");
+    assert!(!libs::is_stub(&resolved.path));
+    let loaded = libs::loaded_libraries();
+    println!("resolved {resolved:?}; loaded {loaded:?}");
+    assert!(
+        loaded
+            .iter()
+            .any(|(l, p)| *l == libs::CudaLib::Nvrtc && std::fs::canonicalize(p).ok().as_ref() == Some(&resolved.path)),
+        "{resolved:?} not in {loaded:?}"
+    );
+}
