@@ -12,6 +12,7 @@
 //!   prints `skipped: no CUDA driver` and passes where there is none). Every op folder's
 //!   `tests.rs` is written this way, and other crates use it for their engine and
 //!   synchroniser tests.
+//! * [`selftest`]: every op against the CPU, one pass/fail row per op (`crossbow doctor`).
 
 use std::any::TypeId;
 use std::sync::OnceLock;
@@ -391,6 +392,8 @@ macro_rules! test_backends {
 }
 
 pub use crate::test_backends;
+
+pub mod selftest;
 
 #[cfg(test)]
 mod tests {
