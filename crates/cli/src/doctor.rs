@@ -138,6 +138,7 @@ pub fn run(a: &DoctorArgs) -> Result<(), CliError> {
         results.extend(run_quietly(&label, &be, &cases_with(inject)));
         if be.uses_cudnn() {
             options.cudnn = false;
+            options.require_cudnn = false;
             let fallback = cuda::CudaDevice::open_with(o, &options).and_then(|d| d.new_backend());
             match fallback {
                 Ok(fb) => {

@@ -105,7 +105,7 @@ mod driver;
 mod nvrtc;
 
 #[cfg(feature = "cuda")]
-pub use cache::kernel_cache_stats;
+pub use cache::{kernel_cache_stats, kernel_compile_counts};
 #[cfg(feature = "cuda")]
 pub use cudarc;
 #[cfg(feature = "cuda")]

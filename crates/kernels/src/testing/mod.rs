@@ -250,6 +250,8 @@ pub fn cuda_device_or_skip(test: &str, options: &CudaOptions) -> Option<CudaDevi
 pub fn cuda_test_options(cudnn: bool) -> CudaOptions {
     let mut o = CudaOptions::from_env();
     o.cudnn &= cudnn;
+    // CROSSBOW_REQUIRE_CUDNN applies to the variants that ask for cuDNN.
+    o.require_cudnn &= cudnn;
     o.sync_launches = true;
     o
 }
