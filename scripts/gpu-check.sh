@@ -18,9 +18,10 @@
 #      `::cuda_no_cudnn`), one process per op folder; then each test of gpu-tests (streams,
 #      ordering with its negative control, module cache, offsets, drops, ResNet shapes) in
 #      its own process, so one fault cannot abort the others.
-#   5. engine-tests: 4 learners with SMA, S-SGD, EA-SGD, independent on a small ResNet
-#      against the CPU engine and a synchronous-launch run; learners added and removed —
-#      under compute-sanitizer (memcheck) when it is installed.
+#   5. engine-tests (their `::cuda` and `::cuda_async` variants; the `::emu` ones run in
+#      CI): 4 learners with SMA, S-SGD, EA-SGD, independent on a small ResNet against the
+#      CPU engine and a synchronous-launch run; learners added and removed — under
+#      compute-sanitizer (memcheck) when it is installed.
 #   6. Throughput: ResNet-32 at batch 32 and 128, learners 1, 2, 4, 8 and the tuner's
 #      choice (`crossbow bench`), beside PyTorch eager and torch.compile on the same GPU
 #      (benches/peers/pytorch_gpu_bench.py), with ratios.
@@ -164,7 +165,7 @@ for g in $groups; do
     names=$("$BUNDLE/kernels-unit" --list --format terse 2>/dev/null |
         sed -n "s/^\($g::.*::cuda[a-z_]*\): test\$/\1/p")
     # shellcheck disable=SC2086
-    run_counted "$g" env "${GPU_ENV[@]}" "$BUNDLE/kernels-unit" --exact $names --test-threads 1
+    run_counted "$g" env "${GPU_ENV[@]}" "$BUNDLE/kernels-unit" --exact $names --test-threads 1 --nocapture
 done
 step_row "GPU op tests (every op, both paths)" "$t"
 
@@ -179,13 +180,13 @@ step_row "GPU tests (streams, caches, offsets, drops)" "$t"
 hr "engine on the GPU: 4 learners x SMA, S-SGD, EA-SGD, independent; learners added and removed"
 t=$(date +%s)
 if [ -x "$BUNDLE/engine-tests" ]; then
-    run_counted "engine" env "${GPU_ENV[@]}" "$BUNDLE/engine-tests" four_learners_match_the_cpu_engine --nocapture
+    run_counted "engine" env "${GPU_ENV[@]}" "$BUNDLE/engine-tests" four_learners_match_the_cpu_engine::cuda --nocapture
     sanitizer=()
     if [ "$GPU" = 1 ] && command -v compute-sanitizer >/dev/null; then
         sanitizer=(compute-sanitizer --tool memcheck --error-exitcode 3)
     fi
     run_counted "tuner${sanitizer:+ (compute-sanitizer)}" env "${GPU_ENV[@]}" "${sanitizer[@]}" \
-        "$BUNDLE/engine-tests" tuner_adds_and_removes_learners --nocapture
+        "$BUNDLE/engine-tests" tuner_adds_and_removes_learners::cuda --nocapture
     step_row "engine tests${sanitizer:+ (tuner under compute-sanitizer)}" "$t"
 else
     row "engine tests" "skipped: no engine-tests binary in the bundle" 0

@@ -133,7 +133,14 @@ pub fn run(a: &DoctorArgs) -> Result<(), CliError> {
         if a.no_self_test {
             continue;
         }
-        let be = dev.new_backend().map_err(|e| CliError::run(format!("cuda:{o}: {e}")))?;
+        let be = match dev.new_backend() {
+            Ok(be) => be,
+            Err(e) => {
+                println!("         no backend: {e}");
+                open_errors.push(format!("cuda:{o}: {e}"));
+                continue;
+            }
+        };
         let label = if be.uses_cudnn() { format!("cuda:{o}") } else { format!("cuda:{o} no cuDNN") };
         results.extend(run_quietly(&label, &be, &cases_with(inject)));
         if be.uses_cudnn() {
