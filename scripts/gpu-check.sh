@@ -18,8 +18,8 @@
 #      `::cuda_no_cudnn`), one process per op folder; then each test of gpu-tests (streams,
 #      ordering with its negative control, module cache, offsets, drops, ResNet shapes) in
 #      its own process, so one fault cannot abort the others.
-#   5. engine-tests (their `::cuda` and `::cuda_async` variants; the `::emu` ones run in
-#      CI): 4 learners with SMA, S-SGD, EA-SGD, independent on a small ResNet against the
+#   5. engine-tests (their `::cuda` and `::cuda_async` variants, ignored by default; the
+#      `::emu` ones pass with `--ignored` but take minutes): 4 learners with SMA, S-SGD, EA-SGD, independent on a small ResNet against the
 #      CPU engine and a synchronous-launch run; learners added and removed — under
 #      compute-sanitizer (memcheck) when it is installed.
 #   6. Throughput: ResNet-32 at batch 32 and 128, learners 1, 2, 4, 8 and the tuner's
@@ -180,13 +180,13 @@ step_row "GPU tests (streams, caches, offsets, drops)" "$t"
 hr "engine on the GPU: 4 learners x SMA, S-SGD, EA-SGD, independent; learners added and removed"
 t=$(date +%s)
 if [ -x "$BUNDLE/engine-tests" ]; then
-    run_counted "engine" env "${GPU_ENV[@]}" "$BUNDLE/engine-tests" four_learners_match_the_cpu_engine::cuda --nocapture
+    run_counted "engine" env "${GPU_ENV[@]}" "$BUNDLE/engine-tests" four_learners_match_the_cpu_engine::cuda --include-ignored --nocapture
     sanitizer=()
     if [ "$GPU" = 1 ] && command -v compute-sanitizer >/dev/null; then
         sanitizer=(compute-sanitizer --tool memcheck --error-exitcode 3)
     fi
     run_counted "tuner${sanitizer:+ (compute-sanitizer)}" env "${GPU_ENV[@]}" "${sanitizer[@]}" \
-        "$BUNDLE/engine-tests" tuner_adds_and_removes_learners::cuda --nocapture
+        "$BUNDLE/engine-tests" tuner_adds_and_removes_learners::cuda --include-ignored --nocapture
     step_row "engine tests${sanitizer:+ (tuner under compute-sanitizer)}" "$t"
 else
     row "engine tests" "skipped: no engine-tests binary in the bundle" 0
