@@ -5,7 +5,10 @@
 #   gpu-tests      crates/kernels/tests/gpu.rs (every op on the GPU vs the CPU, both paths)
 #   kernels-unit   crossbow-kernels' unit tests (gpu-check runs its nvrtc_* tests: do the
 #                  GPU machine's NVRTC compile every kernel?)
-#   crossbow       the CLI, for the throughput step (skipped there if it does not build)
+#   engine-tests   crossbow-sma's unit tests with CUDA (the engine with 4 learners and each
+#                  synchroniser, learners added and removed; gpu-check runs two of them)
+#   crossbow       the CLI: `crossbow doctor` and the throughput step (skipped there if it
+#                  does not build)
 #   MANIFEST       commit, toolchain, sizes, newest glibc symbol required
 #
 # Release profile, built for any x86-64 CPU: refuses to run with -C target-cpu=native.
@@ -60,6 +63,14 @@ done < <(printf '%s\n' "$json" | executables)
 for f in gpu-tests kernels-unit; do
     [ -f "$OUT/$f" ] || { echo "build-gpu-bundle: no $f executable in cargo's output" >&2; exit 1; }
 done
+
+echo "== cargo test --release --no-run -p crossbow-sma --features crossbow-kernels/cuda"
+json=$(cargo test --release --no-run -p crossbow-sma --features crossbow-kernels/cuda --lib \
+    --message-format=json-render-diagnostics)
+while read -r name path; do
+    [ "$name" = crossbow_sma ] && cp "$path" "$OUT/engine-tests"
+done < <(printf '%s\n' "$json" | executables)
+[ -f "$OUT/engine-tests" ] || { echo "build-gpu-bundle: no engine-tests executable in cargo's output" >&2; exit 1; }
 
 echo "== cargo build --release -p crossbow-cli --features cuda"
 if cargo build --release -p crossbow-cli --features cuda; then

@@ -44,6 +44,9 @@ enum Command {
     /// Explore several configurations as one job from one data pipeline, prune the losers
     /// early and write the best as a config file (docs/explore.md).
     Explore(crate::explore::ExploreArgs),
+    /// Check the GPUs: driver, CUDA libraries, devices, cuDNN, and every op against the CPU
+    /// on every GPU (exit 0 when all pass or there is no GPU).
+    Doctor(crate::doctor::DoctorArgs),
 }
 
 #[derive(Subcommand)]
@@ -336,6 +339,7 @@ fn run(cli: Cli, registry: &SyncRegistry) -> Result<(), CliError> {
             result
         }
         Command::Export(a) => crate::export_cmd::run(&a),
+        Command::Doctor(a) => crate::doctor::run(&a),
         Command::Explore(a) => crate::explore::run(&a, registry),
         Command::Models(a) => {
             let models: Vec<ModelKind> = if a.model.is_empty() {

@@ -18,6 +18,8 @@
 //!   and what the auto-tuner picks.
 //! * `crossbow explore` — several configurations as one job from one data pipeline, losers
 //!   pruned early, the best written as a config file (see [`explore`]).
+//! * `crossbow doctor` — the GPUs, their CUDA libraries, and every op against the CPU on
+//!   every GPU (see [`doctor`]).
 //! * `crossbow experiment tta` — time/epochs to accuracy, SMA against S-SGD (or any registered
 //!   synchronisers).
 
@@ -25,6 +27,7 @@ mod app;
 pub mod bench;
 pub mod checkpoint;
 pub mod config;
+pub mod doctor;
 pub mod error;
 pub mod experiment;
 pub mod explore;

@@ -24,6 +24,19 @@ static DISK_REJECTED: AtomicU64 = AtomicU64::new(0);
 static DISK_WRITE_ERRORS: AtomicU64 = AtomicU64::new(0);
 static MEMORY_HITS: AtomicU64 = AtomicU64::new(0);
 
+/// NVRTC compilations per module cache key (`"<module>-<arch>-<key>"`), for the test
+/// that a key is compiled at most once per process however many threads open devices.
+fn compiles_per_key() -> &'static Mutex<HashMap<String, u64>> {
+    static PER_KEY: std::sync::OnceLock<Mutex<HashMap<String, u64>>> = std::sync::OnceLock::new();
+    PER_KEY.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// How many times each kernel module was compiled by NVRTC in this process, by
+/// `"<module>-<arch>-<cache key>"` (a module loaded from memory or disk does not count).
+pub fn kernel_compile_counts() -> HashMap<String, u64> {
+    compiles_per_key().lock().map(|m| m.clone()).unwrap_or_default()
+}
+
 /// The process-wide counters of the kernel cache.
 pub fn kernel_cache_stats() -> KernelCacheStats {
     KernelCacheStats {
@@ -155,9 +168,12 @@ fn write_atomically(path: &Path, data: &[u8]) -> std::io::Result<()> {
     res
 }
 
-fn compile_image(source: &KernelSource, target: &Target) -> Result<Image> {
+fn compile_image(source: &KernelSource, target: &Target, key: u64) -> Result<Image> {
     let c = nvrtc::compile(source, target.arch())?;
     COMPILED.fetch_add(1, Ordering::Relaxed);
+    if let Ok(mut m) = compiles_per_key().lock() {
+        *m.entry(file_name(source, target, key).trim_end_matches(".bin").to_string()).or_insert(0) += 1;
+    }
     Ok(match (target, c.cubin) {
         (Target::Cubin(_), Some(bin)) => Image { cubin: true, bytes: bin },
         _ => Image { cubin: false, bytes: c.ptx },
@@ -197,7 +213,7 @@ pub(crate) fn image(
             }
         }
     }
-    let img = compile_image(source, target)?;
+    let img = compile_image(source, target, key)?;
     store(path.as_deref(), key, &img);
     Ok((img, Origin::Compiled, key))
 }
@@ -209,8 +225,13 @@ fn load(ctx: &Arc<CudaContext>, img: &Image) -> Result<Arc<CudaModule>> {
 
 type ModuleKey = (usize, u64, String);
 
-fn loaded() -> &'static Mutex<HashMap<ModuleKey, Arc<CudaModule>>> {
-    static LOADED: std::sync::OnceLock<Mutex<HashMap<ModuleKey, Arc<CudaModule>>>> = std::sync::OnceLock::new();
+/// One module's slot: filled by the first thread that needs it, which holds the slot's lock
+/// while it compiles and loads, so threads opening the same device at once compile each
+/// module once (single flight) instead of racing.
+type Slot = Arc<Mutex<Option<Arc<CudaModule>>>>;
+
+fn loaded() -> &'static Mutex<HashMap<ModuleKey, Slot>> {
+    static LOADED: std::sync::OnceLock<Mutex<HashMap<ModuleKey, Slot>>> = std::sync::OnceLock::new();
     LOADED.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
@@ -225,7 +246,9 @@ fn module(
 ) -> Result<Arc<CudaModule>> {
     let key = key(source, target)?;
     let mk = (ordinal, key, target.arch().to_string());
-    if let Some(m) = loaded().lock().map_err(|_| poisoned())?.get(&mk) {
+    let slot = loaded().lock().map_err(|_| poisoned())?.entry(mk).or_default().clone();
+    let mut slot = slot.lock().map_err(|_| poisoned())?;
+    if let Some(m) = slot.as_ref() {
         MEMORY_HITS.fetch_add(1, Ordering::Relaxed);
         return Ok(m.clone());
     }
@@ -243,7 +266,7 @@ fn module(
         }
         Err(e) => return Err(e),
     };
-    loaded().lock().map_err(|_| poisoned())?.insert(mk, m.clone());
+    *slot = Some(m.clone());
     Ok(m)
 }
 

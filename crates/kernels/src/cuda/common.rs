@@ -15,6 +15,10 @@ pub mod env {
     /// `1`: synchronise after every kernel launch, so an asynchronous fault names its kernel
     /// (slow; for debugging).
     pub const SYNC_LAUNCHES: &str = "CROSSBOW_CUDA_SYNC";
+    /// `1`: opening a device (or making a backend) fails when cuDNN is not actually used —
+    /// missing, incomplete, disabled, or no handle — instead of falling back to the crate's
+    /// kernels (`scripts/gpu-check.sh` sets it where cuDNN is installed).
+    pub const REQUIRE_CUDNN: &str = "CROSSBOW_REQUIRE_CUDNN";
     /// `1`: GPU tests fail instead of printing `skipped: ...` (set by `scripts/gpu-check.sh`).
     pub const REQUIRE_GPU: &str = "CROSSBOW_REQUIRE_GPU";
     /// `1`: the NVRTC compile tests fail instead of skipping when libnvrtc is absent (CI).
@@ -135,22 +139,26 @@ pub struct CudaOptions {
     pub cudnn: bool,
     /// Synchronise after every launch (default false; [`env::SYNC_LAUNCHES`]).
     pub sync_launches: bool,
+    /// Fail when cuDNN is not actually used (default false; [`env::REQUIRE_CUDNN`]).
+    pub require_cudnn: bool,
     /// On-disk kernel cache directory, `None` for none ([`kernel_cache_dir`]).
     pub kernel_cache: Option<PathBuf>,
 }
 
 impl Default for CudaOptions {
     fn default() -> Self {
-        CudaOptions { cudnn: true, sync_launches: false, kernel_cache: kernel_cache_dir() }
+        CudaOptions { cudnn: true, sync_launches: false, require_cudnn: false, kernel_cache: kernel_cache_dir() }
     }
 }
 
 impl CudaOptions {
-    /// Defaults adjusted by [`env::DISABLE_CUDNN`] and [`env::SYNC_LAUNCHES`].
+    /// Defaults adjusted by [`env::DISABLE_CUDNN`], [`env::SYNC_LAUNCHES`] and
+    /// [`env::REQUIRE_CUDNN`].
     pub fn from_env() -> Self {
         CudaOptions {
             cudnn: !env::flag(env::DISABLE_CUDNN),
             sync_launches: env::flag(env::SYNC_LAUNCHES),
+            require_cudnn: env::flag(env::REQUIRE_CUDNN),
             ..CudaOptions::default()
         }
     }

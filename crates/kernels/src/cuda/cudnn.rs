@@ -45,6 +45,9 @@ pub(crate) fn probe() -> CudnnStatus {
     if !unsafe { sys::is_culib_present() } {
         return CudnnStatus::Disabled { reason: "libcudnn.so.9 not found on the library path".into() };
     }
+    if let Err(reason) = super::libs::prepare(super::libs::CudaLib::Cudnn, super::driver::driver_version_or_zero()) {
+        return CudnnStatus::Disabled { reason };
+    }
     // SAFETY: the library is present (checked above), so culib() does not panic.
     let lib = unsafe { sys::culib() };
     for s in all_symbols() {

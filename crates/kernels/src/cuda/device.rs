@@ -19,6 +19,7 @@ use super::cudnn::{self, Cudnn};
 use super::driver::{device_info, driver_status, status_error};
 use super::gpu::GpuBackend;
 use super::launch::{BLOCK, ColGemm, KernelArg, Launcher, Sealed};
+use super::libs::{self, CudaLib};
 use super::nvrtc;
 use crate::error::{KernelError, Result};
 
@@ -79,6 +80,7 @@ impl CudaDevice {
         // (CudaBackend::record_event / wait_event / wait_for). Must precede any allocation.
         // SAFETY: see the stream-ordering contract in the module docs.
         unsafe { ctx.disable_event_tracking() };
+        let driver_version = super::driver::driver_version_or_zero();
         // SAFETY: only tries to dlopen libcublas.
         if !unsafe { cudarc::cublas::sys::is_culib_present() } {
             return Err(KernelError::Cuda {
@@ -86,14 +88,25 @@ impl CudaDevice {
                 msg: "libcublas.so not found on the library path (needed for GEMM, linear and conv2d)".into(),
             });
         }
+        libs::prepare(CudaLib::Cublas, driver_version)
+            .map_err(|msg| KernelError::Cuda { context: format!("cuBLAS for cuda:{ordinal}"), msg })?;
         let nvrtc_version = nvrtc::nvrtc_version()?;
         let target = Target::for_device(info.compute_capability)?;
+        // Modules from an NVRTC newer than the driver do not load: say so before compiling.
+        libs::nvrtc_fits_driver(nvrtc_version, driver_version, matches!(target, Target::Cubin(_)))
+            .map_err(|msg| KernelError::Cuda { context: format!("NVRTC for cuda:{ordinal}"), msg })?;
         let functions = cache::load_all(&ctx, ordinal, &target, options.kernel_cache.as_deref())?;
         let cudnn = if options.cudnn {
             cudnn::probe()
         } else {
             CudnnStatus::Disabled { reason: "disabled by option (CROSSBOW_DISABLE_CUDNN)".into() }
         };
+        if let (true, CudnnStatus::Disabled { reason }) = (options.require_cudnn, &cudnn) {
+            return Err(KernelError::Cuda {
+                context: format!("cuda:{ordinal}"),
+                msg: format!("{} is set but cuDNN is not used: {reason}", super::env::REQUIRE_CUDNN),
+            });
+        }
         Ok(CudaDevice {
             inner: Arc::new(DeviceInner {
                 ctx,
@@ -131,6 +144,12 @@ impl CudaDevice {
                 d.ctx.bind_to_thread().map_err(|e| drv("binding the context", e))?;
                 match Cudnn::new(stream.cu_stream() as cudarc::cudnn::sys::cudaStream_t) {
                     Ok(c) => Some(c),
+                    Err(e) if d.options.require_cudnn => {
+                        return Err(KernelError::Cuda {
+                            context: format!("cuda:{o}"),
+                            msg: format!("{} is set but no cuDNN handle could be made: {e}", super::env::REQUIRE_CUDNN),
+                        });
+                    }
                     Err(e) => {
                         eprintln!("crossbow: cuda:{o}: no cuDNN handle ({e}); this learner uses the fallback kernels");
                         None
@@ -188,6 +207,13 @@ impl CudaDevice {
     /// The context (for NCCL, events, or anything else cudarc offers).
     pub fn context(&self) -> &Arc<CudaContext> {
         &self.inner.ctx
+    }
+
+    /// `Ok` when no error is pending on the context: none recorded by cudarc (e.g. by a
+    /// drop on a thread that could not bind it) and none raised while waiting for all work.
+    pub fn check_clean(&self) -> Result<()> {
+        self.inner.ctx.check_err().map_err(|e| drv("an error recorded on the context", e))?;
+        self.synchronize()
     }
 
     /// Waits for all work on every stream of the device.
@@ -259,6 +285,19 @@ pub struct CudaLauncher {
 }
 
 impl Sealed for CudaLauncher {}
+
+/// Teardown order, on whatever thread drops the backend (it may never have bound the
+/// context): bind the context, wait for the stream's work (buffers it used may be freed
+/// next), destroy the cuDNN handle while its stream still exists; the cuBLAS handle and the
+/// stream go after this (field order), the stream last as the handles hold it.
+impl Drop for CudaLauncher {
+    fn drop(&mut self) {
+        if self.bind().is_ok() {
+            let _ = self.stream.synchronize();
+        }
+        self.cudnn.take();
+    }
+}
 
 fn locked<'a, T>(m: &'a Mutex<T>) -> Result<std::sync::MutexGuard<'a, T>> {
     m.lock().map_err(|_| KernelError::Cuda { context: "staging buffer".into(), msg: "lock poisoned by a panic".into() })

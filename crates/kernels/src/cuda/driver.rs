@@ -5,16 +5,42 @@
 use cudarc::driver::{result, sys};
 
 use super::common::{DeviceInfo, DriverStatus, env};
+use super::libs::{self, CudaLib};
 use crate::error::{KernelError, Result};
+
+/// The driver's CUDA version read from `libcuda.so.1` itself (never a stub, never through
+/// cudarc), once per process; `Err` says why there is none.
+pub(crate) fn driver_version_checked() -> std::result::Result<i32, String> {
+    static V: std::sync::OnceLock<std::result::Result<i32, String>> = std::sync::OnceLock::new();
+    V.get_or_init(|| {
+        let v = libs::driver_version_direct()?;
+        // The file cudarc will load must be that libcuda.so.1, not a stub found first.
+        libs::prepare(CudaLib::Driver, v)?;
+        Ok(v)
+    })
+    .clone()
+}
+
+/// The driver's CUDA version, 0 when unknown (no driver).
+pub(crate) fn driver_version_or_zero() -> i32 {
+    if env::flag(env::FORCE_NO_CUDA) { 0 } else { driver_version_checked().unwrap_or(0) }
+}
 
 /// Whether CUDA can be used here, and how many GPUs there are. Never panics.
 pub fn driver_status() -> DriverStatus {
     if env::flag(env::FORCE_NO_CUDA) {
         return DriverStatus::NoDriver { reason: format!("{} is set", env::FORCE_NO_CUDA) };
     }
-    // SAFETY: only tries to dlopen libcuda by its candidate names.
-    if !unsafe { sys::is_culib_present() } {
-        return DriverStatus::NoDriver { reason: "libcuda.so could not be loaded".into() };
+    // libcuda.so.1 by that name, its version, and the check that cudarc will load the same
+    // file (never a stub found first on the library path): see `libs`.
+    if let Err(reason) = driver_version_checked() {
+        // SAFETY: only tries to dlopen libcuda by its candidate names.
+        let any = unsafe { sys::is_culib_present() };
+        return if reason.contains("stub") || any && !reason.contains("could not be loaded") {
+            DriverStatus::Failed { reason }
+        } else {
+            DriverStatus::NoDriver { reason }
+        };
     }
     if let Err(e) = result::init() {
         // No device is an ordinary answer, not a failure.
@@ -30,9 +56,7 @@ pub fn driver_status() -> DriverStatus {
 }
 
 fn driver_version() -> Option<i32> {
-    let mut v = 0;
-    // SAFETY: libcuda is loaded (callers checked); valid out-pointer.
-    unsafe { sys::cuDriverGetVersion(&mut v) }.result().ok().map(|_| v)
+    driver_version_checked().ok()
 }
 
 /// The error for a status that is not `Ready`.

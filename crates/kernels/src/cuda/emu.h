@@ -19,8 +19,34 @@ extern thread_local cb_dim3 threadIdx, blockIdx, blockDim, gridDim;
 void syncthreads();
 typedef void (*thunk_t)(void**);
 struct Registrar {
-    Registrar(const char* name, thunk_t f);
+    Registrar(const char* name, thunk_t f, const char* signature);
 };
+// One character per kernel parameter, so the launcher can check each argument's width
+// and kind against the kernel's declared type: 'p' pointer, 'f' float, 'd' double,
+// 'i'/'I' 32-bit signed/unsigned integer, 'l'/'L' 64-bit signed/unsigned integer, '?'
+// anything else (always rejected).
+template <typename T>
+constexpr char param_code() {
+    using U = std::remove_cv_t<T>;
+    if constexpr (std::is_pointer_v<U>) {
+        return 'p';
+    } else if constexpr (std::is_same_v<U, float>) {
+        return 'f';
+    } else if constexpr (std::is_same_v<U, double>) {
+        return 'd';
+    } else if constexpr (std::is_integral_v<U> && sizeof(U) == 4) {
+        return std::is_signed_v<U> ? 'i' : 'I';
+    } else if constexpr (std::is_integral_v<U> && sizeof(U) == 8) {
+        return std::is_signed_v<U> ? 'l' : 'L';
+    } else {
+        return '?';
+    }
+}
+template <typename... A>
+const char* signature(void (*)(A...)) {
+    static constexpr char s[sizeof...(A) + 1] = {param_code<A>()..., '\0'};
+    return s;
+}
 // Calls f with its parameters read from CUDA-style kernelParams (pointers to each value).
 template <typename... A, size_t... I>
 void call_impl(void (*f)(A...), void** args, std::index_sequence<I...>) {

@@ -10,7 +10,9 @@
 //! [`EmuBackend`] = `GpuBackend<EmuLauncher>` is therefore the GPU backend with every line of
 //! its op code, launch configuration and GEMM mapping, minus cudarc, cuBLAS and cuDNN.
 //!
-//! Checks the emulator adds: every kernel pointer argument and every GEMM operand extent
+//! Checks the emulator adds: every launch's arguments match the kernel's parameters in
+//! number, kind and width (the registration records each parameter's C++ type, so an `i32`
+//! passed for an `i64` is an error here, while a GPU would read garbage); every kernel pointer argument and every GEMM operand extent
 //! must lie inside a live buffer (an error otherwise), and a write outside a buffer is
 //! caught by its guard zones when the buffer is downloaded from or dropped (a panic).
 
@@ -46,10 +48,62 @@ const FLAGS: &[&str] = &[
 ];
 
 type LaunchFn = unsafe extern "C" fn(*const c_char, u32, u32, i32, *mut *mut c_void) -> i32;
+type SignatureFn = unsafe extern "C" fn(*const c_char) -> *const c_char;
 
 struct Lib {
     _lib: libloading::Library,
     launch: LaunchFn,
+    signature: SignatureFn,
+}
+
+/// The parameter code of one argument, as `emu.h`'s `param_code` writes a parameter type.
+fn arg_code(a: &KernelArg) -> char {
+    match a {
+        KernelArg::Ptr(_) => 'p',
+        KernelArg::I64(_) => 'l',
+        KernelArg::U64(_) => 'L',
+        KernelArg::F32(_) => 'f',
+        KernelArg::I32(_) => 'i',
+    }
+}
+
+fn param_name(code: char) -> &'static str {
+    match code {
+        'p' => "a pointer",
+        'f' => "a float",
+        'd' => "a double",
+        'i' => "an int (32-bit)",
+        'I' => "an unsigned int (32-bit)",
+        'l' => "an i64",
+        'L' => "a u64",
+        _ => "a type the launcher cannot pass",
+    }
+}
+
+/// Checks a launch's arguments against the kernel's parameter codes (`signature`, one
+/// character per parameter, from the compiled kernel's C++ type): the count, and each
+/// argument's kind and width. On a GPU a mismatch is silent (an `i32` pushed for an `i64`
+/// leaves the upper half of the parameter undefined), so the emulator refuses it.
+pub(crate) fn check_signature(kernel: &str, signature: &str, args: &[KernelArg]) -> Result<()> {
+    let want: Vec<char> = signature.chars().collect();
+    if want.len() != args.len() {
+        return Err(emu_err(format!(
+            "{kernel} takes {} parameters ({signature}), the launch passed {}",
+            want.len(),
+            args.len()
+        )));
+    }
+    for (i, (&w, a)) in want.iter().zip(args).enumerate() {
+        let got = arg_code(a);
+        if got != w {
+            return Err(emu_err(format!(
+                "{kernel} parameter {i} is {}, the launch passed {} ({a:?})",
+                param_name(w),
+                param_name(got)
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn emu_err(msg: impl Into<String>) -> KernelError {
@@ -63,7 +117,7 @@ fn unit(src: &super::launch::KernelSource) -> String {
     for k in src.kernels {
         s.push_str(&format!(
             "static void cb_thunk_{k}(void** a) {{ cb_emu::call(&{k}, a); }}\n\
-             static const cb_emu::Registrar cb_reg_{k}(\"{k}\", &cb_thunk_{k});\n"
+             static const cb_emu::Registrar cb_reg_{k}(\"{k}\", &cb_thunk_{k}, cb_emu::signature(&{k}));\n"
         ));
     }
     s
@@ -148,7 +202,10 @@ fn load() -> Result<Option<Arc<Lib>>> {
     let lib = unsafe { libloading::Library::new(&lib_path) }.map_err(|e| emu_err(format!("loading: {e}")))?;
     // SAFETY: the symbol has this signature (emu_runtime.cpp).
     let launch: LaunchFn = *unsafe { lib.get::<LaunchFn>(b"cb_emu_launch\0") }.map_err(|e| emu_err(format!("{e}")))?;
-    Ok(Some(Arc::new(Lib { _lib: lib, launch })))
+    // SAFETY: the symbol has this signature (emu_runtime.cpp).
+    let signature: SignatureFn =
+        *unsafe { lib.get::<SignatureFn>(b"cb_emu_signature\0") }.map_err(|e| emu_err(format!("{e}")))?;
+    Ok(Some(Arc::new(Lib { _lib: lib, launch, signature })))
 }
 
 /// Guard elements before and after every buffer.
@@ -315,6 +372,15 @@ impl Launcher for EmuLauncher {
 
     fn launch(&self, kernel: &'static str, grid: u32, args: &[KernelArg]) -> Result<()> {
         let src = source_of(kernel).ok_or_else(|| emu_err(format!("kernel {kernel} is in no source's list")))?;
+        let name = CString::new(kernel).map_err(|_| emu_err("kernel name with NUL"))?;
+        // SAFETY: a NUL-terminated name; the result is null or a static NUL-terminated string.
+        let sig = unsafe { (self.lib.signature)(name.as_ptr()) };
+        if sig.is_null() {
+            return Err(emu_err(format!("kernel {kernel} is not registered in the emulator library")));
+        }
+        // SAFETY: non-null, NUL-terminated, static in the loaded library.
+        let sig = unsafe { std::ffi::CStr::from_ptr(sig) }.to_string_lossy().into_owned();
+        check_signature(kernel, &sig, args)?;
         for a in args {
             if let &KernelArg::Ptr(p @ 1..) = a {
                 self.check_extent(&format!("{kernel} pointer argument"), p, 0)?;
@@ -330,9 +396,9 @@ impl Launcher for EmuLauncher {
             })
             .collect();
         let mut ptrs: Vec<*mut c_void> = slots.iter_mut().map(|s| s as *mut u64 as *mut c_void).collect();
-        let name = CString::new(kernel).map_err(|_| emu_err("kernel name with NUL"))?;
-        // SAFETY: the argument slots match the kernel's parameters (what is under test);
-        // pointer arguments point into live buffers.
+        // SAFETY: the argument slots match the kernel's parameters in number, kind and
+        // width (checked above; each 8-byte slot holds its value in its low bytes, as the
+        // host is little-endian); pointer arguments point into live buffers.
         let rc = unsafe {
             (self.lib.launch)(name.as_ptr(), grid, BLOCK, src.is_cooperative(kernel) as i32, ptrs.as_mut_ptr())
         };

@@ -15,12 +15,17 @@ namespace cb_emu {
 thread_local cb_dim3 threadIdx, blockIdx, blockDim, gridDim;
 static thread_local std::barrier<>* current_barrier = nullptr;
 
-static std::map<std::string, thunk_t>& registry() {
-    static std::map<std::string, thunk_t> m;
+struct Entry {
+    thunk_t f;
+    const char* signature;
+};
+
+static std::map<std::string, Entry>& registry() {
+    static std::map<std::string, Entry> m;
     return m;
 }
 
-Registrar::Registrar(const char* name, thunk_t f) { registry()[name] = f; }
+Registrar::Registrar(const char* name, thunk_t f, const char* signature) { registry()[name] = Entry{f, signature}; }
 
 void syncthreads() {
     if (current_barrier == nullptr) {
@@ -31,12 +36,18 @@ void syncthreads() {
 }
 }  // namespace cb_emu
 
+// The parameter codes of a kernel (see cb_emu::signature), or null for an unknown kernel.
+extern "C" const char* cb_emu_signature(const char* name) {
+    auto it = cb_emu::registry().find(name);
+    return it == cb_emu::registry().end() ? nullptr : it->second.signature;
+}
+
 // 0 = done, 1 = unknown kernel, 2 = the host could not start the threads.
 extern "C" int cb_emu_launch(const char* name, unsigned grid, unsigned block, int cooperative, void** args) {
     using namespace cb_emu;
     auto it = registry().find(name);
     if (it == registry().end()) return 1;
-    thunk_t f = it->second;
+    thunk_t f = it->second.f;
     if (!cooperative) {
         blockDim = {block, 1, 1};
         gridDim = {grid, 1, 1};

@@ -64,11 +64,14 @@
 //!
 //! # Environment
 //!
-//! See [`env`](mod@env): `CROSSBOW_DISABLE_CUDNN`, `CROSSBOW_KERNEL_CACHE`, `CROSSBOW_FORCE_NO_CUDA`,
+//! See [`env`](mod@env): `CROSSBOW_DISABLE_CUDNN`, `CROSSBOW_REQUIRE_CUDNN` (fail when cuDNN is
+//! not actually used), `CROSSBOW_KERNEL_CACHE`, `CROSSBOW_FORCE_NO_CUDA`,
 //! `CROSSBOW_CUDA_SYNC` (synchronise after each launch, for debugging), and for tests
 //! `CROSSBOW_REQUIRE_GPU` and `CROSSBOW_REQUIRE_NVRTC`. Libraries are found through
-//! `LD_LIBRARY_PATH` by their usual names (`libcuda.so.1`, `libnvrtc.so.13`/`.12`,
-//! `libcublas.so.13`/`.12`, `libcudnn.so.9`).
+//! `LD_LIBRARY_PATH` by versioned names matching the driver's CUDA version (`libcuda.so.1`,
+//! `libnvrtc.so.13`/`.12`, `libcublas.so.13`/`.12`, `libcudnn.so.9`); a stub, a library
+//! newer than the driver, or another file cudarc would load first is refused with a message
+//! naming the files ([`libs`]).
 //!
 //! # Testing without a GPU
 //!
@@ -83,6 +86,8 @@
 
 mod common;
 pub use common::*;
+
+pub mod libs;
 
 mod gpu;
 pub mod launch;
@@ -103,7 +108,7 @@ mod driver;
 mod nvrtc;
 
 #[cfg(feature = "cuda")]
-pub use cache::kernel_cache_stats;
+pub use cache::{kernel_cache_stats, kernel_compile_counts};
 #[cfg(feature = "cuda")]
 pub use cudarc;
 #[cfg(feature = "cuda")]

@@ -23,7 +23,15 @@ pub fn nvrtc_available() -> bool {
 
 fn require() -> Result<()> {
     if nvrtc_available() {
-        Ok(())
+        // The file cudarc loads: no stub, no major newer than the driver's, and the one the
+        // versioned names for this driver choose (see `libs`). Checked once per process.
+        static CHECKED: std::sync::OnceLock<std::result::Result<(), String>> = std::sync::OnceLock::new();
+        CHECKED
+            .get_or_init(|| {
+                super::libs::prepare(super::libs::CudaLib::Nvrtc, super::driver::driver_version_or_zero()).map(|_| ())
+            })
+            .clone()
+            .map_err(|msg| KernelError::Cuda { context: "NVRTC".into(), msg })
     } else {
         Err(KernelError::Cuda {
             context: "NVRTC".into(),

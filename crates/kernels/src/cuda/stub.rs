@@ -57,6 +57,11 @@ pub fn kernel_cache_stats() -> KernelCacheStats {
     KernelCacheStats::default()
 }
 
+/// Compilations per kernel module key: none without the `cuda` feature.
+pub fn kernel_compile_counts() -> std::collections::HashMap<String, u64> {
+    std::collections::HashMap::new()
+}
+
 // The types below hold a private uninhabited field rather than being empty enums, so that
 // code outside this module that uses them (callers' GPU paths) is not linted as unreachable.
 
@@ -189,6 +194,11 @@ impl CudaDevice {
 
     /// The options the device was opened with (uncallable without `cuda`).
     pub fn options(&self) -> &CudaOptions {
+        match self.0 {}
+    }
+
+    /// Unreachable: a `CudaDevice` cannot exist without the `cuda` feature.
+    pub fn check_clean(&self) -> Result<()> {
         match self.0 {}
     }
 

@@ -230,3 +230,75 @@ fn kernel_cache_dir_follows_the_environment() {
         }
     }
 }
+
+#[test]
+fn emulator_signature_check_is_exact() {
+    use super::emu::check_signature;
+    use super::launch::KernelArg as A;
+    let ok = [A::F32(1.0), A::Ptr(8), A::I64(3)];
+    check_signature("k", "fpl", &ok).unwrap();
+    // An i32 where the kernel takes an i64: the GPU would read 4 undefined bytes.
+    let e = check_signature("k", "fpl", &[A::F32(1.0), A::Ptr(8), A::I32(3)]).unwrap_err().to_string();
+    assert!(e.contains("k parameter 2 is an i64") && e.contains("an int (32-bit)"), "{e}");
+    // Signedness, kind and count matter too.
+    assert!(check_signature("k", "L", &[A::I64(1)]).is_err());
+    assert!(check_signature("k", "l", &[A::U64(1)]).is_err());
+    assert!(check_signature("k", "f", &[A::I32(1)]).is_err());
+    assert!(check_signature("k", "p", &[A::I64(1)]).is_err());
+    assert!(check_signature("k", "d", &[A::F32(1.0)]).is_err());
+    assert!(check_signature("k", "?", &[A::I64(1)]).is_err());
+    let e = check_signature("k", "fpl", &ok[..2]).unwrap_err().to_string();
+    assert!(e.contains("takes 3 parameters"), "{e}");
+    assert!(check_signature("k", "fp", &ok).is_err());
+}
+
+/// The emulator refuses a launch whose argument widths differ from the compiled kernel's
+/// parameter types (today's launches all pass: every op's `emu` tests run through it).
+#[test]
+fn emulator_rejects_a_wrong_width_argument() {
+    use super::launch::{KernelArg as A, Launcher};
+    use crate::Backend;
+    let Some(be) = emu::emu_backend().unwrap() else {
+        println!("emulator_rejects_a_wrong_width_argument: skipped: no C++ compiler");
+        return;
+    };
+    let mut buf = be.alloc(100).unwrap();
+    let p = be.launcher.addr_mut(&mut buf).unwrap();
+    // cb_fill(float value, float* y, i64 n).
+    be.launcher.launch("cb_fill", 1, &[A::F32(2.0), A::Ptr(p), A::I64(100)]).unwrap();
+    for bad in [
+        vec![A::F32(3.0), A::Ptr(p), A::I32(100)],
+        vec![A::F32(3.0), A::Ptr(p), A::U64(100)],
+        vec![A::I32(3), A::Ptr(p), A::I64(100)],
+        vec![A::F32(3.0), A::Ptr(p)],
+        vec![A::F32(3.0), A::Ptr(p), A::I64(100), A::I64(1)],
+    ] {
+        let e = be.launcher.launch("cb_fill", 1, &bad).unwrap_err().to_string();
+        assert!(e.contains("cb_fill"), "{e}");
+    }
+    // Nothing ran: the buffer still holds the first fill.
+    let mut host = vec![0.0f32; 100];
+    be.download(crate::View::whole(&buf), &mut host).unwrap();
+    assert!(host.iter().all(|&v| v == 2.0));
+}
+
+/// The NVRTC file cudarc loads is the one the library check resolved, and the process maps
+/// (what `crossbow doctor` prints) name it.
+#[test]
+#[cfg(feature = "cuda")]
+fn nvrtc_loaded_library_is_the_checked_one() {
+    if !nvrtc_or_skip("nvrtc_loaded_library_is_the_checked_one") {
+        return;
+    }
+    nvrtc_version().unwrap();
+    let resolved = libs::resolve_like_cudarc(libs::CudaLib::Nvrtc).expect("cudarc's NVRTC");
+    assert!(!libs::is_stub(&resolved.path));
+    let loaded = libs::loaded_libraries();
+    println!("resolved {resolved:?}; loaded {loaded:?}");
+    assert!(
+        loaded
+            .iter()
+            .any(|(l, p)| *l == libs::CudaLib::Nvrtc && std::fs::canonicalize(p).ok().as_ref() == Some(&resolved.path)),
+        "{resolved:?} not in {loaded:?}"
+    );
+}

@@ -12,6 +12,7 @@
 //!   prints `skipped: no CUDA driver` and passes where there is none). Every op folder's
 //!   `tests.rs` is written this way, and other crates use it for their engine and
 //!   synchroniser tests.
+//! * [`selftest`]: every op against the CPU, one pass/fail row per op (`crossbow doctor`).
 
 use std::any::TypeId;
 use std::sync::OnceLock;
@@ -249,6 +250,8 @@ pub fn cuda_device_or_skip(test: &str, options: &CudaOptions) -> Option<CudaDevi
 pub fn cuda_test_options(cudnn: bool) -> CudaOptions {
     let mut o = CudaOptions::from_env();
     o.cudnn &= cudnn;
+    // CROSSBOW_REQUIRE_CUDNN applies to the variants that ask for cuDNN.
+    o.require_cudnn &= cudnn;
     o.sync_launches = true;
     o
 }
@@ -259,8 +262,26 @@ pub fn cuda_test_options(cudnn: bool) -> CudaOptions {
 /// on the fallback kernels; the backend is checked to use cuDNN exactly when asked for and
 /// available.
 pub fn cuda_backend_or_skip(test: &str, cudnn: bool) -> Option<CudaBackend> {
-    static DEVICES: [OnceLock<Result<CudaDevice, String>>; 2] = [OnceLock::new(), OnceLock::new()];
-    let dev = match DEVICES[cudnn as usize].get_or_init(|| open_device(&cuda_test_options(cudnn))) {
+    cuda_backend_with(test, cudnn, true)
+}
+
+/// As [`cuda_backend_or_skip`] with cuDNN as the environment says, but launches left
+/// asynchronous (no synchronisation after each launch, the way training runs): the
+/// `cuda_async` variant of [`test_backends!`](crate::test_backends), for tests that check
+/// ordering across streams.
+pub fn cuda_async_backend_or_skip(test: &str) -> Option<CudaBackend> {
+    cuda_backend_with(test, true, false)
+}
+
+fn cuda_backend_with(test: &str, cudnn: bool, sync: bool) -> Option<CudaBackend> {
+    static DEVICES: [OnceLock<Result<CudaDevice, String>>; 4] =
+        [OnceLock::new(), OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    let options = || {
+        let mut o = cuda_test_options(cudnn);
+        o.sync_launches = sync;
+        o
+    };
+    let dev = match DEVICES[cudnn as usize + 2 * sync as usize].get_or_init(|| open_device(&options())) {
         Ok(d) => d,
         Err(why) => return skip(test, why),
     };
@@ -275,6 +296,14 @@ pub trait TestBackend: Backend + Sized {
     /// Another backend of the same device whose buffers this one may use (on a GPU a new
     /// stream; ordering across them is the caller's, with events).
     fn sibling(&self) -> crate::Result<Self>;
+
+    /// A backend of the same device that synchronises after every launch, when this one
+    /// does not (a GPU backend opened without `sync_launches`); `None` when this backend
+    /// already runs every call to completion (the CPU, the emulator). Tests compare a run on
+    /// it with the asynchronous run, bit for bit.
+    fn synchronous_twin(&self) -> crate::Result<Option<Self>> {
+        Ok(None)
+    }
 }
 
 impl TestBackend for CpuBackend {
@@ -293,6 +322,16 @@ impl TestBackend for CudaBackend {
     fn sibling(&self) -> crate::Result<Self> {
         self.cuda_device().new_backend()
     }
+
+    fn synchronous_twin(&self) -> crate::Result<Option<Self>> {
+        let dev = self.cuda_device();
+        if dev.options().sync_launches {
+            return Ok(None);
+        }
+        let mut o = dev.options().clone();
+        o.sync_launches = true;
+        CudaDevice::open_with(dev.ordinal(), &o)?.new_backend().map(Some)
+    }
 }
 
 /// Turns test functions generic over the backend into one named `#[test]` per backend.
@@ -307,6 +346,7 @@ impl TestBackend for CudaBackend {
 /// | `emu` | the GPU backend on the kernel emulator ([`emu_backend_or_skip`]) |
 /// | `cuda` | the GPU backend on GPU 0 ([`cuda_backend_or_skip`]: prints `skipped: no CUDA driver` and passes without one) |
 /// | `cuda_no_cudnn` | the same with cuDNN off (convolution and batch norm on the fallback kernels) |
+/// | `cuda_async` | GPU 0 with asynchronous launches ([`cuda_async_backend_or_skip`]), as training runs |
 ///
 /// The default is `[cpu, emu, cuda]`; a list after the name chooses others. Attributes
 /// before a name (`#[ignore]`, ...) apply to every variant.
@@ -377,6 +417,15 @@ macro_rules! test_backends {
             }
         }
     };
+    (@variant [$(#[$meta:meta])*] $test:ident cuda_async) => {
+        #[test]
+        $(#[$meta])*
+        fn cuda_async() {
+            if let Some(be) = $crate::testing::cuda_async_backend_or_skip(::core::concat!(::core::module_path!(), "::cuda_async")) {
+                super::$test(&be);
+            }
+        }
+    };
     (@variant [$(#[$meta:meta])*] $test:ident cuda_no_cudnn) => {
         #[test]
         $(#[$meta])*
@@ -391,6 +440,8 @@ macro_rules! test_backends {
 }
 
 pub use crate::test_backends;
+
+pub mod selftest;
 
 #[cfg(test)]
 mod tests {

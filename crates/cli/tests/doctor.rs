@@ -1,0 +1,56 @@
+//! `crossbow doctor`: without a GPU it says so and exits 0; its self-test table and exit
+//! status, through the hidden `--emulator` and `--inject-failure` flags (the real GPU run
+//! is part of scripts/gpu-check.sh).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::{Command, Output};
+
+fn doctor(args: &[&str], envs: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_crossbow"));
+    c.arg("doctor").args(args);
+    for (k, v) in envs {
+        c.env(k, v);
+    }
+    c.output().expect("running crossbow doctor")
+}
+
+fn text(o: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+#[test]
+fn without_a_gpu_it_says_so_and_exits_0() {
+    let o = doctor(&[], &[("CROSSBOW_FORCE_NO_CUDA", "1")]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    assert!(out.contains("driver:  no CUDA driver found") || out.contains("built without CUDA"), "{out}");
+    assert!(out.contains("no GPU on this machine"), "{out}");
+    assert!(out.contains("libraries loaded by this process:") && out.contains("  cuda "), "{out}");
+}
+
+#[test]
+fn a_failing_op_is_named_in_the_table_and_the_exit_status() {
+    let o = doctor(&["--emulator", "--inject-failure", "relu"], &[]);
+    let (out, err) = text(&o);
+    if out.is_empty() && err.contains("no C++ compiler") {
+        println!("skipped: no C++ compiler for the emulator");
+        return;
+    }
+    assert_eq!(o.status.code(), Some(1), "{out}{err}");
+    assert!(out.contains("| emulator | relu") && out.contains("FAIL"), "{out}");
+    // Every other op ran and passed.
+    assert_eq!(
+        out.matches("| pass ").count(),
+        crossbow_kernels::testing::selftest::cases::<crossbow_kernels::CpuBackend>().len() - 1,
+        "{out}"
+    );
+    assert!(err.contains("self-test failed: relu on emulator"), "{err}");
+}
+
+#[test]
+fn an_unknown_op_to_inject_is_a_usage_error() {
+    let o = doctor(&["--emulator", "--inject-failure", "nope"], &[]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("--inject-failure: no op 'nope'"), "{err}");
+}
