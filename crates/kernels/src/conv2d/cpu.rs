@@ -2,6 +2,7 @@
 
 use super::{Conv2d, Conv2dGeom};
 use crate::backend::{View, ViewMut};
+use crate::cpu::simd::transpose;
 use crate::cpu::{CpuBackend, CpuCtx, chunks_mut_n, host_slice, host_slice_mut, split_mut_by, split_ranges};
 use crate::error::Result;
 use crate::gemm::cpu::{Mat, gemm_strided};
@@ -63,27 +64,6 @@ fn transposes_len(g: &Conv2dGeom) -> usize {
     g.col_cols() * (g.col_rows() + g.out_channels)
 }
 
-/// `dst[c, r] = src[r, c]` for a row-major `src[rows, cols]` (`dst` is `[cols, rows]`), in
-/// square tiles: each tile reads whole cache lines of `src` row by row and writes 16 lines of
-/// `dst` that stay in L1 while it fills them. (Reading a tile column by column instead has a
-/// stride of `cols` floats, 4 KiB at 32×32 pixels: every load of a tile then falls into the
-/// same L1 set, and that order was slower than the strided packing it replaces.)
-pub(crate) fn transpose(src: &[f32], rows: usize, cols: usize, dst: &mut [f32]) {
-    const T: usize = 16;
-    debug_assert!(src.len() >= rows * cols && dst.len() >= rows * cols);
-    for r0 in (0..rows).step_by(T) {
-        let r1 = (r0 + T).min(rows);
-        for c0 in (0..cols).step_by(T) {
-            let c1 = (c0 + T).min(cols);
-            for r in r0..r1 {
-                let srow = &src[r * cols + c0..r * cols + c1];
-                for (j, &v) in srow.iter().enumerate() {
-                    dst[(c0 + j) * rows + r] = v;
-                }
-            }
-        }
-    }
-}
 
 /// True for a stride-1 convolution whose output has the input's size (3×3 with padding 1,
 /// 5×5 with padding 2, ...): then every im2col row is the input plane shifted by a constant
