@@ -88,12 +88,12 @@ fn same_shift(g: &Conv2dGeom, ki: usize, kj: usize) -> (isize, usize, usize, isi
 /// outside `0..w` (they wrapped into the neighbouring row in a flat shifted copy).
 fn zero_wrapped_columns(plane: &mut [f32], h: usize, w: usize, s: isize) {
     let k = s.unsigned_abs().min(w);
-    for oy in 0..h {
-        let row = &mut plane[oy * w..(oy + 1) * w];
-        if s < 0 {
-            row[..k].iter_mut().for_each(|v| *v = 0.0);
-        } else if s > 0 {
-            row[w - k..].iter_mut().for_each(|v| *v = 0.0);
+    let cols = if s < 0 { 0..k } else { w - k..w };
+    // Column by column with single stores: per row the run is short (1 float for a 3×3
+    // kernel), and a fill per row became a `memset` call per row, 5% of a ResNet-20 step.
+    for c in cols {
+        for v in plane[..h * w].iter_mut().skip(c).step_by(w) {
+            *v = 0.0;
         }
     }
 }
