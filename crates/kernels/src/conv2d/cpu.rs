@@ -194,11 +194,18 @@ pub(crate) fn col2im_same(g: &Conv2dGeom, col: &mut [f32], dx: &mut [f32]) {
                 zero_wrapped_columns(src, h, w, s);
                 if j0 < j1 {
                     let d0 = (j0 as isize + off) as usize;
-                    for (d, v) in xc[d0..d0 + (j1 - j0)].iter_mut().zip(&src[j0..j1]) {
-                        *d += *v;
-                    }
+                    add_into(&mut xc[d0..d0 + (j1 - j0)], &src[j0..j1]);
                 }
             }
+        }
+    }
+}
+
+crate::cpu::simd::multiversion! {
+    /// `d += s`, element by element.
+    fn add_into / add_into_portable(d: &mut [f32], s: &[f32]) {
+        for (a, &b) in d.iter_mut().zip(s) {
+            *a += b;
         }
     }
 }
@@ -227,9 +234,7 @@ pub(crate) fn col2im_general(g: &Conv2dGeom, col: &[f32], dx: &mut [f32]) {
                     let drow = &mut xc[iy as usize * w..(iy as usize + 1) * w];
                     if g.stride_w == 1 {
                         let d0 = lo + kj - g.pad_w;
-                        for (d, s) in drow[d0..d0 + (hi - lo)].iter_mut().zip(&srow[lo..hi]) {
-                            *d += *s;
-                        }
+                        add_into(&mut drow[d0..d0 + (hi - lo)], &srow[lo..hi]);
                     } else {
                         for ox in lo..hi {
                             drow[ox * g.stride_w + kj - g.pad_w] += srow[ox];
@@ -416,6 +421,24 @@ fn backward_params(ctx: CpuCtx<'_>, g: &Conv2dGeom, x: &[f32], dy: &[f32], dpara
     for p in &outs[1..] {
         for (d, s) in dparams.iter_mut().zip(p.iter()) {
             *d += *s;
+        }
+    }
+}
+
+#[cfg(test)]
+mod simd_tests {
+    use super::*;
+    use crate::cpu::simd::test_vectors;
+
+    /// The col2im accumulation's AVX2 path (on a CPU that has it) gives the portable path's bits.
+    #[test]
+    fn add_into_paths_agree_bit_for_bit() {
+        for x in test_vectors() {
+            let d0: Vec<f32> = x.iter().map(|v| v * 0.77 - 3.0).collect();
+            let (mut a, mut b) = (d0.clone(), d0);
+            add_into(&mut a, &x);
+            add_into_portable(&mut b, &x);
+            assert_eq!(a, b);
         }
     }
 }

@@ -3,6 +3,37 @@
 //! Both paths give bit-identical results (a transpose only moves data), and both are tested
 //! on every machine (the tests call each path directly, not through the dispatch).
 
+/// Defines `fn $name(..)` whose body is compiled twice: for AVX2 + FMA (run when the CPU has
+/// them: LLVM vectorises the loops 8 floats wide) and for the baseline target (SSE2, 4
+/// wide), and `fn $portable(..)`, the baseline path alone (tests compare the two). Both give
+/// bit-identical results: Rust never contracts `a * b + c` into an FMA, and the loops keep
+/// their order of operations (reductions keep their explicit lanes).
+macro_rules! multiversion {
+    ($(#[$m:meta])* $vis:vis fn $name:ident / $portable:ident ($($a:ident : $t:ty),* $(,)?) $(-> $r:ty)? $body:block) => {
+        $(#[$m])*
+        $vis fn $name($($a: $t),*) $(-> $r)? {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx2,fma")]
+                fn avx2($($a: $t),*) $(-> $r)? {
+                    $portable($($a),*)
+                }
+                if $crate::cpu::simd::has_avx2() {
+                    // SAFETY: the CPU has AVX2 and FMA (checked just now).
+                    return unsafe { avx2($($a),*) };
+                }
+            }
+            $portable($($a),*)
+        }
+
+        /// The baseline (portable) path of the function of the same name without the suffix.
+        #[inline(always)]
+        #[allow(dead_code)]
+        $vis fn $portable($($a: $t),*) $(-> $r)? $body
+    };
+}
+pub(crate) use multiversion;
+
 /// Whether the CPU has AVX2 and FMA (checked once; `std` caches the answer).
 pub(crate) fn has_avx2() -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -113,6 +144,16 @@ pub(crate) unsafe fn transpose_avx(src: &[f32], rows: usize, cols: usize, dst: &
             dst[c * rows + r] = src[r * cols + c];
         }
     }
+}
+
+/// Inputs for the tests comparing a multiversioned function's two paths: lengths with every
+/// remainder modulo 8 and 16, values of both signs with zeros.
+#[cfg(test)]
+pub(crate) fn test_vectors() -> Vec<Vec<f32>> {
+    [0usize, 1, 3, 7, 8, 9, 15, 16, 17, 31, 64, 100, 1027]
+        .iter()
+        .map(|&n| (0..n).map(|i| ((i * 7919 % 211) as f32 - 105.0) / 17.0).collect())
+        .collect()
 }
 
 #[cfg(test)]
