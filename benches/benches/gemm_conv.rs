@@ -1,5 +1,7 @@
 //! GEMM and conv2d throughput at the layer shapes of LeNet-5 and the CIFAR ResNets, in
-//! FLOP/s (criterion's "elements" are FLOPs). `cargo bench -p crossbow-benches --bench gemm_conv`
+//! FLOP/s (criterion's "elements" are FLOPs). `cargo bench -p crossbow-benches --bench gemm_conv`,
+//! then `scripts/criterion-table.py peak gemm conv2d`: every shape also as a fraction of the
+//! peak (`peak_fma`, the widest FMA unit on 1 thread and on every core) measured in the run.
 
 // Benchmarks: a failing setup or kernel call should abort the run.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -53,6 +55,7 @@ fn conv_layers() -> Vec<(&'static str, Conv2dGeom)> {
         ("r32 16->32 s2", Conv2dGeom::square(32, 16, (32, 32), 32, 3, 2, 1, false)),
         ("r32 32->32 16px", Conv2dGeom::square(32, 32, (16, 16), 32, 3, 1, 1, false)),
         ("r32 64->64 8px", Conv2dGeom::square(32, 64, (8, 8), 64, 3, 1, 1, false)),
+        ("r32 proj 16->32 1x1 s2", Conv2dGeom::square(32, 16, (32, 32), 32, 1, 2, 0, false)),
         ("lenet 1->6 5x5 28px", Conv2dGeom::square(32, 1, (28, 28), 6, 5, 1, 2, true)),
         ("lenet 6->16 5x5 14px", Conv2dGeom::square(32, 6, (14, 14), 16, 5, 1, 0, true)),
     ]

@@ -46,9 +46,9 @@ impl BatchNorm for CpuBackend {
     }
 }
 
+crate::cpu::simd::multiversion! {
 /// `sum(x)` in f64 over eight independent lanes (vectorisable, and no worse than serial).
-#[inline]
-fn sum_f64(x: &[f32]) -> f64 {
+fn sum_f64 / sum_f64_portable(x: &[f32]) -> f64 {
     let mut acc = [0.0f64; 8];
     let chunks = x.chunks_exact(8);
     let rest = chunks.remainder();
@@ -59,10 +59,11 @@ fn sum_f64(x: &[f32]) -> f64 {
     }
     acc.iter().sum::<f64>() + rest.iter().map(|&v| v as f64).sum::<f64>()
 }
+}
 
+crate::cpu::simd::multiversion! {
 /// `sum((x - mean)^2)` in f64 over eight lanes.
-#[inline]
-fn sum_sq_dev(x: &[f32], mean: f64) -> f64 {
+fn sum_sq_dev / sum_sq_dev_portable(x: &[f32], mean: f64) -> f64 {
     let mut acc = [0.0f64; 8];
     let chunks = x.chunks_exact(8);
     let rest = chunks.remainder();
@@ -74,10 +75,11 @@ fn sum_sq_dev(x: &[f32], mean: f64) -> f64 {
     }
     acc.iter().sum::<f64>() + rest.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>()
 }
+}
 
+crate::cpu::simd::multiversion! {
 /// `(sum(dy), sum(dy * (x - mean)))` in f64 over eight lanes.
-#[inline]
-fn sum_dy_dyx(dy: &[f32], x: &[f32], mean: f64) -> (f64, f64) {
+fn sum_dy_dyx / sum_dy_dyx_portable(dy: &[f32], x: &[f32], mean: f64) -> (f64, f64) {
     let (mut a, mut b) = ([0.0f64; 8], [0.0f64; 8]);
     let (cd, cx) = (dy.chunks_exact(8), x.chunks_exact(8));
     let (rd, rx) = (cd.remainder(), cx.remainder());
@@ -94,6 +96,25 @@ fn sum_dy_dyx(dy: &[f32], x: &[f32], mean: f64) -> (f64, f64) {
         sb += d as f64 * (v as f64 - mean);
     }
     (sa, sb)
+}
+}
+
+crate::cpu::simd::multiversion! {
+    /// `y = x * a + b` over one plane.
+    fn scale_shift / scale_shift_portable(y: &mut [f32], x: &[f32], a: f32, b: f32) {
+        for (yv, &xv) in y.iter_mut().zip(x) {
+            *yv = xv * a + b;
+        }
+    }
+}
+
+crate::cpu::simd::multiversion! {
+    /// `dx = a * dy + b * x + k` over one plane.
+    fn dx_plane / dx_plane_portable(dx: &mut [f32], dy: &[f32], x: &[f32], a: f32, b: f32, k: f32) {
+        for ((out, &dv), &xv) in dx.iter_mut().zip(dy).zip(x) {
+            *out = a * dv + b * xv + k;
+        }
+    }
 }
 
 /// Mean and biased variance of each channel, accumulated in f64.
@@ -126,10 +147,7 @@ fn affine(ctx: CpuCtx<'_>, g: &BatchNormGeom, x: &[f32], scale: &[f32], shift: &
             for c in 0..g.channels {
                 let o = (n * g.channels + c) * g.spatial;
                 let d = (i * g.channels + c) * g.spatial;
-                let (a, b) = (scale[c], shift[c]);
-                for (yv, &xv) in yg[d..d + g.spatial].iter_mut().zip(&x[o..o + g.spatial]) {
-                    *yv = xv * a + b;
-                }
+                scale_shift(&mut yg[d..d + g.spatial], &x[o..o + g.spatial], scale[c], shift[c]);
             }
         }
     });
@@ -232,13 +250,35 @@ fn backward(
             for ch in 0..c {
                 let o = (n * c + ch) * g.spatial;
                 let d = (i * c + ch) * g.spatial;
-                let (a, b, k) = (ka[ch], kb[ch], kc[ch]);
-                for ((out, &dv), &xv) in
-                    dxg[d..d + g.spatial].iter_mut().zip(&dy[o..o + g.spatial]).zip(&x[o..o + g.spatial])
-                {
-                    *out = a * dv + b * xv + k;
-                }
+                dx_plane(&mut dxg[d..d + g.spatial], &dy[o..o + g.spatial], &x[o..o + g.spatial], ka[ch], kb[ch], kc[ch]);
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::simd::test_vectors;
+
+    /// The dispatching functions (the AVX2 path on a CPU that has it) give the same bits as
+    /// the portable path.
+    #[test]
+    fn avx2_and_portable_paths_agree_bit_for_bit() {
+        for x in test_vectors() {
+            let n = x.len();
+            let dy: Vec<f32> = x.iter().map(|v| v * -0.3 + 0.1).collect();
+            assert_eq!(sum_f64(&x).to_bits(), sum_f64_portable(&x).to_bits());
+            assert_eq!(sum_sq_dev(&x, 0.3).to_bits(), sum_sq_dev_portable(&x, 0.3).to_bits());
+            let (a, b) = (sum_dy_dyx(&dy, &x, -0.2), sum_dy_dyx_portable(&dy, &x, -0.2));
+            assert_eq!((a.0.to_bits(), a.1.to_bits()), (b.0.to_bits(), b.1.to_bits()));
+            let (mut a, mut b) = (vec![f32::NAN; n], vec![f32::NAN; n]);
+            scale_shift(&mut a, &x, 1.3, -0.7);
+            scale_shift_portable(&mut b, &x, 1.3, -0.7);
+            assert_eq!(a, b);
+            dx_plane(&mut a, &dy, &x, 0.9, -0.04, 0.01);
+            dx_plane_portable(&mut b, &dy, &x, 0.9, -0.04, 0.01);
+            assert_eq!(a, b);
+        }
+    }
 }

@@ -5,7 +5,8 @@
 //! `K = c_in*kh*kw`); a 1×1 stride-1 unpadded convolution skips im2col. The batch is split
 //! into as many groups as the backend has threads, each with its own slice of the workspace;
 //! weight gradients are summed per group, then across groups in a fixed order (deterministic
-//! for a given thread count).
+//! for a given thread count). The backward-params pass transposes the im2col matrix and `dy`
+//! (pixel-major) before its GEMM, so that the GEMM's packing reads both contiguously.
 
 pub(crate) mod cpu;
 pub(crate) mod cuda;

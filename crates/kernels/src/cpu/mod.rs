@@ -6,6 +6,8 @@
 //! This file holds the backend itself (threads, GEMM choice) and its memory; each op's CPU
 //! kernels and `impl <Op> for CpuBackend` live in the op's folder (`src/<op>/cpu.rs`).
 
+pub(crate) mod simd;
+
 use std::ops::Range;
 use std::sync::Arc;
 

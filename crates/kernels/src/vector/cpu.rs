@@ -42,61 +42,125 @@ impl Vector for CpuBackend {
     }
 }
 
-fn add(a: &[f32], b: &[f32], y: &mut [f32]) {
-    for ((o, &x), &z) in y.iter_mut().zip(a).zip(b) {
-        *o = x + z;
+crate::cpu::simd::multiversion! {
+    /// `y = a + b`.
+    fn add / add_portable(a: &[f32], b: &[f32], y: &mut [f32]) {
+        for ((o, &x), &z) in y.iter_mut().zip(a).zip(b) {
+            *o = x + z;
+        }
     }
 }
 
-fn sub(a: &[f32], b: &[f32], y: &mut [f32]) {
-    for ((o, &x), &z) in y.iter_mut().zip(a).zip(b) {
-        *o = x - z;
+crate::cpu::simd::multiversion! {
+    /// `y = a - b`.
+    fn sub / sub_portable(a: &[f32], b: &[f32], y: &mut [f32]) {
+        for ((o, &x), &z) in y.iter_mut().zip(a).zip(b) {
+            *o = x - z;
+        }
     }
 }
 
-fn mul(a: &[f32], b: &[f32], y: &mut [f32]) {
-    for ((o, &x), &z) in y.iter_mut().zip(a).zip(b) {
-        *o = x * z;
+crate::cpu::simd::multiversion! {
+    /// `y = a * b`.
+    fn mul / mul_portable(a: &[f32], b: &[f32], y: &mut [f32]) {
+        for ((o, &x), &z) in y.iter_mut().zip(a).zip(b) {
+            *o = x * z;
+        }
     }
 }
 
-fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
-    for (o, &v) in y.iter_mut().zip(x) {
-        *o += alpha * v;
-    }
-}
-
-fn axpby(alpha: f32, x: &[f32], beta: f32, y: &mut [f32]) {
-    if beta == 0.0 {
+crate::cpu::simd::multiversion! {
+    /// `y += alpha x`.
+    fn axpy / axpy_portable(alpha: f32, x: &[f32], y: &mut [f32]) {
         for (o, &v) in y.iter_mut().zip(x) {
-            *o = alpha * v;
-        }
-    } else {
-        for (o, &v) in y.iter_mut().zip(x) {
-            *o = alpha * v + beta * *o;
+            *o += alpha * v;
         }
     }
 }
 
-fn scale(alpha: f32, y: &mut [f32]) {
-    for o in y.iter_mut() {
-        *o *= alpha;
+crate::cpu::simd::multiversion! {
+    /// `y = alpha x + beta y` (`beta == 0` ignores `y`).
+    fn axpby / axpby_portable(alpha: f32, x: &[f32], beta: f32, y: &mut [f32]) {
+        if beta == 0.0 {
+            for (o, &v) in y.iter_mut().zip(x) {
+                *o = alpha * v;
+            }
+        } else {
+            for (o, &v) in y.iter_mut().zip(x) {
+                *o = alpha * v + beta * *o;
+            }
+        }
     }
 }
 
-fn sum_squares(x: &[f32]) -> f32 {
-    // Eight independent f64 partial sums: accurate and vectorisable.
-    let mut acc = [0.0f64; 8];
-    let chunks = x.chunks_exact(8);
-    let rest = chunks.remainder();
-    for c in chunks {
-        for (a, &v) in acc.iter_mut().zip(c) {
-            *a += (v as f64) * (v as f64);
+crate::cpu::simd::multiversion! {
+    /// `y *= alpha`.
+    fn scale / scale_portable(alpha: f32, y: &mut [f32]) {
+        for o in y.iter_mut() {
+            *o *= alpha;
         }
     }
-    let mut s: f64 = acc.iter().sum();
-    for &v in rest {
-        s += (v as f64) * (v as f64);
+}
+
+crate::cpu::simd::multiversion! {
+    /// `sum(x^2)`, accumulated in f64.
+    fn sum_squares / sum_squares_portable(x: &[f32]) -> f32 {
+        // Eight independent f64 partial sums: accurate and vectorisable.
+        let mut acc = [0.0f64; 8];
+        let chunks = x.chunks_exact(8);
+        let rest = chunks.remainder();
+        for c in chunks {
+            for (a, &v) in acc.iter_mut().zip(c) {
+                *a += (v as f64) * (v as f64);
+            }
+        }
+        let mut s: f64 = acc.iter().sum();
+        for &v in rest {
+            s += (v as f64) * (v as f64);
+        }
+        s as f32
     }
-    s as f32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::simd::test_vectors;
+
+    /// The dispatching functions (the AVX2 path on a CPU that has it) give the same bits as
+    /// the portable path.
+    #[test]
+    fn avx2_and_portable_paths_agree_bit_for_bit() {
+        for x in test_vectors() {
+            let b: Vec<f32> = x.iter().map(|v| v * 0.37 - 1.0).collect();
+            let n = x.len();
+            type Bin = fn(&[f32], &[f32], &mut [f32]);
+            let pairs: [(Bin, Bin); 3] = [(add, add_portable), (sub, sub_portable), (mul, mul_portable)];
+            for (f, p) in pairs {
+                let (mut y1, mut y2) = (vec![f32::NAN; n], vec![f32::NAN; n]);
+                f(&x, &b, &mut y1);
+                p(&x, &b, &mut y2);
+                assert_eq!(bits(&y1), bits(&y2));
+            }
+            let (mut y1, mut y2) = (b.clone(), b.clone());
+            axpy(0.3, &x, &mut y1);
+            axpy_portable(0.3, &x, &mut y2);
+            assert_eq!(bits(&y1), bits(&y2));
+            for beta in [0.0, 0.9] {
+                let (mut y1, mut y2) = (b.clone(), b.clone());
+                axpby(0.3, &x, beta, &mut y1);
+                axpby_portable(0.3, &x, beta, &mut y2);
+                assert_eq!(bits(&y1), bits(&y2));
+            }
+            let (mut y1, mut y2) = (x.clone(), x.clone());
+            scale(-1.7, &mut y1);
+            scale_portable(-1.7, &mut y2);
+            assert_eq!(bits(&y1), bits(&y2));
+            assert_eq!(sum_squares(&x).to_bits(), sum_squares_portable(&x).to_bits());
+        }
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
 }

@@ -1,0 +1,208 @@
+//! Vector code the CPU kernels choose at run time: an AVX path where the CPU has AVX2 and FMA,
+//! and the portable path (what the baseline x86-64 target compiles to: SSE2) everywhere else.
+//! Both paths give bit-identical results (a transpose only moves data), and both are tested
+//! on every machine (the tests call each path directly, not through the dispatch).
+
+/// Defines `fn $name(..)` whose body is compiled twice: for AVX2 + FMA (run when the CPU has
+/// them: LLVM vectorises the loops 8 floats wide) and for the baseline target (SSE2, 4
+/// wide), and `fn $portable(..)`, the baseline path alone (tests compare the two). Both give
+/// bit-identical results: Rust never contracts `a * b + c` into an FMA, and the loops keep
+/// their order of operations (reductions keep their explicit lanes).
+macro_rules! multiversion {
+    ($(#[$m:meta])* $vis:vis fn $name:ident / $portable:ident ($($a:ident : $t:ty),* $(,)?) $(-> $r:ty)? $body:block) => {
+        $(#[$m])*
+        $vis fn $name($($a: $t),*) $(-> $r)? {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx2,fma")]
+                fn avx2($($a: $t),*) $(-> $r)? {
+                    $portable($($a),*)
+                }
+                if $crate::cpu::simd::has_avx2() {
+                    // SAFETY: the CPU has AVX2 and FMA (checked just now).
+                    return unsafe { avx2($($a),*) };
+                }
+            }
+            $portable($($a),*)
+        }
+
+        /// The baseline (portable) path of the function of the same name without the suffix.
+        #[inline(always)]
+        #[allow(dead_code)]
+        $vis fn $portable($($a: $t),*) $(-> $r)? $body
+    };
+}
+pub(crate) use multiversion;
+
+/// Whether the CPU has AVX2 and FMA (checked once; `std` caches the answer).
+pub(crate) fn has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// `dst[c * rows + r] = src[r * cols + c]`: `dst` (`[cols, rows]`, row-major) is the
+/// transpose of `src` (`[rows, cols]`). The AVX path where the CPU has it, else the portable
+/// one.
+pub(crate) fn transpose(src: &[f32], rows: usize, cols: usize, dst: &mut [f32]) {
+    assert!(src.len() >= rows * cols && dst.len() >= rows * cols, "transpose: operands too short");
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: the CPU has AVX (checked just above) and both slices hold rows * cols
+        // elements (asserted above).
+        unsafe { transpose_avx(src, rows, cols, dst) };
+        return;
+    }
+    transpose_portable(src, rows, cols, dst);
+}
+
+/// [`transpose`] in plain Rust, in 16×16 tiles: each tile reads whole cache lines of `src`
+/// row by row and writes 16 lines of `dst` that stay in L1 while it fills them. (Reading a
+/// tile column by column instead has a stride of `cols` floats, 4 KiB for a 32×32-pixel
+/// plane: every load of a tile then falls into the same L1 set.)
+pub(crate) fn transpose_portable(src: &[f32], rows: usize, cols: usize, dst: &mut [f32]) {
+    const T: usize = 16;
+    for r0 in (0..rows).step_by(T) {
+        let r1 = (r0 + T).min(rows);
+        for c0 in (0..cols).step_by(T) {
+            let c1 = (c0 + T).min(cols);
+            for r in r0..r1 {
+                let srow = &src[r * cols + c0..r * cols + c1];
+                for (j, &v) in srow.iter().enumerate() {
+                    dst[(c0 + j) * rows + r] = v;
+                }
+            }
+        }
+    }
+}
+
+/// [`transpose`] with AVX: 8×8 blocks transposed in registers (8 loads, 24 shuffles, 8
+/// stores per 64 elements), the ragged edges with the portable loop.
+///
+/// # Safety
+/// The CPU has AVX, and `src` and `dst` hold at least `rows * cols` elements.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+pub(crate) unsafe fn transpose_avx(src: &[f32], rows: usize, cols: usize, dst: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let (r8, c8) = (rows / 8 * 8, cols / 8 * 8);
+    let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
+    // Column blocks of 32 (four 8×8 blocks) so that a block row's 32 destination lines stay
+    // in L1 while successive row blocks fill them.
+    for cb in (0..c8).step_by(32) {
+        let cend = (cb + 32).min(c8);
+        for r0 in (0..r8).step_by(8) {
+            for c0 in (cb..cend).step_by(8) {
+                // SAFETY: r0 + 8 <= rows and c0 + 8 <= cols, so every load reads
+                // src[(r0 + i) * cols + c0 .. + 8] and every store writes
+                // dst[(c0 + i) * rows + r0 .. + 8], all within rows * cols elements.
+                unsafe {
+                    let l = |i: usize| _mm256_loadu_ps(s.add((r0 + i) * cols + c0));
+                    let (a0, a1, a2, a3, a4, a5, a6, a7) = (l(0), l(1), l(2), l(3), l(4), l(5), l(6), l(7));
+                    let t0 = _mm256_unpacklo_ps(a0, a1);
+                    let t1 = _mm256_unpackhi_ps(a0, a1);
+                    let t2 = _mm256_unpacklo_ps(a2, a3);
+                    let t3 = _mm256_unpackhi_ps(a2, a3);
+                    let t4 = _mm256_unpacklo_ps(a4, a5);
+                    let t5 = _mm256_unpackhi_ps(a4, a5);
+                    let t6 = _mm256_unpacklo_ps(a6, a7);
+                    let t7 = _mm256_unpackhi_ps(a6, a7);
+                    let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+                    let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+                    let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+                    let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+                    let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+                    let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+                    let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+                    let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+                    let st = |i: usize, v: __m256| _mm256_storeu_ps(d.add((c0 + i) * rows + r0), v);
+                    st(0, _mm256_permute2f128_ps::<0x20>(u0, u4));
+                    st(1, _mm256_permute2f128_ps::<0x20>(u1, u5));
+                    st(2, _mm256_permute2f128_ps::<0x20>(u2, u6));
+                    st(3, _mm256_permute2f128_ps::<0x20>(u3, u7));
+                    st(4, _mm256_permute2f128_ps::<0x31>(u0, u4));
+                    st(5, _mm256_permute2f128_ps::<0x31>(u1, u5));
+                    st(6, _mm256_permute2f128_ps::<0x31>(u2, u6));
+                    st(7, _mm256_permute2f128_ps::<0x31>(u3, u7));
+                }
+            }
+        }
+    }
+    // The ragged edges: the rows below r8 (every column), and the columns right of c8.
+    for r in r8..rows {
+        for c in 0..cols {
+            dst[c * rows + r] = src[r * cols + c];
+        }
+    }
+    for r in 0..r8 {
+        for c in c8..cols {
+            dst[c * rows + r] = src[r * cols + c];
+        }
+    }
+}
+
+/// Inputs for the tests comparing a multiversioned function's two paths: lengths with every
+/// remainder modulo 8 and 16, values of both signs with zeros.
+#[cfg(test)]
+pub(crate) fn test_vectors() -> Vec<Vec<f32>> {
+    [0usize, 1, 3, 7, 8, 9, 15, 16, 17, 31, 64, 100, 1027]
+        .iter()
+        .map(|&n| (0..n).map(|i| ((i * 7919 % 211) as f32 - 105.0) / 17.0).collect())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reference(src: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+        let mut d = vec![f32::NAN; rows * cols];
+        for r in 0..rows {
+            for c in 0..cols {
+                d[c * rows + r] = src[r * cols + c];
+            }
+        }
+        d
+    }
+
+    /// Shapes with every remainder of 8 and 16 on both sides, and the conv shapes (K x P).
+    fn shapes() -> Vec<(usize, usize)> {
+        let mut v = vec![(144, 1024), (16, 1024), (27, 1024), (576, 64), (150, 100), (1, 1), (0, 5), (5, 0)];
+        for r in [1, 7, 8, 9, 15, 16, 17, 33] {
+            for c in [1, 3, 8, 12, 16, 31, 32, 40] {
+                v.push((r, c));
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn portable_transpose_is_exact() {
+        for (r, c) in shapes() {
+            let src: Vec<f32> = (0..r * c).map(|i| i as f32 * 0.5 - 7.0).collect();
+            let mut d = vec![f32::NAN; r * c];
+            transpose_portable(&src, r, c, &mut d);
+            assert_eq!(d, reference(&src, r, c), "{r}x{c}");
+        }
+    }
+
+    #[test]
+    fn avx_transpose_is_exact_where_the_cpu_has_it() {
+        if !has_avx2() {
+            eprintln!("skipped: no AVX2 on this CPU (the portable path is what runs here)");
+            return;
+        }
+        for (r, c) in shapes() {
+            let src: Vec<f32> = (0..r * c).map(|i| i as f32 * 0.5 - 7.0).collect();
+            let mut d = vec![f32::NAN; r * c];
+            // SAFETY: the CPU has AVX2 (checked above); both slices hold r * c elements.
+            unsafe { transpose_avx(&src, r, c, &mut d) };
+            assert_eq!(d, reference(&src, r, c), "{r}x{c}");
+        }
+    }
+}
