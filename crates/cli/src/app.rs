@@ -272,8 +272,10 @@ fn run(cli: Cli, registry: &SyncRegistry) -> Result<(), CliError> {
                 None => None,
             };
             let flags = a.to_file();
+            // With several ranks, rank 0 reads the checkpoint and broadcasts it.
+            let world = crate::processes::World::start(a.mpi_timeout)?;
             let resume = match &a.checkpoint.resume {
-                Some(p) => Some(checkpoint::load(p, &mut |w| eprintln!("warning: {w}"))?),
+                Some(p) => Some(checkpoint::load_in_world(p, &*world.group, &mut |w| eprintln!("warning: {w}"))?),
                 None => None,
             };
             let mut saved_policies = None;
@@ -310,7 +312,6 @@ fn run(cli: Cli, registry: &SyncRegistry) -> Result<(), CliError> {
                 models_cmd::print(&rows);
                 return Ok(());
             }
-            let world = crate::processes::World::start(a.mpi_timeout)?;
             let result = (|| -> Result<(), CliError> {
                 let mut cfg = cfg;
                 if world.size() > 1 {
@@ -333,7 +334,11 @@ fn run(cli: Cli, registry: &SyncRegistry) -> Result<(), CliError> {
                 train::train_with_opts(&cfg, registry, &mut reporter, opts)?;
                 Ok(())
             })();
-            if let Err(e) = &result {
+            // Every rank stops on a signal after the same iteration (they agree on it), and
+            // exits by itself once rank 0's checkpoint is on disk.
+            if let Err(e) = &result
+                && !matches!(e, CliError::Interrupted { .. })
+            {
                 world.stop_all(&format!("error: {e}"), e.exit_code() as u8);
             }
             result

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use crossbeam_channel::{Receiver, Sender};
+use crossbow_replica::ProcessGroup;
 use crossbow_replica::checkpoint::{CheckpointError, CheckpointFile, write_atomic};
 use serde::{Deserialize, Serialize};
 
@@ -240,6 +241,54 @@ pub fn load(path: &Path, warn: &mut dyn FnMut(String)) -> Result<(PathBuf, Check
         }
     }
     Err(CliError::usage(format!("--resume {}: none of its {} checkpoints is readable", path.display(), all.len())))
+}
+
+/// [`load`] in a job of several ranks (a collective): rank 0 reads the checkpoint (the
+/// newest good one of a folder) and broadcasts it, so that every rank starts from the same
+/// file even when a newer one appears meanwhile, and the other ranks need no access to rank
+/// 0's disk (servers without a shared file system). An error on rank 0 is every rank's.
+pub fn load_in_world(
+    path: &Path,
+    world: &dyn ProcessGroup,
+    warn: &mut dyn FnMut(String),
+) -> Result<(PathBuf, CheckpointFile), CliError> {
+    if world.size() <= 1 {
+        return load(path, warn);
+    }
+    // Rank 0 sends: 1, the path's length (8 bytes), the path, the file; or 0 and the error.
+    let mut buf = Vec::new();
+    if world.rank() == 0 {
+        match load(path, warn).and_then(|(p, f)| Ok((p, f.to_bytes().map_err(|e| CliError::run(e.to_string()))?))) {
+            Ok((p, bytes)) => {
+                let name = p.to_string_lossy().into_owned().into_bytes();
+                buf.push(1);
+                buf.extend_from_slice(&(name.len() as u64).to_le_bytes());
+                buf.extend_from_slice(&name);
+                buf.extend_from_slice(&bytes);
+            }
+            Err(e) => {
+                buf.push(0);
+                buf.extend_from_slice(e.to_string().as_bytes());
+            }
+        }
+    }
+    world.broadcast_bytes(0, &mut buf)?;
+    let bad = || CliError::run(format!("--resume {}: the checkpoint broadcast by rank 0 is garbled", path.display()));
+    match buf.split_first() {
+        Some((1, rest)) if rest.len() >= 8 => {
+            let (len, rest) = rest.split_at(8);
+            let len = u64::from_le_bytes(len.try_into().map_err(|_| bad())?) as usize;
+            if rest.len() < len {
+                return Err(bad());
+            }
+            let (name, bytes) = rest.split_at(len);
+            let p = PathBuf::from(String::from_utf8_lossy(name).into_owned());
+            let f = CheckpointFile::from_bytes(&p, bytes).map_err(|e| CliError::usage(format!("--resume: {e}")))?;
+            Ok((p, f))
+        }
+        Some((0, msg)) => Err(CliError::usage(format!("{} (read by rank 0)", String::from_utf8_lossy(msg)))),
+        _ => Err(bad()),
+    }
 }
 
 /// What the writer thread reports.

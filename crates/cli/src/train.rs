@@ -216,30 +216,58 @@ pub fn train_with_options<B: Backend>(
     opts: RunOptions,
 ) -> Result<Summary, CliError> {
     let n_dev = factory.devices().len();
+    let world = Arc::clone(&opts.world);
+    let multi = world.size() > 1;
+    if multi && opts.divergence.action == OnDivergence::Rollback {
+        return Err(CliError::usage(format!(
+            "--on-divergence rollback: not supported with several processes yet ({} ranks); use --on-divergence stop and resume from the last checkpoint with a lower --lr",
+            world.size()
+        )));
+    }
     let resumed = match &opts.resume {
         Some((path, file)) => Some((path.clone(), EngineSnapshot::from_checkpoint(file, path)?)),
         None => None,
     };
+    let saved_ranks = match &opts.resume {
+        Some((p, f)) => RankState::read(p, f)?,
+        None => vec![],
+    };
+    // Where this rank's devices start among every rank's (a checkpoint's devices are every
+    // rank's, in rank order).
+    let (device_offset, world_devices) = if multi {
+        let counts = world.all_gather_u64(n_dev as u64)?;
+        (counts.iter().take(world.rank()).sum::<u64>() as usize, counts.iter().sum::<u64>() as usize)
+    } else {
+        (0, n_dev)
+    };
     // Start with the checkpoint's learners when the devices and the learner setting allow.
     let layout = match (&resumed, cfg.learners_per_device) {
-        (Some((_, s)), LearnersPerDevice::Auto) if s.devices.len() == n_dev => s.layout(),
+        (Some((_, s)), LearnersPerDevice::Auto) => {
+            saved_layout(s, &saved_ranks, &*world, n_dev, device_offset, world_devices)
+                .unwrap_or_else(|| vec![1; n_dev])
+        }
         (_, LearnersPerDevice::Auto) => vec![1; n_dev],
         (_, LearnersPerDevice::Fixed(m)) => vec![m; n_dev],
     };
     crate::preflight::check_run(cfg, data, &graph, &*factory, &*sync)?;
-    let world = Arc::clone(&opts.world);
-    if world.size() > 1 && (opts.resume.is_some() || opts.checkpoint.is_some()) {
-        return Err(CliError::usage(format!(
-            "--checkpoint-dir / --resume: checkpoints of a job of several processes are not supported yet ({} processes); run without them",
-            world.size()
-        )));
-    }
-    let mut engine = start_engine_in(cfg, graph, factory, sync, &layout, world)?;
-    let mut run = Run::new(cfg, data, &engine)?;
-    let mut ckpt = match &opts.checkpoint {
-        Some(p) => Some(Checkpointer::start(p.clone(), resumed.as_ref().map(|r| r.1.iteration).unwrap_or(0))?),
-        None => None,
+    let mut engine = start_engine_in(cfg, graph, factory, sync, &layout, Arc::clone(&world))?;
+    // With several ranks each restores its slice of the checkpoint's learners.
+    let resumed = match resumed {
+        Some((p, s)) if multi => {
+            let slice = rank_slice(&s, &saved_ranks, &engine, device_offset)?;
+            Some((p, slice))
+        }
+        r => r,
     };
+    let mut run = Run::new(cfg, data, &engine)?;
+    // Only rank 0 writes; the others send it their part of every checkpoint.
+    let mut ckpt = match &opts.checkpoint {
+        Some(p) if world.rank() == 0 => {
+            Some(Checkpointer::start(p.clone(), resumed.as_ref().map(|r| r.1.iteration).unwrap_or(0))?)
+        }
+        _ => None,
+    };
+    let mut saver = Saver { on: opts.checkpoint.is_some(), submitted: None };
     announce(cfg, data, &engine, run.per_epoch, reporter)?;
     let mut tuner = match cfg.learners_per_device {
         LearnersPerDevice::Auto => {
@@ -254,7 +282,9 @@ pub fn train_with_options<B: Backend>(
     };
     let mut guard = Guard { first_loss: None, rollbacks: 0, lr_factor: 1.0, prev_target: None, prev_diverged_at: None };
     if let (Some((path, file)), Some((_, snap))) = (&opts.resume, &resumed) {
-        let notes = continue_from(cfg, data, &mut engine, &mut run, tuner.as_mut(), &mut guard, file, snap)?;
+        let tuner_state = saved_tuner(file, &saved_ranks, &*world);
+        let notes =
+            continue_from(cfg, data, &mut engine, &mut run, tuner.as_mut(), &mut guard, file, snap, &tuner_state)?;
         let epoch = run.epoch(&engine);
         reporter.say(&format!(
             "resumed from {} at iteration {} (epoch {epoch:.3}){}",
@@ -276,7 +306,7 @@ pub fn train_with_options<B: Backend>(
         && let Some(c) = ckpt.as_mut()
         && c.last_good().is_none()
     {
-        write_checkpoint(cfg, data, &engine, &run, tuner.as_ref(), &guard, &opts, c, reporter)?;
+        write_checkpoint(cfg, data, &engine, &run, tuner.as_ref(), &guard, &opts, Some(&mut *c), &mut saver, reporter)?;
         report_written(c.flush(), c, reporter)?;
     }
     let mut last = None;
@@ -319,7 +349,9 @@ pub fn train_with_options<B: Backend>(
             let done = c.poll();
             report_written(done, c, reporter)?;
         }
-        if let Some(sig) = opts.interrupt.requested(engine.iteration()) {
+        let due_here = ckpt.as_ref().is_some_and(|c| c.due(engine.iteration()));
+        let (sig, due) = agree(&*world, opts.interrupt.requested(engine.iteration()), due_here)?;
+        if let Some(sig) = sig {
             return Err(interrupted(
                 cfg,
                 data,
@@ -329,14 +361,24 @@ pub fn train_with_options<B: Backend>(
                 &guard,
                 &opts,
                 ckpt.as_mut(),
+                &mut saver,
                 reporter,
                 sig,
             ));
         }
-        if let Some(c) = ckpt.as_mut()
-            && c.due(engine.iteration())
-        {
-            write_checkpoint(cfg, data, &engine, &run, tuner.as_ref(), &guard, &opts, c, reporter)?;
+        if due {
+            write_checkpoint(
+                cfg,
+                data,
+                &engine,
+                &run,
+                tuner.as_ref(),
+                &guard,
+                &opts,
+                ckpt.as_mut(),
+                &mut saver,
+                reporter,
+            )?;
         }
         last = Some(rec);
     }
@@ -349,10 +391,10 @@ pub fn train_with_options<B: Backend>(
     if let Some(note) = crate::limits::short_limit_note(cfg, engine.iteration(), engine.samples(), run.per_epoch) {
         reporter.say(&note);
     }
+    if saver.on && (evaluated_at_end || saver.submitted != Some(engine.iteration())) {
+        write_checkpoint(cfg, data, &engine, &run, tuner.as_ref(), &guard, &opts, ckpt.as_mut(), &mut saver, reporter)?;
+    }
     if let Some(c) = ckpt.as_mut() {
-        if evaluated_at_end || c.submitted() != Some(engine.iteration()) {
-            write_checkpoint(cfg, data, &engine, &run, tuner.as_ref(), &guard, &opts, c, reporter)?;
-        }
         report_written(c.flush(), c, reporter)?;
         if let Some(p) = c.last_good() {
             reporter.say(&format!("final checkpoint: {}", p.display()));
@@ -468,15 +510,52 @@ fn write_checkpoint<B: Backend>(
     tuner: Option<&AutoTuner>,
     guard: &Guard,
     opts: &RunOptions,
-    ckpt: &mut Checkpointer,
+    ckpt: Option<&mut Checkpointer>,
+    saver: &mut Saver,
     reporter: &mut Reporter,
 ) -> Result<(), CliError> {
     let t0 = Instant::now();
     let file = checkpoint_file(cfg, data, engine, run, tuner, guard, opts)?;
     let copy = t0.elapsed().as_secs_f64();
-    ckpt.submit(engine.iteration(), file)?;
+    saver.submitted = Some(engine.iteration());
+    if let (Some(c), Some(file)) = (ckpt, file) {
+        c.submit(engine.iteration(), file)?;
+    }
     reporter.record("checkpoint", json!({ "iteration": engine.iteration(), "copy_seconds": copy }))?;
     Ok(())
+}
+
+/// What every rank knows of the checkpoints (only rank 0 has the [`Checkpointer`]; when
+/// one is due, rank 0 decides: [`agree`]).
+struct Saver {
+    /// Checkpoints are written (`--checkpoint-dir`).
+    on: bool,
+    /// The iteration of the last checkpoint this rank took part in.
+    submitted: Option<u64>,
+}
+
+/// The stop signal and the checkpoint decision after an iteration, the same on every rank:
+/// with several ranks one all-reduce of three flags, so that a SIGTERM that reaches one rank
+/// stops every rank after the same iteration (with a checkpoint), and rank 0's clock decides
+/// when a checkpoint every N minutes is due.
+fn agree(world: &dyn ProcessGroup, sig: Option<i32>, due: bool) -> Result<(Option<i32>, bool), CliError> {
+    if world.size() <= 1 {
+        return Ok((sig, due));
+    }
+    let mut flags = [
+        f64::from(u8::from(sig == Some(signals::SIGINT))),
+        f64::from(u8::from(sig.is_some_and(|s| s != signals::SIGINT))),
+        f64::from(u8::from(due && world.rank() == 0)),
+    ];
+    world.all_reduce_sum_f64(&mut flags)?;
+    let sig = if flags[0] > 0.0 {
+        Some(signals::SIGINT)
+    } else if flags[1] > 0.0 {
+        Some(signals::SIGTERM)
+    } else {
+        None
+    };
+    Ok((sig, flags[2] > 0.0))
 }
 
 /// Reports what the writer finished; a failure stops the run under `--checkpoint-errors fatal`.
@@ -519,18 +598,33 @@ fn interrupted<B: Backend>(
     tuner: Option<&AutoTuner>,
     guard: &Guard,
     opts: &RunOptions,
-    ckpt: Option<&mut Checkpointer>,
+    mut ckpt: Option<&mut Checkpointer>,
+    saver: &mut Saver,
     reporter: &mut Reporter,
     sig: i32,
 ) -> CliError {
     let code = signals::exit_code(sig);
     let what = format!("stopped by {} after iteration {}", signals::name(sig), engine.iteration());
     let _ = reporter.record("interrupted", json!({ "signal": sig, "iteration": engine.iteration() }));
-    let Some(c) = ckpt else {
+    if !saver.on {
         return CliError::Interrupted { code, msg: format!("{what}; no checkpoint (no --checkpoint-dir given)") };
+    }
+    let written = write_checkpoint(cfg, data, engine, run, tuner, guard, opts, ckpt.as_deref_mut(), saver, reporter);
+    let world = engine.world();
+    let Some(c) = ckpt else {
+        // Another rank: wait until rank 0 has its file on disk (or failed), then say so.
+        let msg = match written.and_then(|_| Ok(world.all_gather_u64(0)?)) {
+            Ok(v) if v.first() == Some(&1) => format!("{what}; rank 0 wrote the checkpoint"),
+            Ok(_) => format!("{what}; rank 0 could not write the checkpoint (its message says why)"),
+            Err(e) => format!("{what}; the checkpoint failed ({e})"),
+        };
+        return CliError::Interrupted { code, msg };
     };
-    let written = write_checkpoint(cfg, data, engine, run, tuner, guard, opts, c, reporter)
-        .and_then(|_| report_written(c.flush(), c, reporter));
+    let written = written.and_then(|_| report_written(c.flush(), c, reporter));
+    if world.size() > 1 {
+        // The other ranks wait for this before they exit.
+        let _ = world.all_gather_u64(u64::from(written.is_ok()));
+    }
     let msg = match (written, c.last_good()) {
         (Ok(()), Some(p)) => format!(
             "{what}; checkpoint written to {}\nresume with: crossbow train --resume {}",
@@ -619,7 +713,8 @@ fn rollback<B: Backend>(
     };
     let snap = EngineSnapshot::from_checkpoint(&file, &path)?;
     let mut kept = guard.clone();
-    continue_from(cfg, data, engine, run, tuner, guard, &file, &snap)?;
+    let tuner_state = file.state.get("tuner").cloned().unwrap_or(Value::Null);
+    continue_from(cfg, data, engine, run, tuner, guard, &file, &snap, &tuner_state)?;
     kept.rollbacks += 1;
     kept.lr_factor *= 0.5;
     kept.prev_target = Some(target);
@@ -652,7 +747,45 @@ fn checkpoint_file<B: Backend>(
     tuner: Option<&AutoTuner>,
     guard: &Guard,
     opts: &RunOptions,
-) -> Result<CheckpointFile, CliError> {
+) -> Result<Option<CheckpointFile>, CliError> {
+    let world = engine.world();
+    // A collective with several ranks (the mean over every rank's learners).
+    let central_stats = engine.central_stats()?;
+    let snap = engine.snapshot()?;
+    let tuner_state = match tuner {
+        Some(t) => t.save()?,
+        None => Value::Null,
+    };
+    let names = |s: &EngineSnapshot| s.devices.iter().map(|d| d.device.clone()).collect::<Vec<_>>();
+    let (snap, tuner_state, ranks) = if world.size() > 1 {
+        // Every rank's part (its devices and learners, its tuner) goes to rank 0 as the bytes
+        // of a checkpoint file of its own (checksummed), and rank 0 puts the devices of all
+        // ranks in rank order into one file.
+        let mut part = CheckpointFile::new(json!({ "tuner": tuner_state }));
+        snap.to_checkpoint(&mut part)?;
+        let bytes = part.to_bytes().map_err(|e| CliError::run(e.to_string()))?;
+        let parts = world.gather_bytes(0, &bytes)?;
+        if world.rank() != 0 {
+            return Ok(None);
+        }
+        let mut snaps = Vec::with_capacity(parts.len());
+        let mut ranks = Vec::with_capacity(parts.len());
+        for (r, b) in parts.iter().enumerate() {
+            let from = PathBuf::from(format!("(rank {r}'s part of the checkpoint)"));
+            let f = CheckpointFile::from_bytes(&from, b).map_err(|e| CliError::run(e.to_string()))?;
+            let s = EngineSnapshot::from_checkpoint(&f, &from)?;
+            ranks.push(RankState {
+                devices: names(&s),
+                layout: s.layout(),
+                next_id: s.next_id,
+                tuner: f.state.get("tuner").cloned().unwrap_or(Value::Null),
+            });
+            snaps.push(s);
+        }
+        (EngineSnapshot::merge_ranks(snaps)?, Value::Null, Some(ranks))
+    } else {
+        (snap, tuner_state, None)
+    };
     let norm = run.test.normalize.clone();
     let mut file = CheckpointFile::new(json!({
         "crossbow_version": env!("CARGO_PKG_VERSION"),
@@ -663,20 +796,111 @@ fn checkpoint_file<B: Backend>(
         "normalize": { "mean": norm.mean(), "std": norm.std() },
         "iteration": engine.iteration(),
         "epoch": run.epoch(engine),
-        "devices": engine.devices().iter().map(|d| d.to_string()).collect::<Vec<_>>(),
-        "layout": engine.layout(),
+        "devices": names(&snap),
+        "layout": snap.layout(),
         // Every random stream (initialisation, shuffles, augmentation, dropout) is derived
         // from the seed and a position (iteration, learner id, data cursor): these are its state.
         "rng": { "seed": cfg.seed, "derived_from": ["seed", "iteration", "learner id", "data cursor"] },
         "run": run.save(),
         "guard": guard,
-        "tuner": match tuner { Some(t) => t.save()?, None => Value::Null },
+        "tuner": tuner_state,
         "checkpoint_policy": opts.checkpoint,
         "divergence_policy": opts.divergence,
     }));
-    engine.snapshot()?.to_checkpoint(&mut file)?;
-    file.tensors.insert("central/stats".into(), Tensor::vector(engine.central_stats()?));
-    Ok(file)
+    if let (Some(ranks), Some(o)) = (ranks, file.state.as_object_mut()) {
+        o.insert("ranks".into(), serde_json::to_value(ranks).map_err(CliError::run)?);
+    }
+    snap.to_checkpoint(&mut file)?;
+    file.tensors.insert("central/stats".into(), Tensor::vector(central_stats));
+    Ok(Some(file))
+}
+
+/// What the checkpoint of a job of several ranks says of each rank (the state's `ranks`):
+/// resuming with the same ranks restores each one's learners, ids and tuner exactly.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct RankState {
+    /// The rank's devices (its slice of the checkpoint's, in order).
+    devices: Vec<String>,
+    /// Learners per device.
+    layout: Vec<usize>,
+    /// The id the rank numbers its next learner with.
+    next_id: usize,
+    /// The rank's auto-tuner.
+    tuner: Value,
+}
+
+impl RankState {
+    /// The ranks of `file` (empty for a checkpoint of one process).
+    fn read(path: &Path, file: &CheckpointFile) -> Result<Vec<RankState>, CliError> {
+        match file.state.get("ranks") {
+            None | Some(Value::Null) => Ok(vec![]),
+            Some(v) => serde_json::from_value(v.clone()).map_err(|e| {
+                CliError::usage(format!("--resume {}: the ranks' state is unreadable: {e}", path.display()))
+            }),
+        }
+    }
+}
+
+/// The learners per device this rank starts with to continue `snap` exactly: its own from a
+/// checkpoint of as many ranks with as many devices each, or its devices' slice of the
+/// checkpoint's when all ranks together have the checkpoint's devices (2 ranks of 1 device
+/// and 1 process of 2 devices continue each other's runs); none otherwise.
+fn saved_layout(
+    snap: &EngineSnapshot,
+    ranks: &[RankState],
+    world: &dyn ProcessGroup,
+    n_dev: usize,
+    device_offset: usize,
+    world_devices: usize,
+) -> Option<Vec<usize>> {
+    if world.size() > 1
+        && ranks.len() == world.size()
+        && let Some(r) = ranks.get(world.rank())
+        && r.layout.len() == n_dev
+    {
+        return Some(r.layout.clone());
+    }
+    let all = snap.layout();
+    if all.len() != world_devices {
+        return None;
+    }
+    all.get(device_offset..device_offset + n_dev).map(<[usize]>::to_vec)
+}
+
+/// This rank's part of the job's snapshot `snap` (see [`EngineSnapshot::slice_for_rank`]):
+/// its devices' slice, its learners from its offset in the global order, and the id it
+/// numbers new learners from (its own from a checkpoint of the same ranks and learners,
+/// otherwise one above every id of the checkpoint that no other rank uses).
+fn rank_slice<B: Backend>(
+    snap: &EngineSnapshot,
+    ranks: &[RankState],
+    engine: &Engine<B>,
+    device_offset: usize,
+) -> Result<EngineSnapshot, CliError> {
+    let world = engine.world();
+    let (rank, size) = (world.rank(), world.size());
+    let layout = engine.layout();
+    let next_id = match ranks.get(rank) {
+        Some(r) if ranks.len() == size && r.layout == layout => r.next_id,
+        _ => snap.next_id.max(engine.world_learners()) + rank,
+    };
+    Ok(snap.slice_for_rank(&layout, device_offset, engine.learner_offset(), next_id)?)
+}
+
+/// The auto-tuner state this process continues: its rank's from a checkpoint of as many
+/// ranks, the file's from a checkpoint of one process resumed by one; none otherwise (the
+/// tuner starts a new search).
+fn saved_tuner(file: &CheckpointFile, ranks: &[RankState], world: &dyn ProcessGroup) -> Value {
+    if world.size() > 1 {
+        return match ranks.get(world.rank()) {
+            Some(r) if ranks.len() == world.size() => r.tuner.clone(),
+            _ => Value::Null,
+        };
+    }
+    if ranks.len() > 1 {
+        return Value::Null;
+    }
+    file.state.get("tuner").cloned().unwrap_or(Value::Null)
 }
 
 /// Puts `file`'s state into the engine, the run and the tuner.
@@ -690,10 +914,15 @@ fn continue_from<B: Backend>(
     guard: &mut Guard,
     file: &CheckpointFile,
     snap: &EngineSnapshot,
+    tuner_state: &Value,
 ) -> Result<Vec<String>, CliError> {
-    // Match the checkpoint's learners where the settings allow, so the state carries over exactly.
+    // Match the checkpoint's learners where the settings allow, so the state carries over
+    // exactly (with several ranks each started with its slice's learners already).
     let want = snap.layout();
-    if want.len() == engine.devices().len() && cfg.learners_per_device == LearnersPerDevice::Auto {
+    if engine.world().size() == 1
+        && want.len() == engine.devices().len()
+        && cfg.learners_per_device == LearnersPerDevice::Auto
+    {
         for (d, &m) in want.iter().enumerate() {
             while engine.layout()[d] < m {
                 engine.add_learner(d)?;
@@ -712,13 +941,12 @@ fn continue_from<B: Backend>(
         engine.set_base_lr((cfg.lr * guard.lr_factor) as f32)?;
     }
     if let Some(t) = tuner {
-        match file.state.get("tuner") {
-            Some(v) if !v.is_null() && notes.is_empty() => {
-                if let Err(e) = t.restore(v) {
-                    notes.push(format!("the auto-tuner starts a new search ({e})"));
-                }
+        if !tuner_state.is_null() && notes.is_empty() {
+            if let Err(e) = t.restore(tuner_state) {
+                notes.push(format!("the auto-tuner starts a new search ({e})"));
             }
-            _ => notes.push("the auto-tuner starts a new search".into()),
+        } else {
+            notes.push("the auto-tuner starts a new search".into());
         }
     }
     Ok(notes)

@@ -235,3 +235,211 @@ fn a_stopped_rank_ends_the_job_at_the_deadline_and_is_named() {
     assert!(text.contains("not completed by rank 1 ("), "the hung rank is not named: {text}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+// ---- Checkpoints and resume with several ranks ---------------------------------------------
+
+/// `train_args` with checkpoints every `every` iterations into `ckpt` (all kept).
+fn ckpt_args(devices: &str, metrics: &Path, ckpt: &Path, every: &str) -> Vec<String> {
+    let mut a = train_args("sma", devices, metrics);
+    a.extend(
+        ["--checkpoint-dir", &ckpt.display().to_string(), "--checkpoint-every", every, "--keep-checkpoints", "50"]
+            .map(String::from),
+    );
+    a
+}
+
+/// `crossbow train --resume from` with `devices` and metrics into `metrics`.
+fn resume_args(from: &Path, devices: &str, metrics: &Path) -> Vec<String> {
+    ["train", "--resume", &from.display().to_string(), "--devices", devices, "--quiet", "--metrics"]
+        .map(String::from)
+        .into_iter()
+        .chain([metrics.display().to_string()])
+        .collect()
+}
+
+/// What a comparison of two runs looks at: the final central model's CRC, the iterations,
+/// and the iteration, test accuracy and loss of every evaluation after iteration `after` (a
+/// resumed run's metrics file has those after its checkpoint).
+fn outcome(recs: &[Value], after: u64) -> (Value, Value, Vec<(Value, Value, Value)>) {
+    let evals: Vec<_> = recs
+        .iter()
+        .filter(|e| e["event"] == "eval" && e["iteration"].as_u64().is_some_and(|i| i > after))
+        .map(|e| (e["iteration"].clone(), e["test_accuracy"].clone(), e["test_loss"].clone()))
+        .collect();
+    assert!(!evals.is_empty(), "no evaluation after iteration {after}");
+    (event(recs, "central")["crc32"].clone(), event(recs, "end")["iterations"].clone(), evals)
+}
+
+/// The engine's tensors of a checkpoint (every device's central model and synchroniser
+/// buffers, every learner's parameters, momentum, statistics), as bits.
+fn engine_tensors(path: &Path) -> std::collections::BTreeMap<String, Vec<u32>> {
+    let f = crossbow_replica::checkpoint::CheckpointFile::read(path).unwrap();
+    f.tensors
+        .iter()
+        .filter(|(k, _)| k.starts_with("engine/"))
+        .map(|(k, t)| (k.clone(), t.data.iter().map(|v| v.to_bits()).collect()))
+        .collect()
+}
+
+fn ckpt_file(dir: &Path, iteration: u64) -> PathBuf {
+    dir.join(format!("ckpt-{iteration:010}.safetensors"))
+}
+
+/// A checkpoint of 2 ranks x 1 device is the checkpoint of 1 process with both devices
+/// (every tensor bit for bit; only rank 0 writes); a 2-rank run interrupted at iteration 5
+/// and resumed by 2 ranks, by 1 process of 2 devices, or a 1-process checkpoint resumed by
+/// 2 ranks, ends bit-identical to the uninterrupted run; resumed by 1 process of 1 device
+/// (another layout: the learners carry over) or by 3 ranks, it continues and trains.
+#[test]
+fn checkpoints_of_ranks_resume_with_the_same_or_other_ranks() {
+    let dir = tmp("ckpt");
+    // The uninterrupted runs: 2 ranks, and 1 process of 2 devices.
+    let (m2, c2) = (dir.join("two.jsonl"), dir.join("ck-two"));
+    check(&mpirun(2).arg(bin()).args(ckpt_args("cpu:1", &m2, &c2, "3")).output().unwrap(), "2 ranks");
+    let (m1, c1) = (dir.join("one.jsonl"), dir.join("ck-one"));
+    check(&Command::new(bin()).args(ckpt_args("cpu:2", &m1, &c1, "3")).output().unwrap(), "1 process");
+    let want = |after| outcome(&records(&m2), after);
+    assert_eq!(outcome(&records(&m1), 0), want(0), "1 process of 2 devices differs from 2 ranks");
+    assert!(!records(&dir.join("two.rank1.jsonl")).is_empty());
+    for it in [3, 6] {
+        let (a, b) = (engine_tensors(&ckpt_file(&c2, it)), engine_tensors(&ckpt_file(&c1, it)));
+        assert!(a.len() >= 6, "{:?}", a.keys());
+        assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+        assert!(a == b, "iteration {it}: the 2-rank checkpoint differs from the 1-process one");
+    }
+    let state = crossbow_replica::checkpoint::CheckpointFile::read(&ckpt_file(&c2, 3)).unwrap().state;
+    assert_eq!(state["layout"], serde_json::json!([2, 2]));
+    assert_eq!(state["ranks"].as_array().map(Vec::len), Some(2));
+    // Negative control: another iteration's tensors differ.
+    assert!(engine_tensors(&ckpt_file(&c2, 3)) != engine_tensors(&ckpt_file(&c2, 6)));
+
+    // Interrupted after iteration 5 (every rank: the flag is agreed), then resumed.
+    let (mi, ci) = (dir.join("int.jsonl"), dir.join("ck-int"));
+    let out = mpirun(2)
+        .env("CROSSBOW_TEST_INTERRUPT_AT_ITERATION", "5")
+        .arg(bin())
+        .args(ckpt_args("cpu:1", &mi, &ci, "100"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
+    let five = ckpt_file(&ci, 5);
+    assert!(five.exists(), "no checkpoint at the interruption");
+    let resumed = |np: usize, devices: &str, name: &str| -> Vec<Value> {
+        let m = dir.join(format!("{name}.jsonl"));
+        let cmd = if np == 0 {
+            Command::new(bin()).args(resume_args(&five, devices, &m)).output().unwrap()
+        } else {
+            mpirun(np).arg(bin()).args(resume_args(&five, devices, &m)).output().unwrap()
+        };
+        check(&cmd, name);
+        records(&m)
+    };
+    let r = resumed(2, "cpu:1", "res-2");
+    assert_eq!(outcome(&r, 5), want(5), "2 ranks -> 2 ranks is not bit-identical");
+    assert!(event(&r, "resume")["changes"].as_array().is_some_and(|c| c.is_empty()), "{r:?}");
+    let r = resumed(0, "cpu:2", "res-1x2");
+    assert_eq!(outcome(&r, 5), want(5), "2 ranks -> 1 process of 2 devices is not bit-identical");
+    // A checkpoint of one process, resumed by 2 ranks.
+    let m = dir.join("res-one-to-two.jsonl");
+    check(&mpirun(2).arg(bin()).args(resume_args(&ckpt_file(&c1, 3), "cpu:1", &m)).output().unwrap(), "1 -> 2");
+    assert_eq!(outcome(&records(&m), 3), want(3), "1 process -> 2 ranks is not bit-identical");
+    // Other layouts: the learners carry over, the run continues from iteration 5 and trains.
+    for (np, devices, name) in [(0, "cpu:1", "res-1x1"), (3, "cpu:1", "res-3")] {
+        let r = resumed(np, devices, name);
+        assert_eq!(event(&r, "resume")["iteration"], 5, "{name}");
+        assert!(!event(&r, "resume")["changes"].as_array().unwrap().is_empty(), "{name}: {r:?}");
+        let end = event(&r, "end");
+        assert!(end["iterations"].as_u64().unwrap() > 5, "{name}: {end}");
+        // It trains on: its last test loss is below the reference's before the checkpoint.
+        let loss = |r: &[Value]| event(r, "eval")["test_loss"].as_f64().unwrap();
+        let before = records(&m2).iter().find(|e| e["event"] == "eval").unwrap()["test_loss"].as_f64().unwrap();
+        assert!(loss(&r) < before, "{name} does not train: test loss {} (was {before} at iteration 3)", loss(&r));
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// 3 ranks (the gather-add-broadcast path of more than 2 ranks): every rank ends with the same
+/// model, equal to 1 process of 3 devices where the machine has 3 cores; a 3-rank checkpoint
+/// resumed by 3 ranks is bit-identical to the uninterrupted run, and resumed by 2 it goes on.
+#[test]
+fn three_ranks_match_one_process_and_resume_exactly() {
+    let dir = tmp("three");
+    let (m3, c3) = (dir.join("three.jsonl"), dir.join("ck"));
+    check(&mpirun(3).arg(bin()).args(ckpt_args("cpu:1", &m3, &c3, "100")).output().unwrap(), "3 ranks");
+    let want = |after| outcome(&records(&m3), after);
+    for r in 1..3 {
+        let rr = records(&dir.join(format!("three.rank{r}.jsonl")));
+        assert_eq!(event(&rr, "central")["crc32"], want(0).0, "rank {r}'s central model differs");
+    }
+    // `--devices cpu:3` needs 3 cores. The order of the 3 ranks' sum (rank order, as one
+    // process adds its devices) is checked on any machine by crossbow-dist's test
+    // `sums_add_in_rank_order_and_bytes_travel`.
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    if cores >= 3 {
+        let m1 = dir.join("one.jsonl");
+        check(&Command::new(bin()).args(train_args("sma", "cpu:3", &m1)).output().unwrap(), "1 process");
+        assert_eq!(outcome(&records(&m1), 0), want(0), "3 ranks differ from 1 process of 3 devices");
+    } else {
+        eprintln!("skipped: 3 ranks against 1 process of cpu:3 (this machine has {cores} cores)");
+    }
+    let (mi, ci) = (dir.join("int.jsonl"), dir.join("ck-int"));
+    let out = mpirun(3)
+        .env("CROSSBOW_TEST_INTERRUPT_AT_ITERATION", "2")
+        .arg(bin())
+        .args(ckpt_args("cpu:1", &mi, &ci, "100"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
+    let m = dir.join("res.jsonl");
+    check(&mpirun(3).arg(bin()).args(resume_args(&ckpt_file(&ci, 2), "cpu:1", &m)).output().unwrap(), "resume");
+    assert_eq!(outcome(&records(&m), 2), want(2), "3 ranks -> 3 ranks is not bit-identical");
+    // Fewer ranks: the learners carry over and the run continues.
+    let m = dir.join("res2.jsonl");
+    check(&mpirun(2).arg(bin()).args(resume_args(&ckpt_file(&ci, 2), "cpu:1", &m)).output().unwrap(), "3 -> 2");
+    let r = records(&m);
+    assert_eq!(event(&r, "resume")["iteration"], 2);
+    assert!(event(&r, "end")["iterations"].as_u64().unwrap() > 2);
+    assert_eq!(event(&r, "central")["crc32"], event(&records(&dir.join("res2.rank1.jsonl")), "central")["crc32"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A SIGTERM to one rank only stops every rank after the same iteration, with a checkpoint
+/// written by rank 0 that a resume reads; a failing checkpoint writer on rank 0 under
+/// `--checkpoint-errors fatal` stops every rank with its message.
+#[test]
+fn a_signal_to_one_rank_checkpoints_the_job_and_a_failed_write_stops_it() {
+    let dir = tmp("sigterm");
+    let ck = dir.join("ck");
+    let (job, pid) = long_job(&dir, &["--checkpoint-dir", &ck.display().to_string(), "--checkpoint-every", "10m"]);
+    signal(pid, "-TERM");
+    let (code, text) = ends_within(job, Duration::from_secs(60));
+    assert_eq!(code, Some(143), "{text}");
+    assert!(text.contains("rank 0 wrote the checkpoint"), "{text}");
+    let saved = crossbow_replica::checkpoint::CheckpointFile::read(
+        &std::fs::read_dir(&ck)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|x| x == "safetensors"))
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(saved.state["ranks"].as_array().map(Vec::len), Some(2));
+    assert!(saved.state["iteration"].as_u64().unwrap() >= 1);
+
+    let m = dir.join("fault.jsonl");
+    let mut args = ckpt_args("cpu:1", &m, &dir.join("ck-fault"), "2");
+    args.extend(["--checkpoint-errors", "fatal"].map(String::from));
+    let job = mpirun(2)
+        .env("CROSSBOW_FAULT_CHECKPOINT_WRITE", "1")
+        .arg(bin())
+        .args(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (code, text) = ends_within(job, Duration::from_secs(60));
+    assert_ne!(code, Some(0), "{text}");
+    assert!(text.contains("No space left on device") && text.contains("--checkpoint-errors fatal"), "{text}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -19,6 +19,13 @@ use crate::{Peer, timeout_message};
 /// passes names who never came, or came and then fell silent (stopped inside it).
 const ARRIVAL_TAG: i32 = 0x0C0B;
 
+/// Tag of the byte messages of [`MpiGroup::gather_bytes`].
+const DATA_TAG: i32 = 0x0C0C;
+
+/// Largest message of the byte collectives (MPI counts are 32-bit): longer buffers go in
+/// pieces of this size, each with its own deadline.
+const CHUNK: usize = 1 << 28;
+
 /// Exit code of the ranks stopped by `MPI_Abort` after a deadline.
 pub const TIMEOUT_EXIT_CODE: i32 = 3;
 
@@ -40,8 +47,10 @@ unsafe impl Send for Inner {}
 
 /// The ranks of the job (`MPI_COMM_WORLD`) as a [`ProcessGroup`]. Sums are bit-identical on
 /// every rank by construction: with 2 ranks `MPI_Allreduce` (each rank adds the same two
-/// numbers, and `a + b == b + a` exactly), with more a reduction to rank 0 followed by a
-/// broadcast of its result. Every collective is non-blocking and polled against a deadline;
+/// numbers, and `a + b == b + a` exactly), with more a gather to rank 0, which adds the
+/// buffers in rank order (as one process adds its devices), followed by a broadcast of its
+/// result (rank 0 receives every rank's buffer: `p` times the traffic of a tree reduction at
+/// the root, the price of a sum in a fixed order). Every collective is non-blocking and polled against a deadline;
 /// before it each rank tells the others it arrived, so that a rank whose deadline passes
 /// names the ranks that never came, then stops the whole job with `MPI_Abort`.
 pub struct MpiGroup {
@@ -92,6 +101,13 @@ impl MpiGroup {
         inner.world.abort(code)
     }
 
+    fn check_root(&self, root: usize) -> Result<()> {
+        if root >= self.size {
+            return Err(ReplicaError::Processes(format!("root rank {root} does not exist ({} ranks)", self.size)));
+        }
+        Ok(())
+    }
+
     fn lock(&self) -> Result<MutexGuard<'_, Inner>> {
         self.inner.lock().map_err(|_| ReplicaError::Processes("the MPI state is poisoned by a panic".into()))
     }
@@ -99,7 +115,7 @@ impl MpiGroup {
     /// Element-wise sum over the ranks, identical on every rank (see the type's docs).
     fn sum<T>(&self, buf: &mut [T], what: &str) -> Result<()>
     where
-        T: Equivalence + Copy,
+        T: Equivalence + Copy + std::ops::AddAssign,
         [T]: Buffer + BufferMut,
     {
         if self.size <= 1 {
@@ -117,16 +133,38 @@ impl MpiGroup {
             });
             return Ok(());
         }
+        // More ranks: every rank's buffer to rank 0, added there in rank order (the order in
+        // which one process adds its devices, so 3 ranks of 1 device are bit-identical to 1
+        // process of 3; MPI_Reduce may add in any order), then broadcast.
+        let len = buf.len();
+        if len == 0 {
+            return Ok(());
+        }
+        if len.checked_mul(self.size).is_none_or(|t| t > i32::MAX as usize) {
+            return Err(ReplicaError::Processes(format!(
+                "{what}: {len} values x {} ranks exceed MPI's count limit of one gather",
+                self.size
+            )));
+        }
         let root = world.process_at_rank(0);
-        mpi::request::scope(|sc| {
-            if self.rank == 0 {
-                let req = root.immediate_reduce_into_root(sc, &send[..], &mut *buf, sum);
+        if self.rank == 0 {
+            let mut all = vec![send[0]; len * self.size];
+            mpi::request::scope(|sc| {
+                let req = root.immediate_gather_into_root(sc, &send[..], &mut all[..]);
                 wait(world, seen, n, self.timeout, what, req);
-            } else {
-                let req = root.immediate_reduce_into(sc, &send[..], sum);
-                wait(world, seen, n, self.timeout, what, req);
+            });
+            buf.copy_from_slice(&all[..len]);
+            for part in all[len..].chunks_exact(len) {
+                for (b, v) in buf.iter_mut().zip(part) {
+                    *b += *v;
+                }
             }
-        });
+        } else {
+            mpi::request::scope(|sc| {
+                let req = root.immediate_gather_into(sc, &send[..]);
+                wait(world, seen, n, self.timeout, what, req);
+            });
+        }
         let n = arrive(world, seq, self.rank);
         mpi::request::scope(|sc| {
             let req = root.immediate_broadcast_into(sc, &mut *buf);
@@ -166,6 +204,82 @@ impl ProcessGroup for MpiGroup {
             let req = world.immediate_all_gather_into(sc, &value, &mut out[..]);
             wait(world, seen, n, self.timeout, "the agreement on every rank's learner count", req);
         });
+        Ok(out)
+    }
+
+    /// Root's length first, then the bytes in pieces of at most [`CHUNK`], each a
+    /// broadcast with the deadline.
+    fn broadcast_bytes(&self, root: usize, buf: &mut Vec<u8>) -> Result<()> {
+        self.check_root(root)?;
+        if self.size <= 1 {
+            return Ok(());
+        }
+        let mut g = self.lock()?;
+        let Inner { world, seq, seen, .. } = &mut *g;
+        let what = "the broadcast of the checkpoint resumed";
+        let from = world.process_at_rank(root as i32);
+        let mut len = buf.len() as u64;
+        let n = arrive(world, seq, self.rank);
+        mpi::request::scope(|sc| {
+            let req = from.immediate_broadcast_into(sc, &mut len);
+            wait(world, seen, n, self.timeout, what, req);
+        });
+        let len = usize::try_from(len)
+            .map_err(|_| ReplicaError::Processes(format!("{what}: {len} bytes do not fit in memory")))?;
+        if self.rank != root {
+            buf.clear();
+            buf.resize(len, 0);
+        }
+        for piece in buf.chunks_mut(CHUNK) {
+            let n = arrive(world, seq, self.rank);
+            mpi::request::scope(|sc| {
+                let req = from.immediate_broadcast_into(sc, piece);
+                wait(world, seen, n, self.timeout, what, req);
+            });
+        }
+        Ok(())
+    }
+
+    /// Every rank's length (an all-gather), then each other rank's bytes to `root` in rank
+    /// order, point to point, in pieces of at most [`CHUNK`], each with the deadline.
+    fn gather_bytes(&self, root: usize, part: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.check_root(root)?;
+        if self.size <= 1 {
+            return Ok(vec![part.to_vec()]);
+        }
+        let lens = self.all_gather_u64(part.len() as u64)?;
+        let mut g = self.lock()?;
+        let Inner { world, seq, seen, .. } = &mut *g;
+        let what = "the gather of every rank's part of a checkpoint";
+        let n = arrive(world, seq, self.rank);
+        if self.rank != root {
+            let to = world.process_at_rank(root as i32);
+            for piece in part.chunks(CHUNK) {
+                mpi::request::scope(|sc| {
+                    let req = to.immediate_send_with_tag(sc, piece, DATA_TAG);
+                    wait(world, seen, n, self.timeout, what, req);
+                });
+            }
+            return Ok(vec![]);
+        }
+        let mut out = Vec::with_capacity(self.size);
+        for (r, &len) in lens.iter().enumerate() {
+            if r == root {
+                out.push(part.to_vec());
+                continue;
+            }
+            let len = usize::try_from(len)
+                .map_err(|_| ReplicaError::Processes(format!("{what}: rank {r}'s {len} bytes do not fit in memory")))?;
+            let mut buf = vec![0u8; len];
+            let from = world.process_at_rank(r as i32);
+            for piece in buf.chunks_mut(CHUNK) {
+                mpi::request::scope(|sc| {
+                    let req = from.immediate_receive_into_with_tag(sc, piece, DATA_TAG);
+                    wait(world, seen, n, self.timeout, what, req);
+                });
+            }
+            out.push(buf);
+        }
         Ok(out)
     }
 

@@ -11,7 +11,7 @@
 //! Every method is a collective: every rank calls the same methods in the same order (the
 //! engine and the `crossbow` binary do), and each returns the same result on every rank.
 
-use crate::error::Result;
+use crate::error::{ReplicaError, Result};
 
 /// A group of processes that reduce together. Every method is collective (see the module
 /// documentation) and its result is identical, bit for bit, on every rank.
@@ -32,10 +32,39 @@ pub trait ProcessGroup: Send + Sync {
     /// Every rank's `value`, by rank.
     fn all_gather_u64(&self, value: u64) -> Result<Vec<u64>>;
 
+    /// Sends `buf` of rank `root` to every rank: on return every rank's `buf` is root's
+    /// (resized to its length). For the checkpoint a resumed job starts from (rank 0 reads the
+    /// file, every rank restores its slice). The default serves a single process only.
+    fn broadcast_bytes(&self, root: usize, buf: &mut Vec<u8>) -> Result<()> {
+        let _ = buf;
+        single_only(self.size(), root, "a broadcast of bytes")
+    }
+
+    /// Every rank's `part`, by rank, on rank `root`; an empty list on the other ranks. For
+    /// the checkpoint of a job (every rank's learners, written by rank 0). The default serves
+    /// a single process only.
+    fn gather_bytes(&self, root: usize, part: &[u8]) -> Result<Vec<Vec<u8>>> {
+        single_only(self.size(), root, "a gather of bytes")?;
+        Ok(vec![part.to_vec()])
+    }
+
     /// Short description for logs (`"1 process"`, `"MPI rank 0 of 2 (Open MPI ...)"`).
     fn describe(&self) -> String {
         format!("rank {} of {}", self.rank(), self.size())
     }
+}
+
+/// What the default byte collectives accept: one process, root 0.
+fn single_only(size: usize, root: usize, what: &str) -> Result<()> {
+    if size > 1 {
+        return Err(ReplicaError::Processes(format!(
+            "this process group of {size} processes cannot do {what} (it implements only the sums)"
+        )));
+    }
+    if root != 0 {
+        return Err(ReplicaError::Processes(format!("{what}: root rank {root} does not exist (1 process)")));
+    }
+    Ok(())
 }
 
 /// One process alone: every collective is the identity.
@@ -86,6 +115,11 @@ mod tests {
         assert_eq!(v, [1.0, 2.0]);
         assert_eq!(s.all_gather_u64(7).unwrap(), [7]);
         assert_eq!((s.rank(), s.size()), (0, 1));
+        let mut b = vec![1u8, 2];
+        s.broadcast_bytes(0, &mut b).unwrap();
+        assert_eq!(b, [1, 2]);
+        assert_eq!(s.gather_bytes(0, &[3, 4]).unwrap(), [vec![3u8, 4]]);
+        assert!(s.gather_bytes(1, &[3]).is_err(), "rank 1 does not exist");
     }
 
     #[test]

@@ -94,6 +94,82 @@ impl EngineSnapshot {
         self.devices.iter().map(|d| d.learners.len()).collect()
     }
 
+    /// The snapshot of one process holding the devices of every rank, in rank order: what a
+    /// checkpoint of a job of several ranks holds. The counters are rank 0's (every rank has
+    /// the same); `next_id` is the largest (an id above every learner of every rank).
+    pub fn merge_ranks(parts: Vec<EngineSnapshot>) -> Result<Self> {
+        let mut it = parts.into_iter();
+        let mut all = it.next().ok_or_else(|| ReplicaError::Processes("no rank's state to merge".into()))?;
+        for (r, p) in it.enumerate() {
+            if (p.iteration, p.samples, p.stage, &p.model) != (all.iteration, all.samples, all.stage, &all.model) {
+                return Err(ReplicaError::Processes(format!(
+                    "rank {} is at iteration {} (stage {}, {} samples, model {}), rank 0 at {} (stage {}, {} samples, model {}): the ranks' states disagree",
+                    r + 1,
+                    p.iteration,
+                    p.stage,
+                    p.samples,
+                    p.model,
+                    all.iteration,
+                    all.stage,
+                    all.samples,
+                    all.model
+                )));
+            }
+            all.next_id = all.next_id.max(p.next_id);
+            all.devices.extend(p.devices);
+        }
+        Ok(all)
+    }
+
+    /// The part of this (whole-job) snapshot that one rank restores: its `layout.len()`
+    /// devices take the job's devices from `device_offset` on (their central model and
+    /// synchroniser buffers; device 0's where the snapshot has fewer), and its learners take
+    /// the snapshot's learners in global order (device by device) from `learner_offset` on,
+    /// `layout[d]` on device `d`, each with its global position as slot; what the snapshot
+    /// lacks is left out (the engine's restore starts those learners fresh). `next_id` is
+    /// the id from which the rank numbers learners it adds.
+    pub fn slice_for_rank(
+        &self,
+        layout: &[usize],
+        device_offset: usize,
+        learner_offset: usize,
+        next_id: usize,
+    ) -> Result<Self> {
+        let first = self.devices.first().ok_or_else(|| ReplicaError::Config("checkpoint has no devices".into()))?;
+        let saved: Vec<&LearnerSnapshot> = self.devices.iter().flat_map(|d| &d.learners).collect();
+        let mut at = learner_offset;
+        let mut devices = Vec::with_capacity(layout.len());
+        for (d, &m) in layout.iter().enumerate() {
+            let src = self.devices.get(device_offset + d).unwrap_or(first);
+            let mut learners = vec![];
+            for _ in 0..m {
+                if let Some(l) = saved.get(at) {
+                    learners.push(LearnerSnapshot { slot: at, ..(*l).clone() });
+                }
+                at += 1;
+            }
+            devices.push(DeviceSnapshot {
+                device: src.device.clone(),
+                z: src.z.clone(),
+                sync_state: src.sync_state.clone(),
+                learners,
+            });
+        }
+        Ok(EngineSnapshot { devices, next_id, ..self.clone_counters() })
+    }
+
+    fn clone_counters(&self) -> Self {
+        EngineSnapshot {
+            model: self.model.clone(),
+            iteration: self.iteration,
+            samples: self.samples,
+            stage: self.stage,
+            next_id: self.next_id,
+            base_lr: self.base_lr,
+            devices: vec![],
+        }
+    }
+
     /// Puts the snapshot into `file`: tensors named `engine/dev{d}/z`,
     /// `engine/dev{d}/sync{i}`, `engine/dev{d}/learner{j}/{params,velocity,stats,sync{i}}`,
     /// and the counters under the state's `engine` key.
@@ -297,7 +373,9 @@ impl<B: Backend> Engine<B> {
     /// snapshot's learners fill this engine's learners in order (device by device), learners
     /// beyond the snapshot's start as a copy of `z` with zero momentum, learners beyond this
     /// engine's are dropped, and the synchroniser is reset as after a tuner change. Returns
-    /// one line per difference (empty when the layout is the same).
+    /// one line per difference (empty when the layout is the same). With several ranks a
+    /// collective: each rank restores its slice ([`EngineSnapshot::slice_for_rank`]), and
+    /// the resume is exact on every rank or on none.
     pub fn restore(&mut self, snap: &EngineSnapshot) -> Result<Vec<String>> {
         let (pl, sl) = (self.graph.param_len, self.graph.stats_len);
         let first = snap.devices.first().ok_or_else(|| ReplicaError::Config("checkpoint has no devices".into()))?;
@@ -312,10 +390,23 @@ impl<B: Backend> Engine<B> {
         let want_sync = self.sync.device_buffers();
         let want_lsync = self.sync.learner_buffers();
         let mut notes = vec![];
-        let exact = snap.layout() == self.layout()
+        let mut exact = snap.layout() == self.layout()
             && snap.devices.iter().all(|d| d.sync_state.len() == want_sync)
             && snap.devices.iter().flat_map(|d| &d.learners).all(|l| l.sync_buffers.len() == want_lsync);
-        if !exact {
+        if self.world.size() > 1 {
+            // Every rank continues exactly, or every rank restarts its synchroniser: the
+            // ranks' synchroniser states must stay the same.
+            let mut changed = [f64::from(u8::from(!exact))];
+            self.world.all_reduce_sum_f64(&mut changed)?;
+            if exact && changed[0] > 0.0 {
+                exact = false;
+                notes.push(format!(
+                    "the learners of {} other rank(s) changed: the synchroniser restarts on every rank",
+                    changed[0]
+                ));
+            }
+        }
+        if !exact && notes.is_empty() {
             let names: Vec<String> = snap.devices.iter().map(|d| d.device.clone()).collect();
             notes.push(format!(
                 "the checkpoint had {} learners ({:?} on {}); this run has {} ({:?} on {})",
@@ -392,5 +483,65 @@ impl<B: Backend> Engine<B> {
             self.learners_changed()?;
         }
         Ok(notes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn learner(id: usize, v: f32) -> LearnerSnapshot {
+        LearnerSnapshot { id, slot: id, params: vec![v; 2], velocity: vec![-v; 2], stats: vec![], sync_buffers: vec![] }
+    }
+
+    fn snap(devices: Vec<(f32, Vec<LearnerSnapshot>)>, next_id: usize) -> EngineSnapshot {
+        EngineSnapshot {
+            model: "m".into(),
+            iteration: 5,
+            samples: 80,
+            stage: 0,
+            next_id,
+            base_lr: 0.1,
+            devices: devices
+                .into_iter()
+                .enumerate()
+                .map(|(d, (z, learners))| DeviceSnapshot {
+                    device: format!("cpu:{d}"),
+                    z: vec![z; 2],
+                    sync_state: vec![vec![z + 0.5; 2]],
+                    learners,
+                })
+                .collect(),
+        }
+    }
+
+    /// Two ranks' snapshots merge into one with the devices in rank order, and slicing the
+    /// merged snapshot by the same ranks gives each rank its own part back (slots are global
+    /// positions); a rank at another iteration is refused.
+    #[test]
+    fn ranks_merge_in_order_and_slice_back() {
+        let r0 = snap(vec![(1.0, vec![learner(0, 10.0), learner(1, 11.0)])], 5);
+        let r1 = snap(vec![(1.0, vec![learner(2, 12.0)])], 6);
+        let all = EngineSnapshot::merge_ranks(vec![r0.clone(), r1.clone()]).unwrap();
+        assert_eq!(all.layout(), [2, 1]);
+        assert_eq!(all.next_id, 6);
+        assert_eq!(all.devices[1].learners[0].params, [12.0, 12.0]);
+        let back0 = all.slice_for_rank(&[2], 0, 0, 5).unwrap();
+        assert_eq!(back0, r0);
+        let back1 = all.slice_for_rank(&[1], 1, 2, 6).unwrap();
+        assert_eq!(back1.devices, r1.devices);
+        // Another split of the same learners: 1 device of 3 learners (one process) ...
+        let one = all.slice_for_rank(&[3], 0, 0, 6).unwrap();
+        let ids: Vec<usize> = one.devices[0].learners.iter().map(|l| l.id).collect();
+        assert_eq!(ids, [0, 1, 2]);
+        // ... or 3 ranks of 1, the last beyond the saved learners (left out, starts fresh).
+        let third = all.slice_for_rank(&[2], 2, 2, 9).unwrap();
+        assert_eq!(third.devices[0].learners.len(), 1);
+        assert_eq!(third.devices[0].learners[0].slot, 2);
+        assert_eq!(third.devices[0].z, [1.0, 1.0], "a device beyond the saved ones takes device 0's z");
+        let mut late = r1;
+        late.iteration = 6;
+        let e = EngineSnapshot::merge_ranks(vec![r0, late]).unwrap_err().to_string();
+        assert!(e.contains("rank 1 is at iteration 6") && e.contains("disagree"), "{e}");
     }
 }
