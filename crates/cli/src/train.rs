@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crossbow_data::{Cursor, Dataset, LoadOptions, Normalize, Pipeline, PipelineConfig};
+use crossbow_data::{Cursor, Dataset, LoadOptions, Normalize, Pipeline, PipelineConfig, Share};
 use crossbow_kernels::Backend;
 use crossbow_kernels::optim::SgdConfig;
 use crossbow_replica::checkpoint::{CheckpointFile, Tensor};
@@ -151,9 +151,11 @@ fn pipeline_for(
     prefetch: usize,
     seed: u64,
     start: Cursor,
+    share: Option<Share>,
 ) -> Result<Pipeline, CliError> {
     let mut pc = PipelineConfig::new(cfg.batch_size, seed);
     pc.start = start;
+    pc.share = share;
     pc.workers = cfg.workers;
     pc.prefetch = prefetch.max(4);
     Ok(Pipeline::new(Arc::clone(&data.train), pc)?)
@@ -268,7 +270,7 @@ pub fn train_with_options<B: Backend>(
         _ => None,
     };
     let mut saver = Saver { on: opts.checkpoint.is_some(), submitted: None };
-    announce(cfg, data, &engine, run.per_epoch, reporter)?;
+    announce(cfg, data, &engine, run.per_epoch, run.share, reporter)?;
     let mut tuner = match cfg.learners_per_device {
         LearnersPerDevice::Auto => {
             let tc = TunerConfig {
@@ -993,6 +995,7 @@ fn announce<B: Backend>(
     data: &Data,
     engine: &Engine<B>,
     per_epoch: usize,
+    share: Option<Share>,
     reporter: &mut Reporter,
 ) -> Result<(), CliError> {
     let (sync_name, sync_settings) = engine.synchroniser();
@@ -1046,6 +1049,8 @@ fn announce<B: Backend>(
             "parameters": engine.graph().num_params(),
             "memory": engine.footprint(),
             "samples_per_epoch": per_epoch,
+            // The training batches this rank's pipeline prepares: of every `period`, `from..to`.
+            "data_share": share.map(|s| json!({ "period": s.period, "from": s.from, "to": s.to })),
         }),
     )
 }
@@ -1063,6 +1068,8 @@ struct Window {
 /// the clock and what the evaluations found.
 struct Run {
     source: PipelineSource,
+    /// The batches of every iteration this rank's pipeline prepares (none: all of them).
+    share: Option<Share>,
     test: TestSet,
     /// Batch-norm recalibration: batches per evaluation and their own stream (another seed,
     /// so the training batches are the same whichever statistics evaluation uses).
@@ -1096,7 +1103,19 @@ impl Run {
             LearnersPerDevice::Fixed(m) => m,
         } * n_dev
             * engine.world().size();
-        let source = PipelineSource { pipeline: pipeline_for(cfg, data, 2 * max_k, cfg.seed, Cursor::default())? };
+        // With several ranks and a fixed number of learners, each rank's pipeline prepares
+        // only its learners' batches of every iteration (the tuner may change the counts, so
+        // with it every rank draws every batch and keeps its own).
+        let share = match cfg.learners_per_device {
+            LearnersPerDevice::Fixed(_) if engine.world().size() > 1 => {
+                let from = engine.learner_offset() as u64;
+                Some(Share { period: engine.world_learners() as u64, from, to: from + engine.learners() as u64 })
+            }
+            _ => None,
+        };
+        let prefetch = if share.is_some() { 2 * engine.learners() } else { 2 * max_k };
+        let source =
+            PipelineSource { pipeline: pipeline_for(cfg, data, prefetch, cfg.seed, Cursor::default(), share)? };
         let test = TestSet { dataset: Arc::clone(&data.test), normalize: source.pipeline.normalize().clone() };
         let calibration = match cfg.bn_eval {
             BnEval::Recalibrate(n) if engine.graph().stats_len > 0 => {
@@ -1107,6 +1126,7 @@ impl Run {
         let per_epoch = source.samples_per_epoch();
         Ok(Run {
             source,
+            share,
             test,
             calibration,
             per_epoch,
@@ -1159,7 +1179,9 @@ impl Run {
         let s: Saved = serde_json::from_value(v.clone())
             .map_err(|e| CliError::usage(format!("checkpoint: the run's state is unreadable: {e}")))?;
         let prefetch = self.source.pipeline.batches_per_epoch().min(64) as usize;
-        self.source = PipelineSource { pipeline: pipeline_for(cfg, data, prefetch.max(4), cfg.seed, s.train_cursor)? };
+        self.source = PipelineSource {
+            pipeline: pipeline_for(cfg, data, prefetch.max(4), cfg.seed, s.train_cursor, self.share)?,
+        };
         if let Some((n, cal)) = self.calibration.as_mut() {
             *cal = PipelineSource {
                 pipeline: calibration_pipeline(cfg, data, *n, s.calibration_cursor.unwrap_or_default())?,
@@ -1200,10 +1222,26 @@ impl Run {
         engine.sync_layout().map_err(|e| StepError::Other(e.to_string()))?;
         let (offset, mine, all) = (engine.learner_offset(), engine.learners(), engine.world_learners());
         let mut batches = Vec::with_capacity(mine);
-        for i in 0..all {
-            let b = self.source.next_batch().map_err(|e| StepError::Other(e.to_string()))?;
-            if (offset..offset + mine).contains(&i) {
-                batches.push(b);
+        match self.share {
+            // The pipeline prepares only this rank's slice.
+            Some(s) => {
+                if (s.period, s.from, s.to) != (all as u64, offset as u64, (offset + mine) as u64) {
+                    return Err(StepError::Other(format!(
+                        "the learners changed ({mine} of {all} from {offset}) while the data pipeline prepares batches {}..{} of every {}",
+                        s.from, s.to, s.period
+                    )));
+                }
+                for _ in 0..mine {
+                    batches.push(self.source.next_batch().map_err(|e| StepError::Other(e.to_string()))?);
+                }
+            }
+            None => {
+                for i in 0..all {
+                    let b = self.source.next_batch().map_err(|e| StepError::Other(e.to_string()))?;
+                    if (offset..offset + mine).contains(&i) {
+                        batches.push(b);
+                    }
+                }
             }
         }
         let rec = match engine.step(batches, self.per_epoch) {
@@ -1313,7 +1351,7 @@ pub(crate) fn calibration_pipeline(
     n: usize,
     start: Cursor,
 ) -> Result<Pipeline, CliError> {
-    pipeline_for(cfg, data, n.min(8), cfg.seed ^ 0xB17_CA11B, start)
+    pipeline_for(cfg, data, n.min(8), cfg.seed ^ 0xB17_CA11B, start, None)
 }
 
 /// Normalisation the pipeline uses for a dataset (exposed for the benchmark command).

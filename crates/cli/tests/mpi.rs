@@ -111,6 +111,9 @@ fn two_ranks_of_two_learners_match_one_process_of_four_bit_for_bit() {
         assert_eq!(event(&r0, "start")["ranks"], 2);
         assert_eq!(event(&r0, "start")["world_learners"], serde_json::json!([2, 2]));
         assert_eq!(event(&r1, "start")["rank"], 1);
+        // Each rank's pipeline prepares only its learners' batches (2..4 of every 4 on rank 1).
+        assert_eq!(event(&r1, "start")["data_share"], serde_json::json!({ "period": 4, "from": 2, "to": 4 }));
+        assert_eq!(event(&r_one, "start")["data_share"], Value::Null);
         let z = |r: &[Value]| event(r, "central")["crc32"].clone();
         assert_eq!(z(&r0), z(&r1), "{sync}: the ranks' central models differ");
         assert_eq!(z(&r0), z(&r_one), "{sync}: 2 ranks x 2 learners differ from 1 process x 4 learners");
@@ -307,6 +310,12 @@ fn checkpoints_of_ranks_resume_with_the_same_or_other_ranks() {
         assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
         assert!(a == b, "iteration {it}: the 2-rank checkpoint differs from the 1-process one");
     }
+    // One file per checkpoint, written by rank 0 alone (no leftover temporary file).
+    let mut names: Vec<String> =
+        std::fs::read_dir(&c2).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    let want_names: Vec<String> = [3u64, 6, 9, 12].iter().map(|&i| format!("ckpt-{i:010}.safetensors")).collect();
+    assert_eq!(names, want_names);
     let state = crossbow_replica::checkpoint::CheckpointFile::read(&ckpt_file(&c2, 3)).unwrap().state;
     assert_eq!(state["layout"], serde_json::json!([2, 2]));
     assert_eq!(state["ranks"].as_array().map(Vec::len), Some(2));
@@ -425,7 +434,12 @@ fn a_signal_to_one_rank_checkpoints_the_job_and_a_failed_write_stops_it() {
     )
     .unwrap();
     assert_eq!(saved.state["ranks"].as_array().map(Vec::len), Some(2));
-    assert!(saved.state["iteration"].as_u64().unwrap() >= 1);
+    // Both ranks stopped after the iteration of the checkpoint.
+    let at = saved.state["iteration"].as_u64().unwrap();
+    assert!(at >= 1);
+    for m in ["m.jsonl", "m.rank1.jsonl"] {
+        assert_eq!(event(&records(&dir.join(m)), "interrupted")["iteration"], at, "{m}");
+    }
 
     let m = dir.join("fault.jsonl");
     let mut args = ckpt_args("cpu:1", &m, &dir.join("ck-fault"), "2");

@@ -122,7 +122,7 @@ pub use eval::EvalBatches;
 pub use idx::{IDX1_MAGIC, IDX3_MAGIC, MIN_IMAGE_SIDE};
 pub use kind::DatasetKind;
 pub use load::{DEFAULT_SYNTHETIC_TEST, DEFAULT_SYNTHETIC_TRAIN, LoadOptions, export, load};
-pub use pipeline::{Batch, Cursor, Pipeline, PipelineConfig};
+pub use pipeline::{Batch, Cursor, Pipeline, PipelineConfig, Share};
 pub use transform::{Augment, Normalize, PadFill};
 
 #[cfg(test)]

@@ -50,6 +50,23 @@ pub struct PipelineConfig {
     pub drop_last: bool,
     /// Where the stream starts (default: epoch 0, batch 0).
     pub start: Cursor,
+    /// Produce only a share of the stream (default `None`: every batch): see [`Share`].
+    pub share: Option<Share>,
+}
+
+/// The batches of the stream a pipeline produces when it feeds one rank of several: of every
+/// `period` consecutive batches from [`PipelineConfig::start`] (one iteration of every rank's
+/// learners), those at positions `from..to` (this rank's learners'). The others are skipped,
+/// never augmented; the batches produced are bit for bit those of the whole stream at the
+/// same positions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Share {
+    /// Batches per period (the learners of all ranks).
+    pub period: u64,
+    /// The first position kept in each period.
+    pub from: u64,
+    /// One past the last position kept.
+    pub to: u64,
 }
 
 impl PipelineConfig {
@@ -64,6 +81,7 @@ impl PipelineConfig {
             normalize: None,
             drop_last: true,
             start: Cursor::default(),
+            share: None,
         }
     }
 }
@@ -204,7 +222,14 @@ struct Shared {
     batch_size: usize,
     batches_per_epoch: u64,
     seed: u64,
+    /// The next batch to claim, counted among the batches produced (see [`Shared::seq_of`]).
     next_seq: AtomicU64,
+    /// The stream position of the first batch.
+    phase: u64,
+    /// Of every `period` batches, the `width` from `from` are produced.
+    period: u64,
+    from: u64,
+    width: u64,
     stop: AtomicBool,
     /// The permutations of the most recent epochs (workers may straddle an epoch boundary).
     perms: Mutex<VecDeque<(u64, Arc<Vec<u32>>)>>,
@@ -213,6 +238,16 @@ struct Shared {
 const PERM_CACHE: usize = 3;
 
 impl Shared {
+    /// The stream position of the `k`-th batch produced.
+    fn seq_of(&self, k: u64) -> u64 {
+        self.phase + (k / self.width) * self.period + self.from + k % self.width
+    }
+
+    /// The stream position of the start of the period of the `k`-th batch produced.
+    fn period_start(&self, k: u64) -> u64 {
+        self.phase + (k / self.width) * self.period
+    }
+
     fn permutation(&self, epoch: u64) -> Arc<Vec<u32>> {
         let mut cache = self.perms.lock();
         if let Some((_, p)) = cache.iter().find(|(e, _)| *e == epoch) {
@@ -335,6 +370,13 @@ impl Pipeline {
             .checked_mul(batches_per_epoch)
             .and_then(|s| s.checked_add(start.batch))
             .ok_or_else(|| DataError::config(format!("start epoch {} is too large", start.epoch)))?;
+        let share = config.share.unwrap_or(Share { period: 1, from: 0, to: 1 });
+        if share.period == 0 || share.from >= share.to || share.to > share.period {
+            return Err(DataError::config(format!(
+                "pipeline share {}..{} of every {} batches: need from < to <= period",
+                share.from, share.to, share.period
+            )));
+        }
         let normalize = match config.normalize {
             Some(nm) => nm,
             None => Normalize::from_dataset(&dataset),
@@ -348,7 +390,11 @@ impl Pipeline {
             batch_size: b,
             batches_per_epoch,
             seed: config.seed,
-            next_seq: AtomicU64::new(start_seq),
+            next_seq: AtomicU64::new(0),
+            phase: start_seq,
+            period: share.period,
+            from: share.from,
+            width: share.to - share.from,
             stop: AtomicBool::new(false),
             perms: Mutex::new(VecDeque::with_capacity(PERM_CACHE + 1)),
         });
@@ -365,7 +411,7 @@ impl Pipeline {
             shared: Arc::clone(&shared),
             normalize,
             augment,
-            next_seq: start_seq,
+            next_seq: 0,
             pending: Vec::with_capacity(config.prefetch),
             results: results_rx,
             tickets: tickets_tx,
@@ -399,7 +445,7 @@ impl Pipeline {
         if let Some(msg) = &self.failed {
             return Err(DataError::Pipeline(msg.clone()));
         }
-        let want = self.next_seq;
+        let want = self.shared.seq_of(self.next_seq);
         let (buffers, len) = loop {
             if let Some(pos) = self.pending.iter().position(|(s, _)| *s == want) {
                 let (_, produced) = self.pending.swap_remove(pos);
@@ -434,11 +480,12 @@ impl Pipeline {
     }
 
     /// The position of the batch the next [`Pipeline::next_batch`] returns (batches produced
-    /// ahead but not yet returned do not count). Save it in a checkpoint and pass it as
-    /// [`PipelineConfig::start`] to resume.
+    /// ahead but not yet returned do not count); with a [`Share`], the start of its period.
+    /// Save it in a checkpoint and pass it as [`PipelineConfig::start`] to resume.
     pub fn cursor(&self) -> Cursor {
         let bpe = self.shared.batches_per_epoch;
-        Cursor { epoch: self.next_seq / bpe, batch: self.next_seq % bpe }
+        let seq = self.shared.period_start(self.next_seq);
+        Cursor { epoch: seq / bpe, batch: seq % bpe }
     }
 
     /// Batches per epoch (`len / batch_size`, rounded up when `drop_last` is off).
@@ -506,7 +553,7 @@ impl Worker {
             if self.shared.stop.load(Ordering::SeqCst) {
                 return;
             }
-            let seq = self.shared.next_seq.fetch_add(1, Ordering::SeqCst);
+            let seq = self.shared.seq_of(self.shared.next_seq.fetch_add(1, Ordering::SeqCst));
             let mut buf = match self.free.try_recv() {
                 Ok(b) => b,
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => {

@@ -19,7 +19,7 @@ const ROLE: &str = "CROSSBOW_DIST_TEST_RANK";
 fn contribution(r: usize, size: usize) -> Vec<f32> {
     let vals = [1e8f32, -1e8, 1.0, 3.0, -7.5e7];
     (0..12)
-        .map(|e| vals[(r * (e + 1) + e) % vals.len()] * if (e + r) % 2 == 0 { 1.0 } else { 0.5 } + size as f32)
+        .map(|e| vals[(r * (e + 1) + e) % vals.len()] * if (e + r).is_multiple_of(2) { 1.0 } else { 0.5 } + size as f32)
         .collect()
 }
 

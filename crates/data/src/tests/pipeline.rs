@@ -3,7 +3,7 @@ use std::sync::Arc;
 
 use crate::transform::{Placement, Transform};
 use crate::{
-    Augment, Batch, Cursor, DataError, Dataset, EvalBatches, Normalize, PadFill, Pipeline, PipelineConfig, Split,
+    Augment, Batch, Cursor, DataError, Dataset, EvalBatches, Normalize, PadFill, Pipeline, PipelineConfig, Share, Split,
 };
 
 /// A small 3x8x8 dataset with distinct, recognisable images (pixel values encode the index).
@@ -304,4 +304,34 @@ fn public_types_can_cross_threads() {
     sync::<Dataset>();
     send::<DataError>();
     sync::<DataError>();
+}
+
+/// A pipeline with a share of the stream (one rank's learners of every iteration) yields bit
+/// for bit the batches of the whole stream at those positions, across epoch boundaries and
+/// from a start cursor; its cursor is the start of the period of the next batch (an iteration
+/// boundary, resumable); a bad share is refused.
+#[test]
+fn a_share_of_the_stream_is_the_stream_at_those_positions() {
+    let ds = dataset(37);
+    let all = take(&mut Pipeline::new(ds.clone(), config(4, 2, 3)).unwrap(), 60);
+    for (period, from, to) in [(5u64, 1u64, 3u64), (5, 0, 2), (5, 4, 5), (3, 0, 3), (7, 2, 6)] {
+        for start in [0usize, 7] {
+            let share = Share { period, from, to };
+            let cfg = PipelineConfig { start: all[start].0, share: Some(share), ..config(4, 3, 4) };
+            let mut p = Pipeline::new(ds.clone(), cfg).unwrap();
+            let width = (to - from) as usize;
+            let periods = (60 - start) / period as usize;
+            for i in 0..periods {
+                assert_eq!(p.cursor(), all[start + i * period as usize].0, "{share:?} period {i}");
+                let got = take(&mut p, width);
+                let at = start + i * period as usize + from as usize;
+                assert_eq!(got, all[at..at + width], "{share:?} from {start}, period {i}");
+            }
+        }
+    }
+    for (period, from, to) in [(0, 0, 0), (4, 2, 2), (4, 3, 5)] {
+        let cfg = PipelineConfig { share: Some(Share { period, from, to }), ..config(4, 1, 1) };
+        let e = Pipeline::new(ds.clone(), cfg).unwrap_err().to_string();
+        assert!(e.contains("share"), "{e}");
+    }
 }
