@@ -153,6 +153,34 @@ fn the_ranks_auto_tuners_agree_on_the_learners() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// With the auto-tuner, a 2-rank checkpoint resumed by 2 ranks restores every rank's
+/// learners and tuner exactly (no change reported), and both ranks end alike.
+#[test]
+fn the_ranks_tuners_resume_exactly() {
+    let dir = tmp("tuner-resume");
+    let (m, ck) = (dir.join("m.jsonl"), dir.join("ck"));
+    let mut args = ckpt_args("cpu:1", &m, &ck, "100");
+    let at = args.iter().position(|a| a == "--learners-per-device").unwrap();
+    args[at + 1] = "auto".into();
+    args.extend(["--max-learners".to_string(), "3".to_string()]);
+    let out = mpirun(2).env("CROSSBOW_TEST_INTERRUPT_AT_ITERATION", "6").arg(bin()).args(&args).output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
+    let saved = crossbow_replica::checkpoint::CheckpointFile::read(&ckpt_file(&ck, 6)).unwrap().state;
+    assert!(!saved["ranks"][1]["tuner"].is_null(), "rank 1's tuner is not saved: {}", saved["ranks"]);
+    let m2 = dir.join("res.jsonl");
+    check(&mpirun(2).arg(bin()).args(resume_args(&ckpt_file(&ck, 6), "cpu:1", &m2)).output().unwrap(), "resume");
+    let (r0, r1) = (records(&m2), records(&dir.join("res.rank1.jsonl")));
+    for r in [&r0, &r1] {
+        assert_eq!(event(r, "resume")["changes"], serde_json::json!([]), "{:?}", event(r, "resume"));
+    }
+    assert_eq!(
+        event(&r0, "start")["world_learners"],
+        saved["ranks"].as_array().unwrap().iter().map(|r| r["layout"][0].clone()).collect::<Value>()
+    );
+    assert_eq!(event(&r0, "central")["crc32"], event(&r1, "central")["crc32"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// `mpirun -np 2 crossbow <args>`, its output captured (the caller waits for it).
 fn spawn_job(args: &[String]) -> Child {
     mpirun(2).arg(bin()).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
