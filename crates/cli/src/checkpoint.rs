@@ -255,10 +255,25 @@ pub fn load_in_world(
     if world.size() <= 1 {
         return load(path, warn);
     }
-    // Rank 0 sends: 1, the path's length (8 bytes), the path, the file; or 0 and the error.
+    from_rank0(path, world, || load(path, warn))
+}
+
+/// The checkpoint rank 0 finds with `find` (called on rank 0 only), on every rank: rank 0
+/// broadcasts the file (or its error, which every rank then returns). A collective; `what`
+/// names the checkpoint in errors.
+pub fn from_rank0(
+    what: &Path,
+    world: &dyn ProcessGroup,
+    find: impl FnOnce() -> Result<(PathBuf, CheckpointFile), CliError>,
+) -> Result<(PathBuf, CheckpointFile), CliError> {
+    if world.size() <= 1 {
+        return find();
+    }
+    // Rank 0 sends: 1, the path's length (8 bytes), the path, the file; or 0 (a usage error)
+    // or 2 (any other) and the message.
     let mut buf = Vec::new();
     if world.rank() == 0 {
-        match load(path, warn).and_then(|(p, f)| Ok((p, f.to_bytes().map_err(|e| CliError::run(e.to_string()))?))) {
+        match find().and_then(|(p, f)| Ok((p, f.to_bytes().map_err(|e| CliError::run(e.to_string()))?))) {
             Ok((p, bytes)) => {
                 let name = p.to_string_lossy().into_owned().into_bytes();
                 buf.push(1);
@@ -267,13 +282,13 @@ pub fn load_in_world(
                 buf.extend_from_slice(&bytes);
             }
             Err(e) => {
-                buf.push(0);
+                buf.push(if matches!(e, CliError::Usage(_)) { 0 } else { 2 });
                 buf.extend_from_slice(e.to_string().as_bytes());
             }
         }
     }
     world.broadcast_bytes(0, &mut buf)?;
-    let bad = || CliError::run(format!("--resume {}: the checkpoint broadcast by rank 0 is garbled", path.display()));
+    let bad = || CliError::run(format!("{}: the checkpoint broadcast by rank 0 is garbled", what.display()));
     match buf.split_first() {
         Some((1, rest)) if rest.len() >= 8 => {
             let (len, rest) = rest.split_at(8);
@@ -286,7 +301,8 @@ pub fn load_in_world(
             let f = CheckpointFile::from_bytes(&p, bytes).map_err(|e| CliError::usage(format!("--resume: {e}")))?;
             Ok((p, f))
         }
-        Some((0, msg)) => Err(CliError::usage(format!("{} (read by rank 0)", String::from_utf8_lossy(msg)))),
+        Some((0, msg)) => Err(CliError::usage(format!("{} (rank 0)", String::from_utf8_lossy(msg)))),
+        Some((2, msg)) => Err(CliError::run(format!("{} (rank 0)", String::from_utf8_lossy(msg)))),
         _ => Err(bad()),
     }
 }

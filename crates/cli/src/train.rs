@@ -220,12 +220,6 @@ pub fn train_with_options<B: Backend>(
     let n_dev = factory.devices().len();
     let world = Arc::clone(&opts.world);
     let multi = world.size() > 1;
-    if multi && opts.divergence.action == OnDivergence::Rollback {
-        return Err(CliError::usage(format!(
-            "--on-divergence rollback: not supported with several processes yet ({} ranks); use --on-divergence stop and resume from the last checkpoint with a lower --lr",
-            world.size()
-        )));
-    }
     let resumed = match &opts.resume {
         Some((path, file)) => Some((path.clone(), EngineSnapshot::from_checkpoint(file, path)?)),
         None => None,
@@ -304,12 +298,18 @@ pub fn train_with_options<B: Backend>(
     }
     // With rollback, a first checkpoint before any step: a divergence before the first
     // periodic checkpoint still has something to go back to.
-    if opts.divergence.action == OnDivergence::Rollback
-        && let Some(c) = ckpt.as_mut()
-        && c.last_good().is_none()
-    {
-        write_checkpoint(cfg, data, &engine, &run, tuner.as_ref(), &guard, &opts, Some(&mut *c), &mut saver, reporter)?;
-        report_written(c.flush(), c, reporter)?;
+    // (Rank 0 knows whether there is one; it tells the others.)
+    let mut first = opts.divergence.action == OnDivergence::Rollback
+        && saver.on
+        && ckpt.as_ref().is_none_or(|c| c.last_good().is_none());
+    if multi {
+        first = world.all_gather_u64(u64::from(first))?.first() == Some(&1);
+    }
+    if first {
+        write_checkpoint(cfg, data, &engine, &run, tuner.as_ref(), &guard, &opts, ckpt.as_mut(), &mut saver, reporter)?;
+        if let Some(c) = ckpt.as_mut() {
+            report_written(c.flush(), c, reporter)?;
+        }
     }
     let mut last = None;
     while !run.finished(&engine) {
@@ -660,62 +660,73 @@ fn rollback<B: Backend>(
     reporter: &mut Reporter,
     why: &str,
 ) -> Result<(), CliError> {
-    let (last, dir) = match ckpt {
-        Some(c) => {
-            let done = c.flush();
-            report_written(done, c, reporter)?;
-            (c.last_good().map(Path::to_path_buf), Some(c.policy().dir.clone()))
-        }
-        None => (None, None),
-    };
-    let _ = reporter.record("diverged", json!({ "why": why, "last_good_checkpoint": last }));
-    let stop = |extra: &str| {
-        let at = match &last {
-            Some(p) => format!(
-                "; the last good checkpoint is {} (resume with: crossbow train --resume {} and a lower --lr in a new run, or --on-divergence rollback)",
-                p.display(),
-                p.display()
-            ),
-            None => {
-                "; there is no checkpoint (use --checkpoint-dir, and --on-divergence rollback to recover automatically)"
-                    .to_string()
-            }
-        };
-        CliError::run(format!("training diverged: {why}{at}{extra}; lower the learning rate"))
-    };
-    if opts.divergence.action == OnDivergence::Stop {
-        return Err(stop(""));
-    }
-    if guard.rollbacks >= opts.divergence.max_rollbacks {
-        return Err(stop(&format!(" (after {} rollbacks, the most --max-rollbacks allows)", guard.rollbacks)));
-    }
-    let Some(dir) = dir else { return Err(stop("")) };
-    // The newest checkpoint, unless the run diverged again no later than last time: then the
-    // checkpoint it went back to already held the seed of the divergence; go further back.
+    // Rank 0 (which writes the checkpoints) chooses the checkpoint and sends it to every rank
+    // (every rank diverges at the same iteration: the losses and the central model are the
+    // same on all).
+    let world = Arc::clone(engine.world());
     let at = engine.iteration() + 1;
-    let before = match (guard.prev_target, guard.prev_diverged_at) {
-        (Some(t), Some(d)) if at <= d => t,
-        _ => u64::MAX,
-    };
-    let mut chosen = None;
-    for (i, p) in crate::checkpoint::list(&dir)? {
-        if i >= before {
-            continue;
-        }
-        match CheckpointFile::read(&p) {
-            Ok(f) => {
-                chosen = Some((i, p, f));
-                break;
+    let g = guard.clone();
+    let chosen = crate::checkpoint::from_rank0(Path::new("rollback"), &*world, || {
+        let (last, dir) = match ckpt {
+            Some(c) => {
+                let done = c.flush();
+                report_written(done, c, reporter)?;
+                (c.last_good().map(Path::to_path_buf), Some(c.policy().dir.clone()))
             }
-            Err(e) => reporter.warn(&format!("warning: rollback skips a damaged checkpoint: {e}")),
+            None => (None, None),
+        };
+        let _ = reporter.record("diverged", json!({ "why": why, "last_good_checkpoint": last }));
+        let stop = |extra: &str| {
+            let at = match &last {
+                Some(p) => format!(
+                    "; the last good checkpoint is {} (resume with: crossbow train --resume {} and a lower --lr in a new run, or --on-divergence rollback)",
+                    p.display(),
+                    p.display()
+                ),
+                None => {
+                    "; there is no checkpoint (use --checkpoint-dir, and --on-divergence rollback to recover automatically)"
+                        .to_string()
+                }
+            };
+            CliError::run(format!("training diverged: {why}{at}{extra}; lower the learning rate"))
+        };
+        if opts.divergence.action == OnDivergence::Stop {
+            return Err(stop(""));
         }
-    }
-    let Some((target, path, file)) = chosen else {
-        return Err(stop(" (no earlier checkpoint to roll back to)"));
-    };
+        if g.rollbacks >= opts.divergence.max_rollbacks {
+            return Err(stop(&format!(" (after {} rollbacks, the most --max-rollbacks allows)", g.rollbacks)));
+        }
+        let Some(dir) = dir else { return Err(stop("")) };
+        // The newest checkpoint, unless the run diverged again no later than last time: then
+        // the checkpoint it went back to already held the seed of the divergence; go further back.
+        let before = match (g.prev_target, g.prev_diverged_at) {
+            (Some(t), Some(d)) if at <= d => t,
+            _ => u64::MAX,
+        };
+        for (i, p) in crate::checkpoint::list(&dir)? {
+            if i >= before {
+                continue;
+            }
+            match CheckpointFile::read(&p) {
+                Ok(f) => return Ok((p, f)),
+                Err(e) => reporter.warn(&format!("warning: rollback skips a damaged checkpoint: {e}")),
+            }
+        }
+        Err(stop(" (no earlier checkpoint to roll back to)"))
+    });
+    let (path, file) = chosen?;
     let snap = EngineSnapshot::from_checkpoint(&file, &path)?;
+    let target = snap.iteration;
+    let ranks = RankState::read(&path, &file)?;
+    let tuner_state = saved_tuner(&file, &ranks, &*world);
+    let snap = if world.size() > 1 {
+        let counts = world.all_gather_u64(engine.devices().len() as u64)?;
+        let device_offset = counts.iter().take(world.rank()).sum::<u64>() as usize;
+        rank_slice(&snap, &ranks, engine, device_offset)?
+    } else {
+        snap
+    };
     let mut kept = guard.clone();
-    let tuner_state = file.state.get("tuner").cloned().unwrap_or(Value::Null);
     continue_from(cfg, data, engine, run, tuner, guard, &file, &snap, &tuner_state)?;
     kept.rollbacks += 1;
     kept.lr_factor *= 0.5;

@@ -181,6 +181,32 @@ fn the_ranks_tuners_resume_exactly() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `--on-divergence rollback` with 2 ranks: rank 0 picks the checkpoint and sends it, every
+/// rank reloads its slice with the learning rate halved, together, and the run recovers.
+#[test]
+fn the_ranks_roll_back_together() {
+    let dir = tmp("rollback");
+    let (m, ck) = (dir.join("m.jsonl"), dir.join("ck"));
+    let mut args = ckpt_args("cpu:1", &m, &ck, "2");
+    let at = args.iter().position(|a| a == "--lr").unwrap();
+    args[at + 1] = "20".into();
+    args.extend(["--on-divergence", "rollback", "--max-rollbacks", "10"].map(String::from));
+    let out = mpirun(2).arg(bin()).args(&args).output().unwrap();
+    check(&out, "mpirun -np 2 with rollback");
+    let (r0, r1) = (records(&m), records(&dir.join("m.rank1.jsonl")));
+    let rollbacks = |r: &[Value]| {
+        r.iter()
+            .filter(|e| e["event"] == "rollback")
+            .map(|e| (e["iteration"].clone(), e["lr"].clone()))
+            .collect::<Vec<_>>()
+    };
+    assert!(!rollbacks(&r0).is_empty(), "lr 20 did not diverge: {r0:?}");
+    assert_eq!(rollbacks(&r0), rollbacks(&r1), "the ranks rolled back differently");
+    assert_eq!(event(&r0, "central")["crc32"], event(&r1, "central")["crc32"]);
+    assert_eq!(event(&r0, "end")["iterations"], event(&r1, "end")["iterations"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// `mpirun -np 2 crossbow <args>`, its output captured (the caller waits for it).
 fn spawn_job(args: &[String]) -> Child {
     mpirun(2).arg(bin()).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
