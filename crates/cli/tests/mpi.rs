@@ -207,6 +207,29 @@ fn the_ranks_roll_back_together() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A checkpoint rank 0 cannot read (missing, damaged) is every rank's error, named, exit 2,
+/// never a hang.
+#[test]
+fn a_bad_checkpoint_read_by_rank_0_stops_every_rank() {
+    let dir = tmp("bad-resume");
+    let bad = dir.join("ckpt-0000000003.safetensors");
+    std::fs::write(&bad, b"not a checkpoint").unwrap();
+    for from in [dir.join("missing"), bad] {
+        let m = dir.join("m.jsonl");
+        let job = mpirun(2)
+            .arg(bin())
+            .args(resume_args(&from, "cpu:1", &m))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (code, text) = ends_within(job, Duration::from_secs(60));
+        assert_eq!(code, Some(2), "{text}");
+        assert!(text.contains(&from.display().to_string()) && text.contains("(rank 0)"), "{text}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// `mpirun -np 2 crossbow <args>`, its output captured (the caller waits for it).
 fn spawn_job(args: &[String]) -> Child {
     mpirun(2).arg(bin()).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
