@@ -169,6 +169,44 @@ impl ProcessGroup for MpiGroup {
         Ok(out)
     }
 
+    fn broadcast_bytes(&self, root: usize, buf: &mut Vec<u8>) -> Result<()> {
+        if root >= self.size {
+            return Err(ReplicaError::Processes(format!(
+                "broadcast from rank {root}, but the job has {} rank(s)",
+                self.size
+            )));
+        }
+        if self.size <= 1 {
+            return Ok(());
+        }
+        let mut g = self.lock()?;
+        let Inner { world, seq, seen, .. } = &mut *g;
+        let from = world.process_at_rank(root as i32);
+        // First the length (receivers do not know it), then the bytes; each a collective
+        // with its own deadline.
+        let mut len = buf.len() as u64;
+        let n = arrive(world, seq, self.rank);
+        mpi::request::scope(|sc| {
+            let req = from.immediate_broadcast_into(sc, &mut len);
+            wait(world, seen, n, self.timeout, "the broadcast of a byte string's length", req);
+        });
+        let len = usize::try_from(len)
+            .map_err(|_| ReplicaError::Processes(format!("rank {root} broadcast a length of {len} bytes")))?;
+        if self.rank != root {
+            buf.clear();
+            buf.resize(len, 0);
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        let n = arrive(world, seq, self.rank);
+        mpi::request::scope(|sc| {
+            let req = from.immediate_broadcast_into(sc, &mut buf[..]);
+            wait(world, seen, n, self.timeout, "the broadcast of a byte string (e.g. the NCCL unique id)", req);
+        });
+        Ok(())
+    }
+
     fn describe(&self) -> String {
         format!("MPI rank {} of {} ({})", self.rank, self.size, self.library)
     }

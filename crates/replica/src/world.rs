@@ -32,6 +32,24 @@ pub trait ProcessGroup: Send + Sync {
     /// Every rank's `value`, by rank.
     fn all_gather_u64(&self, value: u64) -> Result<Vec<u64>>;
 
+    /// Rank `root`'s `buf` on every rank: on the others `buf` is replaced (its length
+    /// becomes root's). Used to share an NCCL unique id made by rank 0. Errors: `root` is
+    /// not a rank, or the group cannot broadcast (the default, for groups of more than one
+    /// process that do not implement it).
+    fn broadcast_bytes(&self, root: usize, buf: &mut Vec<u8>) -> Result<()> {
+        let _ = buf;
+        if root >= self.size() {
+            return Err(crate::ReplicaError::Processes(format!(
+                "broadcast from rank {root}, but the group has {} rank(s)",
+                self.size()
+            )));
+        }
+        if self.size() == 1 {
+            return Ok(());
+        }
+        Err(crate::ReplicaError::Processes(format!("{} cannot broadcast bytes", self.describe())))
+    }
+
     /// Short description for logs (`"1 process"`, `"MPI rank 0 of 2 (Open MPI ...)"`).
     fn describe(&self) -> String {
         format!("rank {} of {}", self.rank(), self.size())
@@ -63,6 +81,15 @@ impl ProcessGroup for Solo {
         Ok(vec![value])
     }
 
+    fn broadcast_bytes(&self, root: usize, _buf: &mut Vec<u8>) -> Result<()> {
+        if root != 0 {
+            return Err(crate::ReplicaError::Processes(format!(
+                "broadcast from rank {root}, but this is one process (rank 0)"
+            )));
+        }
+        Ok(())
+    }
+
     fn describe(&self) -> String {
         "1 process".into()
     }
@@ -86,6 +113,11 @@ mod tests {
         assert_eq!(v, [1.0, 2.0]);
         assert_eq!(s.all_gather_u64(7).unwrap(), [7]);
         assert_eq!((s.rank(), s.size()), (0, 1));
+        let mut b = vec![1u8, 2, 3];
+        s.broadcast_bytes(0, &mut b).unwrap();
+        assert_eq!(b, [1, 2, 3]);
+        let e = s.broadcast_bytes(1, &mut b).unwrap_err().to_string();
+        assert!(e.contains("broadcast from rank 1"), "{e}");
     }
 
     #[test]
