@@ -88,6 +88,7 @@ mod common;
 pub use common::*;
 
 pub mod libs;
+pub mod nccl;
 
 mod gpu;
 pub mod launch;
