@@ -500,6 +500,28 @@ mod tests {
         assert_eq!(UniqueId::from_bytes(a.as_bytes()).unwrap(), a);
     }
 
+    /// Where NCCL loads but no GPU exists (CI with the wheel), creating a communicator fails
+    /// with an NCCL error code, not a crash or a hang. (Through the crate's API it cannot be
+    /// reached without a GPU: opening a device fails first.)
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn a_communicator_without_a_gpu_is_an_error() {
+        if status().is_err() || crate::cuda::device_count().is_ok_and(|n| n > 0) {
+            eprintln!("skipped: needs NCCL and no GPU");
+            return;
+        }
+        let id = UniqueId::new().unwrap();
+        let mut raw = cudarc::nccl::sys::ncclUniqueId { internal: [0; UNIQUE_ID_BYTES] };
+        for (c, b) in raw.internal.iter_mut().zip(id.as_bytes()) {
+            *c = *b as std::ffi::c_char;
+        }
+        let mut comm = std::ptr::null_mut();
+        // SAFETY: NCCL loaded and checked; valid out-pointer; one rank of one.
+        let r = unsafe { cudarc::nccl::sys::ncclCommInitRank(&mut comm, 1, raw, 0) };
+        eprintln!("ncclCommInitRank without a GPU: {r:?}");
+        assert_ne!(r, cudarc::nccl::sys::ncclResult_t::ncclSuccess);
+    }
+
     #[test]
     fn ids_round_trip_and_refuse_wrong_lengths() {
         let bytes: Vec<u8> = (0..128u32).map(|i| (i * 7) as u8).collect();
