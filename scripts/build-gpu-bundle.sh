@@ -7,6 +7,8 @@
 #                  GPU machine's NVRTC compile every kernel?)
 #   engine-tests   crossbow-sma's unit tests with CUDA (the engine with 4 learners and each
 #                  synchroniser, learners added and removed; gpu-check runs two of them)
+#   replica-unit   crossbow-replica's unit tests with CUDA (gpu-check runs engine::nccl::*:
+#                  NCCL all-reduce vs host, the engine with NCCL, two ranks of one GPU each)
 #   crossbow       the CLI: `crossbow doctor` and the throughput step (skipped there if it
 #                  does not build)
 #   MANIFEST       commit, toolchain, sizes, newest glibc symbol required
@@ -71,6 +73,14 @@ while read -r name path; do
     [ "$name" = crossbow_sma ] && cp "$path" "$OUT/engine-tests"
 done < <(printf '%s\n' "$json" | executables)
 [ -f "$OUT/engine-tests" ] || { echo "build-gpu-bundle: no engine-tests executable in cargo's output" >&2; exit 1; }
+
+echo "== cargo test --release --no-run -p crossbow-replica --features crossbow-kernels/cuda (NCCL tests)"
+json=$(cargo test --release --no-run -p crossbow-replica --features crossbow-kernels/cuda --lib \
+    --message-format=json-render-diagnostics)
+while read -r name path; do
+    [ "$name" = crossbow_replica ] && cp "$path" "$OUT/replica-unit"
+done < <(printf '%s\n' "$json" | executables)
+[ -f "$OUT/replica-unit" ] || { echo "build-gpu-bundle: no replica-unit executable in cargo's output" >&2; exit 1; }
 
 echo "== cargo build --release -p crossbow-cli --features cuda"
 if cargo build --release -p crossbow-cli --features cuda; then

@@ -22,6 +22,9 @@
 #      `::emu` ones pass with `--ignored` but take minutes): 4 learners with SMA, S-SGD, EA-SGD, independent on a small ResNet against the
 #      CPU engine and a synchronous-launch run; learners added and removed — under
 #      compute-sanitizer (memcheck) when it is installed.
+#   5b. NCCL: library, version and ids; its all-reduce over every GPU against the host
+#      all-reduce; the engine with --all-reduce nccl against host; two ranks of one GPU each
+#      (CROSSBOW_REQUIRE_NCCL=1 when the libnccl.so link exists on a GPU machine).
 #   6. Throughput: ResNet-32 at batch 32 and 128, learners 1, 2, 4, 8 and the tuner's
 #      choice (`crossbow bench`), beside PyTorch eager and torch.compile on the same GPU
 #      (benches/peers/pytorch_gpu_bench.py), with ratios.
@@ -191,6 +194,29 @@ if [ -x "$BUNDLE/engine-tests" ]; then
 else
     row "engine tests" "skipped: no engine-tests binary in the bundle" 0
 fi
+
+# ---- 5b. NCCL ------------------------------------------------------------------------------
+# NCCL through the libnccl.so link made in step 1: loading and version (kernels-unit
+# cuda::nccl), then, one process per test (replica-unit engine::nccl): the all-reduce over
+# every GPU against the host all-reduce (bit-identical on every GPU, within the order bound of
+# the host's sum), the engine with --all-reduce nccl against host, and two ranks with one GPU
+# each (on a one-GPU machine the same GPU: NCCL's refusal is reported, not a failure).
+hr "NCCL: loading, all-reduce vs host, engine nccl vs host, two ranks of one GPU each"
+t=$(date +%s)
+NCCL_ENV=("${GPU_ENV[@]}")
+if [ "$GPU" = 1 ] && [ -e "$SCRATCH/nccl/libnccl.so" ]; then
+    NCCL_ENV+=(CROSSBOW_REQUIRE_NCCL=1)
+    [ "$TORCH_OK" = 1 ] && echo "PyTorch's NCCL: $("$PY" -c 'import torch; print(".".join(map(str, torch.cuda.nccl.version())))' 2>/dev/null)"
+fi
+run_counted "nccl-load" env "${NCCL_ENV[@]}" "$BUNDLE/kernels-unit" cuda::nccl --test-threads 1 --nocapture
+if [ -x "$BUNDLE/replica-unit" ]; then
+    for name in $("$BUNDLE/replica-unit" --list --format terse 2>/dev/null | sed -n 's/^\(engine::nccl::.*\): test$/\1/p'); do
+        run_counted "$name" env "${NCCL_ENV[@]}" "$BUNDLE/replica-unit" --exact "$name" --nocapture
+    done
+else
+    echo "skipped: no replica-unit binary in the bundle"
+fi
+step_row "NCCL (load, all-reduce, engine, 2 ranks)" "$t"
 
 # ---- 6. throughput against PyTorch --------------------------------------------------------
 # crossbow bench for one batch size: learners 1, 2, 4, 8 and the tuner (max 8); writes JSON.

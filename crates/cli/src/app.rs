@@ -161,6 +161,12 @@ struct TrainArgs {
     /// Print the resolved configuration and the model's memory plan, then exit
     #[arg(long)]
     dry_run: bool,
+    /// How GPU contributions are summed: nccl (one NCCL all-reduce over every GPU of every
+    /// rank), host (through host memory, and MPI across ranks), or auto (nccl when every
+    /// device is a GPU, NCCL loads (libnccl.so, see the README) and there are 2+ GPUs)
+    /// [default: auto]
+    #[arg(long, value_name = "auto|host|nccl")]
+    all_reduce: Option<String>,
     /// Under mpirun/srun: seconds a collective between ranks may take before the job stops,
     /// naming the ranks that never reached it [default: 60]
     #[arg(long, value_name = "SECONDS")]
@@ -201,6 +207,7 @@ impl TrainArgs {
             workers: self.workers,
             max_learners: self.max_learners,
             tuner_threshold: self.tuner_threshold,
+            all_reduce: self.all_reduce.clone(),
             sync_options: (!self.sync_opt.is_empty())
                 .then(|| self.sync_opt.iter().map(|(k, v)| (k.clone(), toml::Value::String(v.clone()))).collect()),
         }

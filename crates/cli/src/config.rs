@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use crossbow_data::DatasetKind;
+use crossbow_replica::engine::AllReduceChoice;
 use crossbow_replica::{ModelKind, Schedule};
 use crossbow_sma::{SmaForm, SyncKind};
 use crossbow_tensor::DeviceSpec;
@@ -150,6 +151,8 @@ pub struct TrainFile {
     pub max_learners: Option<usize>,
     /// Relative throughput gain the tuner needs to keep an added learner, >= 0 (0.05 = 5%).
     pub tuner_threshold: Option<f64>,
+    /// How GPU contributions are summed: `auto`, `host` or `nccl`.
+    pub all_reduce: Option<String>,
     /// The synchroniser's generic options (`[sync-options]`; `--sync-opt KEY=VALUE`).
     pub sync_options: Option<BTreeMap<String, toml::Value>>,
 }
@@ -217,7 +220,8 @@ impl TrainFile {
             test_size,
             workers,
             max_learners,
-            tuner_threshold
+            tuner_threshold,
+            all_reduce
         );
         keys
     }
@@ -263,7 +267,8 @@ impl TrainFile {
             test_size,
             workers,
             max_learners,
-            tuner_threshold
+            tuner_threshold,
+            all_reduce
         )
     }
 }
@@ -335,6 +340,10 @@ pub struct TrainConfig {
     pub max_learners: usize,
     /// Relative throughput gain the tuner needs to keep an added learner, >= 0.
     pub tuner_threshold: f64,
+    /// How the devices' contributions are summed (`--all-reduce`: host, NCCL, or NCCL when
+    /// every device is a GPU and NCCL loads).
+    #[serde(serialize_with = "ser_display")]
+    pub all_reduce: AllReduceChoice,
     /// Where each setting came from, for error messages ([`TrainConfig::name_of`]).
     #[serde(skip)]
     origins: Origins,
@@ -637,6 +646,16 @@ impl TrainConfig {
             return Err(CliError::usage(format!("{} must be at least 1, got 0", o.name("max-learners"))));
         }
         let tuner_threshold = non_negative(o.name("tuner-threshold"), f.tuner_threshold.unwrap_or(0.05))?;
+        let all_reduce: AllReduceChoice =
+            f.all_reduce.as_deref().unwrap_or("auto").parse().map_err(|e: String| usage("all-reduce", &e))?;
+        if all_reduce == AllReduceChoice::Nccl && matches!(devices, DeviceSpec::Cpu(_)) {
+            return Err(CliError::usage(format!(
+                "{} nccl sums GPU buffers, but {} is {devices}; use {} host or auto, or GPUs (cuda, cuda:0,1)",
+                o.name("all-reduce"),
+                o.name("devices"),
+                o.name("all-reduce")
+            )));
+        }
         let data_dir = f.data_dir.clone().unwrap_or_else(|| PathBuf::from("data"));
         if !dataset.is_synthetic() && !data_dir.is_dir() {
             // Blame what the user wrote: the directory, or else the dataset that needs one.
@@ -686,6 +705,7 @@ impl TrainConfig {
             workers,
             max_learners,
             tuner_threshold,
+            all_reduce,
             origins: Origins::default(),
         };
         registry.build_for(&cfg).map_err(|e| o.sync_error(e))?;
@@ -726,6 +746,22 @@ mod tests {
         assert_eq!(c.model, ModelKind::ResNetCifar(20));
         assert_eq!(c.batch_size, 16);
         assert_eq!(c.lr, 0.1);
+    }
+
+    #[test]
+    fn all_reduce_is_parsed_and_nccl_needs_gpus() {
+        assert_eq!(TrainConfig::from_file(TrainFile::default()).unwrap().all_reduce, AllReduceChoice::Auto);
+        let file: TrainFile = toml::from_str("all-reduce = \"nccl\"\ndevices = \"cuda:0\"\n").unwrap();
+        assert_eq!(file.keys(), ["devices", "all-reduce"]);
+        assert_eq!(TrainConfig::from_file(file).unwrap().all_reduce, AllReduceChoice::Nccl);
+        let bad = TrainFile { all_reduce: Some("mpi".into()), ..Default::default() };
+        let e = TrainConfig::from_file(bad).unwrap_err().to_string();
+        assert!(e.contains("--all-reduce") && e.contains("'mpi'"), "{e}");
+        let cpu = TrainFile { all_reduce: Some("nccl".into()), devices: Some("cpu:2".into()), ..Default::default() };
+        let e = TrainConfig::from_file(cpu).unwrap_err().to_string();
+        assert!(e.contains("--all-reduce nccl sums GPU buffers") && e.contains("--devices is cpu:2"), "{e}");
+        let host = TrainFile { all_reduce: Some("host".into()), devices: Some("cpu".into()), ..Default::default() };
+        assert_eq!(TrainConfig::from_file(host).unwrap().all_reduce, AllReduceChoice::Host);
     }
 
     #[test]

@@ -55,7 +55,7 @@ pub fn train_cuda(
     r: &mut Reporter,
     opts: RunOptions,
 ) -> Result<Summary, CliError> {
-    let devs = CudaDevices::open(ordinals)?;
+    let devs = CudaDevices::open(ordinals)?.with_all_reduce(cfg.all_reduce);
     for line in devs.describe() {
         r.say(&line);
     }

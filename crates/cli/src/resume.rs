@@ -62,6 +62,7 @@ pub fn config_to_file(cfg: &TrainConfig) -> TrainFile {
         workers: Some(cfg.workers),
         max_learners: Some(cfg.max_learners),
         tuner_threshold: Some(cfg.tuner_threshold),
+        all_reduce: Some(cfg.all_reduce.to_string()),
         sync_options: (!cfg.sync_options.is_empty()).then(|| {
             cfg.sync_options
                 .iter()

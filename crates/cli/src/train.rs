@@ -137,6 +137,15 @@ pub fn train_with_opts(
     let graph = build_graph(cfg, &data)?;
     let hw = resolve_hardware(&cfg.devices, cfg.threads, &mut |l| reporter.say(&l))?;
     match hw {
+        Hardware::Cpu { .. } if cfg.all_reduce == crossbow_replica::engine::AllReduceChoice::Nccl => {
+            Err(CliError::usage(format!(
+                "{} nccl sums GPU buffers, but no GPU was found ({} {}); use {} host or auto",
+                cfg.name_of("all-reduce"),
+                cfg.name_of("devices"),
+                cfg.devices,
+                cfg.name_of("all-reduce")
+            )))
+        }
         Hardware::Cpu { count, threads } => {
             train_with_options(cfg, &data, graph, Box::new(CpuDevices { count, threads }), sync.cpu(), reporter, opts)
         }

@@ -216,7 +216,7 @@ impl ProcessGroup for MpiGroup {
         }
         let mut g = self.lock()?;
         let Inner { world, seq, seen, .. } = &mut *g;
-        let what = "the broadcast of the checkpoint resumed";
+        let what = "a broadcast of bytes (the checkpoint resumed, or the NCCL unique id)";
         let from = world.process_at_rank(root as i32);
         let mut len = buf.len() as u64;
         let n = arrive(world, seq, self.rank);

@@ -432,6 +432,18 @@ pub trait AllReduce<B: Backend>: Send + Sync {
     /// After the call every `parts[d].1` holds `sum_d parts[d].1` (first `len` elements),
     /// bit-identical on every device.
     fn all_reduce_sum(&self, parts: &mut [(&B, &mut B::Buffer)], len: usize) -> Result<()>;
+
+    /// True when the sum already covers every rank of the engine's process group (NCCL's
+    /// communicator spans the GPUs of all ranks), so the engine skips its host all-reduce
+    /// across ranks.
+    fn spans_ranks(&self) -> bool {
+        false
+    }
+
+    /// Short name for logs (`"host"`).
+    fn describe(&self) -> String {
+        "host".into()
+    }
 }
 
 /// All-reduce through host memory: download every part, sum in a fixed order (device 0

@@ -120,6 +120,8 @@ mod tests {
         assert_eq!(b, [1, 2]);
         assert_eq!(s.gather_bytes(0, &[3, 4]).unwrap(), [vec![3u8, 4]]);
         assert!(s.gather_bytes(1, &[3]).is_err(), "rank 1 does not exist");
+        let e = s.broadcast_bytes(1, &mut b).unwrap_err().to_string();
+        assert!(e.contains("root rank 1 does not exist"), "{e}");
     }
 
     #[test]

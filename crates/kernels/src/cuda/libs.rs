@@ -117,6 +117,20 @@ pub fn judge(
 ) -> Result<PathBuf, String> {
     let stem = lib.stem();
     let Some(c) = cudarc else {
+        if let Some(ch) = chosen {
+            // The versioned file loads, but none of cudarc's names (cudarc 0.19 never tries
+            // `libnccl.so.2`, the name NCCL's packages install).
+            let dir = ch.path.parent().map_or_else(|| ".".into(), |d| d.display().to_string());
+            return Err(format!(
+                "{} (`{}`) is installed, but cudarc loads lib{stem} only by names such as `lib{stem}.so`; \
+                 add that link in a directory on LD_LIBRARY_PATH: \
+                 `mkdir -p ~/.local/lib/crossbow && ln -sf {} ~/.local/lib/crossbow/lib{stem}.so` \
+                 and add ~/.local/lib/crossbow to LD_LIBRARY_PATH (the file is in {dir})",
+                ch.path.display(),
+                ch.name,
+                ch.path.display()
+            ));
+        }
         return Err(format!(
             "lib{stem}.so not found on the library path (tried {})",
             candidates(lib, driver_version).join(", ")
@@ -143,6 +157,16 @@ pub fn judge(
             c.name,
             driver_version / 1000,
             (driver_version % 1000) / 10
+        ));
+    }
+    if lib == CudaLib::Nccl
+        && let Some(m) = major_of_file(&c.path).or_else(|| major_of_file(Path::new(&c.name)))
+        && m != 2
+    {
+        return Err(format!(
+            "{} (loaded as `{}`) is NCCL major version {m}; crossbow needs NCCL 2 (libnccl.so.2)",
+            c.path.display(),
+            c.name
         ));
     }
     match chosen {
@@ -292,6 +316,21 @@ mod runtime {
         judge(lib, driver_version, cudarc.as_ref(), chosen.as_ref())
     }
 
+    /// Which of `names` the library file `path` does not export (looked up with `dlsym`,
+    /// so that no cudarc function is called for a symbol it would panic on). `Err` when the
+    /// file does not load.
+    pub(crate) fn missing_symbols(path: &std::path::Path, names: &[&str]) -> Result<Vec<String>, String> {
+        // SAFETY: loading a CUDA library runs only its initialisers (it is already loaded).
+        let lib =
+            unsafe { libloading::os::unix::Library::new(path) }.map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(names
+            .iter()
+            // SAFETY: only the address is looked up, never called here.
+            .filter(|n| unsafe { lib.get::<*const c_void>(n.as_bytes()) }.is_err())
+            .map(|n| n.to_string())
+            .collect())
+    }
+
     /// The driver's CUDA version from `libcuda.so.1` (never a stub, never through cudarc):
     /// `Err` when it does not load or is a stub.
     pub(crate) fn driver_version_direct() -> Result<i32, String> {
@@ -383,6 +422,30 @@ mod tests {
         assert!(judge(CudaLib::Nvrtc, 0, Some(&n13), Some(&n13)).is_ok());
         let e = judge(CudaLib::Nvrtc, 0, None, None).unwrap_err();
         assert!(e.contains("libnvrtc.so not found") && e.contains("libnvrtc.so.13, libnvrtc.so.12"), "{e}");
+    }
+
+    #[test]
+    fn nccl_is_loaded_as_libnccl_so_2_and_a_missing_link_is_explained() {
+        // NCCL's name does not depend on the driver (none on a machine without a GPU).
+        assert_eq!(candidates(CudaLib::Nccl, 0), ["libnccl.so.2"]);
+        let real = r("libnccl.so.2", "/site/nvidia/nccl/lib/libnccl.so.2");
+        // cudarc finds no name of its list, though libnccl.so.2 loads: say which link to make.
+        let e = judge(CudaLib::Nccl, 13000, None, Some(&real)).unwrap_err();
+        assert!(e.contains("/site/nvidia/nccl/lib/libnccl.so.2") && e.contains("ln -sf"), "{e}");
+        assert!(e.contains("libnccl.so`") && e.contains("LD_LIBRARY_PATH"), "{e}");
+        // Nothing at all: the plain "not found".
+        let e = judge(CudaLib::Nccl, 13000, None, None).unwrap_err();
+        assert!(e.contains("libnccl.so not found") && e.contains("libnccl.so.2"), "{e}");
+        // The link in place: cudarc's `libnccl.so` resolves to the same file.
+        let link = r("libnccl.so", "/site/nvidia/nccl/lib/libnccl.so.2");
+        assert_eq!(judge(CudaLib::Nccl, 13000, Some(&link), Some(&real)).unwrap(), real.path);
+        // A stub or another file first, or another major: refused.
+        let stub = r("libnccl.so", "/opt/nccl/stubs/libnccl.so");
+        assert!(judge(CudaLib::Nccl, 13000, Some(&stub), Some(&real)).unwrap_err().contains("stub"));
+        let other = r("libnccl.so", "/usr/lib/libnccl.so.2.18.1");
+        assert!(judge(CudaLib::Nccl, 0, Some(&other), Some(&real)).unwrap_err().contains("would be loaded before"));
+        let three = r("libnccl.so", "/x/libnccl.so.3.0.0");
+        assert!(judge(CudaLib::Nccl, 0, Some(&three), None).unwrap_err().contains("NCCL major version 3"));
     }
 
     #[test]

@@ -69,7 +69,9 @@
 //! `CROSSBOW_CUDA_SYNC` (synchronise after each launch, for debugging), and for tests
 //! `CROSSBOW_REQUIRE_GPU` and `CROSSBOW_REQUIRE_NVRTC`. Libraries are found through
 //! `LD_LIBRARY_PATH` by versioned names matching the driver's CUDA version (`libcuda.so.1`,
-//! `libnvrtc.so.13`/`.12`, `libcublas.so.13`/`.12`, `libcudnn.so.9`); a stub, a library
+//! `libnvrtc.so.13`/`.12`, `libcublas.so.13`/`.12`, `libcudnn.so.9`, and `libnccl.so.2` only
+//! when [`nccl`] is asked for, with `CROSSBOW_REQUIRE_NCCL=1` making its tests fail instead
+//! of skipping); a stub, a library
 //! newer than the driver, or another file cudarc would load first is refused with a message
 //! naming the files ([`libs`]).
 //!
@@ -88,6 +90,7 @@ mod common;
 pub use common::*;
 
 pub mod libs;
+pub mod nccl;
 
 mod gpu;
 pub mod launch;

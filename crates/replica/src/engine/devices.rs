@@ -8,7 +8,9 @@ use crossbow_kernels::CpuBackend;
 use crossbow_kernels::cuda::{CudaBackend, CudaDevice};
 use crossbow_tensor::Device;
 
-use crate::error::Result;
+use super::nccl::{AllReduceChoice, NcclAllReduce, NcclOffer};
+use crate::error::{ReplicaError, Result};
+use crate::sync::AllReduce;
 
 /// Makes backends for the engine's devices.
 pub trait DeviceFactory<B: Backend>: Send + Sync {
@@ -37,6 +39,23 @@ pub trait DeviceFactory<B: Backend>: Send + Sync {
     /// iteration's.
     fn synchronous(&self) -> bool {
         true
+    }
+    /// What these devices offer for an NCCL all-reduce (see [`super::nccl`]): by default
+    /// devices that are not GPUs.
+    fn nccl_offer(&self, _world_size: usize) -> NcclOffer {
+        NcclOffer::not_cuda(self.devices().len())
+    }
+    /// An NCCL all-reduce over `backends` (the device backends, in device order) as ranks
+    /// `first_rank ..` of a communicator of `ranks` GPUs identified by `id` (a collective).
+    /// Only called when every rank's [`DeviceFactory::nccl_offer`] allowed it.
+    fn nccl_all_reduce(
+        &self,
+        _backends: &[&B],
+        _id: &crossbow_kernels::cuda::nccl::UniqueId,
+        _first_rank: usize,
+        _ranks: usize,
+    ) -> Result<Box<dyn AllReduce<B>>> {
+        Err(ReplicaError::Config("NCCL sums GPU buffers only; these devices are not GPUs".into()))
     }
 }
 
@@ -109,13 +128,20 @@ fn mem_available(meminfo: &str) -> Option<u64> {
 /// feature, opening a GPU fails with "built without CUDA support".
 pub struct CudaDevices {
     devices: Vec<CudaDevice>,
+    all_reduce: AllReduceChoice,
 }
 
 impl CudaDevices {
     /// Opens the GPUs `ordinals` (compiles or loads the kernels, probes cuDNN).
     pub fn open(ordinals: &[usize]) -> Result<Self> {
         let devices = ordinals.iter().map(|&o| CudaDevice::open(o)).collect::<std::result::Result<Vec<_>, _>>()?;
-        Ok(CudaDevices { devices })
+        Ok(CudaDevices { devices, all_reduce: AllReduceChoice::default() })
+    }
+
+    /// How the GPUs' contributions are summed (`--all-reduce`; default `auto`).
+    pub fn with_all_reduce(mut self, choice: AllReduceChoice) -> Self {
+        self.all_reduce = choice;
+        self
     }
 
     /// One line per device.
@@ -148,6 +174,32 @@ impl DeviceFactory<CudaBackend> for CudaDevices {
     /// 90% of the free device memory when asked (the rest for cuBLAS/cuDNN workspaces).
     fn memory_budget(&self, d: usize) -> Option<u64> {
         self.devices[d].mem_info().ok().map(|m| m.free as u64 / 10 * 9)
+    }
+
+    /// NCCL is loaded here only when it may be used: not for `host`, nor for `auto` with a
+    /// single GPU in a single process (nothing to sum).
+    fn nccl_offer(&self, world_size: usize) -> NcclOffer {
+        let needed = match self.all_reduce {
+            AllReduceChoice::Host => false,
+            AllReduceChoice::Auto => self.devices.len() > 1 || world_size > 1,
+            AllReduceChoice::Nccl => true,
+        };
+        let ready = if needed {
+            crossbow_kernels::cuda::nccl::status().map(|_| ()).map_err(|e| e.to_string())
+        } else {
+            Err("NCCL not needed, not loaded".into())
+        };
+        NcclOffer { choice: self.all_reduce, devices: self.devices.len(), all_cuda: true, ready }
+    }
+
+    fn nccl_all_reduce(
+        &self,
+        backends: &[&CudaBackend],
+        id: &crossbow_kernels::cuda::nccl::UniqueId,
+        first_rank: usize,
+        ranks: usize,
+    ) -> Result<Box<dyn AllReduce<CudaBackend>>> {
+        Ok(Box::new(NcclAllReduce::new(id, first_rank, ranks, backends)?))
     }
 }
 

@@ -18,6 +18,7 @@
 pub mod devices;
 pub mod evaluation;
 pub mod learner;
+pub mod nccl;
 pub mod snapshot;
 pub mod source;
 pub mod step;
@@ -33,6 +34,7 @@ use serde::Serialize;
 pub use devices::{CpuDevices, CudaDevices, DeviceFactory, cpu_memory_budget};
 pub use evaluation::EvalResult;
 pub use learner::Learner;
+pub use nccl::{AllReduceChoice, NcclAllReduce};
 pub use snapshot::{DeviceSnapshot, EngineSnapshot, LearnerSnapshot};
 pub use source::{EvalSource, EvalVisitor, TrainBatch, TrainSource};
 pub use step::IterationRecord;
@@ -225,6 +227,8 @@ impl<B: Backend> Engine<B> {
             engine.next_id = total + world.rank();
             engine.id_stride = world.size();
         }
+        // Host or NCCL, agreed by every rank (may replace `allreduce`; see `nccl`).
+        engine.choose_all_reduce()?;
         engine.learners_changed()?;
         Ok(engine)
     }

@@ -116,8 +116,9 @@ impl<B: Backend> Engine<B> {
         }
         // Then across ranks: the process total (identical on every device now) goes through
         // the host once per process, and every device receives the same global total.
+        // (NCCL's communicator spans every rank's GPUs: its all-reduce above was global.)
         let mut rank_allreduce_seconds = 0.0;
-        if self.world.size() > 1 {
+        if self.world.size() > 1 && !self.allreduce.spans_ranks() {
             let t0 = Instant::now();
             let mut host = vec![0.0f32; len];
             let first = &self.devices[0];
