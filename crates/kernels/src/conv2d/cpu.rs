@@ -2,7 +2,7 @@
 
 use super::{Conv2d, Conv2dGeom};
 use crate::backend::{View, ViewMut};
-use crate::cpu::simd::transpose;
+use crate::cpu::simd::{transpose, transpose_ld};
 use crate::cpu::{CpuBackend, CpuCtx, chunks_mut_n, host_slice, host_slice_mut, split_mut_by, split_ranges};
 use crate::error::Result;
 use crate::gemm::cpu::{Mat, gemm_strided};
@@ -49,14 +49,76 @@ impl Conv2d for CpuBackend {
     }
 }
 
-/// Workspace elements: per thread group one im2col matrix, the transposes the backward-params
-/// pass multiplies (the im2col matrix and `dy` of one image, pixel-major), and a partial weight
-/// and bias gradient (used by the backward-params pass when there is more than one group).
+/// Workspace elements: per thread group one im2col matrix, the buffers of the backward-params
+/// pass (the transposed im2col matrix and `dy` of one image, or a [`Window`]'s buffers), and
+/// a partial weight and bias gradient (used by the backward-params pass when there is more
+/// than one group).
 fn workspace_len(g: &Conv2dGeom, threads: usize) -> usize {
     let groups = threads.min(g.batch).max(1);
     let col = if g.is_pointwise() { 0 } else { g.col_rows() * g.col_cols() };
     let partial = if groups > 1 { g.params_len() } else { 0 };
-    groups * (col + transposes_len(g) + partial)
+    let bwd = Window::of(g).map_or_else(|| transposes_len(g), |win| win.len(g));
+    groups * (col + bwd + partial)
+}
+
+/// The backward-params pass of a stride-1 convolution without im2col ("shifted windows").
+///
+/// The input image is copied once, zero-padded and pixel-major (`xp[(y * wp + x) * c_in + c]`,
+/// `wp = w + 2 * pad_w`), and `dy` pixel-major over the same padded row pitch
+/// (`dyp[(oy * wp + ox) * c_out + co]`, zero for the `wp - ow` columns `ox >= ow`). Then for
+/// kernel row `ki` the im2col matrix restricted to that row is, transposed, a plain window of
+/// `xp`: `X_ki[p, kj * c_in + c] = xp[(p + ki * wp) * c_in + kj * c_in + c]`, rows `c_in`
+/// apart, for the padded pixel index `p = oy * wp + ox`. So
+/// `dW_ki[c_out, kw * c_in] += dyp^T[c_out, P'] * X_ki[P', kw * c_in]` is one GEMM per kernel
+/// row straight from `xp` (both packings read contiguously), and the im2col matrix (`kh * kw`
+/// times the input) is never written, read back or transposed: the copies are of the input
+/// and `dy` alone. The price is the GEMM work on the `wp - ow` padding columns (zeros in
+/// `dyp`), so the path is taken only where that is at most 1/4 of the pixels
+/// (`crossbow bench`: ResNet-20 at batch 16 on one thread ran faster with the 8×8-pixel
+/// layers, 20% padding columns, included than excluded: BENCHMARKS.md §10.1).
+#[derive(Clone, Copy, Debug)]
+struct Window {
+    /// Padded row pitch `w + 2 * pad_w`, in pixels.
+    wp: usize,
+    /// Padded height `h + 2 * pad_h`.
+    hp: usize,
+    /// Padded pixel count of the output, `oh * wp`: the GEMMs' inner dimension.
+    pp: usize,
+}
+
+impl Window {
+    /// The window layout for `g`, or `None` where the im2col path is used: strided and 1×1
+    /// unpadded convolutions (no im2col there either), and shapes where the padding columns
+    /// would add more than 1/4 to the GEMM work.
+    fn of(g: &Conv2dGeom) -> Option<Window> {
+        Window::any_waste(g).filter(|win| (win.wp - g.out_w()) * 4 <= win.wp)
+    }
+
+    /// The window layout for every stride-1 convolution that is not 1×1 unpadded, whatever
+    /// its padding columns cost.
+    fn any_waste(g: &Conv2dGeom) -> Option<Window> {
+        if g.stride_h != 1 || g.stride_w != 1 || g.is_pointwise() {
+            return None;
+        }
+        let (wp, hp) = (g.in_w + 2 * g.pad_w, g.in_h + 2 * g.pad_h);
+        Some(Window { wp, hp, pp: g.out_h() * wp })
+    }
+
+    /// Elements of `xp`: the padded image plus `kw - 1` zero pixels the last window reaches.
+    fn xp_len(&self, g: &Conv2dGeom) -> usize {
+        g.in_channels * (self.hp * self.wp + g.kernel_w - 1)
+    }
+
+    /// Elements of `dyp`.
+    fn dyp_len(&self, g: &Conv2dGeom) -> usize {
+        self.pp * g.out_channels
+    }
+
+    /// Workspace of one thread group: `xp`, `dyp` and the weight gradient in the GEMMs'
+    /// order `[kh, c_out, kw, c_in]`.
+    fn len(&self, g: &Conv2dGeom) -> usize {
+        self.xp_len(g) + self.dyp_len(g) + g.weight_len()
+    }
 }
 
 /// Elements of the backward-params pass's transposes: `col^T[P, K]` and `dy^T[P, c_out]`.
@@ -355,6 +417,126 @@ fn backward_data(ctx: CpuCtx<'_>, g: &Conv2dGeom, dy: &[f32], params: &[f32], dx
 }
 
 fn backward_params(ctx: CpuCtx<'_>, g: &Conv2dGeom, x: &[f32], dy: &[f32], dparams: &mut [f32], ws: &mut [f32]) {
+    match Window::of(g) {
+        Some(win) => backward_params_window(ctx, g, win, x, dy, dparams, ws),
+        None => backward_params_im2col(ctx, g, x, dy, dparams, ws),
+    }
+}
+
+/// Sums `dy` per output channel into `db` (`+=`).
+fn add_bias_grad(g: &Conv2dGeom, dyi: &[f32], db: &mut [f32]) {
+    let k = g.col_cols();
+    for (co, b) in db.iter_mut().enumerate() {
+        *b += dyi[co * k..(co + 1) * k].iter().sum::<f32>();
+    }
+}
+
+/// Adds the per-group partial gradients into `dparams` in group order (deterministic for a
+/// given thread count).
+fn sum_partials(dparams: &mut [f32], outs: &[&mut [f32]]) {
+    if let Some((first, rest)) = outs.split_first() {
+        dparams.copy_from_slice(first);
+        for p in rest {
+            for (d, s) in dparams.iter_mut().zip(p.iter()) {
+                *d += *s;
+            }
+        }
+    }
+}
+
+/// [`backward_params`] through a [`Window`]: no im2col.
+fn backward_params_window(
+    ctx: CpuCtx<'_>,
+    g: &Conv2dGeom,
+    win: Window,
+    x: &[f32],
+    dy: &[f32],
+    dparams: &mut [f32],
+    ws: &mut [f32],
+) {
+    let groups = ctx.groups(g.batch);
+    let ranges = split_ranges(g.batch, groups);
+    let (c, co_n) = (g.in_channels, g.out_channels);
+    let (h, w, oh, ow) = (g.in_h, g.in_w, g.out_h(), g.out_w());
+    let (kh, kw) = (g.kernel_h, g.kernel_w);
+    let (in_img, out_img) = (c * h * w, co_n * oh * ow);
+    let (wp, pp) = (win.wp, win.pp);
+    let (xp_len, dyp_len) = (win.xp_len(g), win.dyp_len(g));
+    let plen = g.params_len();
+    let (bufs, partials) = ws.split_at_mut(groups * win.len(g));
+    let bufs = chunks_mut_n(bufs, groups, win.len(g));
+    let nk = kw * c;
+    let work = |r: std::ops::Range<usize>, buf: &mut [f32], out: &mut [f32]| {
+        let (xp, rest) = buf.split_at_mut(xp_len);
+        let (dyp, dwp) = rest.split_at_mut(dyp_len);
+        // The padding of both stays zero: each image rewrites only the interior.
+        xp.fill(0.0);
+        dyp.fill(0.0);
+        let (dw, db) = out.split_at_mut(g.weight_len());
+        if g.bias {
+            db.fill(0.0);
+        }
+        for (i, n) in r.enumerate() {
+            let xi = &x[n * in_img..(n + 1) * in_img];
+            let dyi = &dy[n * out_img..(n + 1) * out_img];
+            for iy in 0..h {
+                let d0 = ((iy + g.pad_h) * wp + g.pad_w) * c;
+                transpose_ld(&xi[iy * w..], c, w, h * w, &mut xp[d0..d0 + w * c]);
+            }
+            for oy in 0..oh {
+                let d0 = oy * wp * co_n;
+                transpose_ld(&dyi[oy * ow..], co_n, ow, oh * ow, &mut dyp[d0..d0 + ow * co_n]);
+            }
+            for ki in 0..kh {
+                gemm_strided(
+                    ctx.gemm,
+                    co_n,
+                    nk,
+                    pp,
+                    1.0,
+                    Mat { data: dyp, rs: 1, cs: co_n as isize },
+                    Mat { data: &xp[ki * wp * c..], rs: c as isize, cs: 1 },
+                    if i == 0 { 0.0 } else { 1.0 },
+                    &mut dwp[ki * co_n * nk..(ki + 1) * co_n * nk],
+                    nk as isize,
+                    1,
+                );
+            }
+            if g.bias {
+                add_bias_grad(g, dyi, db);
+            }
+        }
+        // dW[co, c, ki, kj] from the GEMMs' order [ki, co, kj, c].
+        for co in 0..co_n {
+            for ch in 0..c {
+                for ki in 0..kh {
+                    for kj in 0..kw {
+                        dw[((co * c + ch) * kh + ki) * kw + kj] = dwp[(ki * co_n + co) * nk + kj * c + ch];
+                    }
+                }
+            }
+        }
+    };
+    if groups == 1 {
+        let buf = bufs.into_iter().next().unwrap_or_default();
+        work(0..g.batch, buf, dparams);
+        return;
+    }
+    let mut outs = chunks_mut_n(partials, groups, plen);
+    let items: Vec<_> = ranges.into_iter().zip(bufs).zip(outs.iter_mut()).collect();
+    ctx.for_each(items, |((r, buf), out)| work(r, buf, out));
+    sum_partials(dparams, &outs);
+}
+
+/// [`backward_params`] through im2col and transposes.
+fn backward_params_im2col(
+    ctx: CpuCtx<'_>,
+    g: &Conv2dGeom,
+    x: &[f32],
+    dy: &[f32],
+    dparams: &mut [f32],
+    ws: &mut [f32],
+) {
     let groups = ctx.groups(g.batch);
     let ranges = split_ranges(g.batch, groups);
     let in_img = g.in_channels * g.in_h * g.in_w;
@@ -402,9 +584,7 @@ fn backward_params(ctx: CpuCtx<'_>, g: &Conv2dGeom, x: &[f32], dy: &[f32], dpara
                 1,
             );
             if g.bias {
-                for (co, b) in db.iter_mut().enumerate() {
-                    *b += dyi[co * k..(co + 1) * k].iter().sum::<f32>();
-                }
+                add_bias_grad(g, dyi, db);
             }
         }
     };
@@ -417,12 +597,30 @@ fn backward_params(ctx: CpuCtx<'_>, g: &Conv2dGeom, x: &[f32], dy: &[f32], dpara
     let mut outs = chunks_mut_n(partials, groups, plen);
     let items: Vec<_> = ranges.into_iter().zip(cols).zip(tbufs).zip(outs.iter_mut()).collect();
     ctx.for_each(items, |(((r, col), tbuf), out)| work(r, col, tbuf, out));
-    dparams.copy_from_slice(&outs[0][..]);
-    for p in &outs[1..] {
-        for (d, s) in dparams.iter_mut().zip(p.iter()) {
-            *d += *s;
-        }
-    }
+    sum_partials(dparams, &outs);
+}
+
+/// The weight and bias gradient of `g` by the window path (taken whatever its padding
+/// columns cost) and by the im2col path, for the tests: `None` where the window path does
+/// not apply (strides above 1, 1×1 unpadded).
+#[cfg(test)]
+pub(crate) fn backward_params_both_paths(
+    be: &CpuBackend,
+    g: &Conv2dGeom,
+    x: &[f32],
+    dy: &[f32],
+) -> Option<(Vec<f32>, Vec<f32>)> {
+    let win = Window::any_waste(g)?;
+    let groups = be.threads().min(g.batch).max(1);
+    let col = g.col_rows() * g.col_cols();
+    let partial = if groups > 1 { g.params_len() } else { 0 };
+    let mut ws = vec![f32::NAN; groups * (col + win.len(g).max(transposes_len(g)) + partial)];
+    let mut a = vec![f32::NAN; g.params_len()];
+    let mut b = vec![f32::NAN; g.params_len()];
+    backward_params_window(be.ctx(), g, win, x, dy, &mut a, &mut ws);
+    ws.fill(f32::NAN);
+    backward_params_im2col(be.ctx(), g, x, dy, &mut b, &mut ws);
+    Some((a, b))
 }
 
 #[cfg(test)]

@@ -5,8 +5,11 @@
 //! `K = c_in*kh*kw`); a 1×1 stride-1 unpadded convolution skips im2col. The batch is split
 //! into as many groups as the backend has threads, each with its own slice of the workspace;
 //! weight gradients are summed per group, then across groups in a fixed order (deterministic
-//! for a given thread count). The backward-params pass transposes the im2col matrix and `dy`
-//! (pixel-major) before its GEMM, so that the GEMM's packing reads both contiguously.
+//! for a given thread count). The backward-params pass of a stride-1 convolution builds no
+//! im2col matrix: it copies the image zero-padded and pixel-major, and `dy` pixel-major, and
+//! runs one GEMM per kernel row straight from windows of that copy (`cpu.rs`, `Window`);
+//! other geometries transpose the im2col matrix and `dy` (pixel-major) before the GEMM, so
+//! that the GEMM's packing reads both contiguously.
 
 pub(crate) mod cpu;
 pub(crate) mod cuda;

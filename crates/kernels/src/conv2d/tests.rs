@@ -267,3 +267,82 @@ proptest! {
         assert_close(&da, &to_f64(&db), Tolerance::new(1e-6, 1e-6), "col2im");
     }
 }
+
+/// The weight and bias gradient in f64 straight from the definition (a sum over images and
+/// output pixels of `dy * x`), independent of the forward reference.
+#[cfg(test)]
+fn dparams_ref(g: &Conv2dGeom, x: &[f64], dy: &[f64]) -> Vec<f64> {
+    let (oh, ow) = (g.out_h(), g.out_w());
+    let mut d = vec![0.0; g.params_len()];
+    for n in 0..g.batch {
+        for co in 0..g.out_channels {
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    let v = dy[((n * g.out_channels + co) * oh + oy) * ow + ox];
+                    if g.bias {
+                        d[g.weight_len() + co] += v;
+                    }
+                    for ci in 0..g.in_channels {
+                        for ki in 0..g.kernel_h {
+                            for kj in 0..g.kernel_w {
+                                let iy = (oy * g.stride_h + ki) as isize - g.pad_h as isize;
+                                let ix = (ox * g.stride_w + kj) as isize - g.pad_w as isize;
+                                if iy < 0 || ix < 0 || iy >= g.in_h as isize || ix >= g.in_w as isize {
+                                    continue;
+                                }
+                                let xv = x[((n * g.in_channels + ci) * g.in_h + iy as usize) * g.in_w + ix as usize];
+                                d[((co * g.in_channels + ci) * g.kernel_h + ki) * g.kernel_w + kj] += v * xv;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    d
+}
+
+#[cfg(test)]
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    /// The backward-params window path (no im2col) and the im2col path both match the f64
+    /// gradient, on stride-1 shapes with rectangular kernels, unequal padding, odd sizes and
+    /// channel counts around the 8-wide transpose blocks, with 1-3 threads and both GEMM
+    /// crates.
+    #[test]
+    fn backward_params_window_matches_the_reference_and_im2col(
+        n in 1usize..4, ci in 1usize..20, h in 1usize..20, w in 1usize..20, co in 1usize..20,
+        kh in 1usize..6, kw in 1usize..6, ph in 0usize..3, pw in 0usize..3, bias in any::<bool>(),
+        threads in 1usize..4, gemm_crate in any::<bool>(), seed in any::<u64>(),
+    ) {
+        let g = Conv2dGeom {
+            batch: n, in_channels: ci, in_h: h, in_w: w, out_channels: co, kernel_h: kh, kernel_w: kw,
+            stride_h: 1, stride_w: 1, pad_h: ph, pad_w: pw, bias,
+        };
+        prop_assume!(g.validate().is_ok() && !g.is_pointwise());
+        let be = CpuBackend::with_threads(0, threads).unwrap();
+        let be = if gemm_crate { be.with_gemm(crate::CpuGemm::Gemm) } else { be };
+        let x = random_vec(seed, g.input_len(), 1.0);
+        let dy = random_vec(seed ^ 9, g.output_len(), 1.0);
+        let want = dparams_ref(&g, &to_f64(&x), &to_f64(&dy));
+        let (window, im2col) = super::cpu::backward_params_both_paths(&be, &g, &x, &dy).unwrap();
+        assert_close(&window, &want, Tolerance::new(1e-4, 1e-4), &format!("window {g:?}"));
+        assert_close(&im2col, &want, Tolerance::new(1e-4, 1e-4), &format!("im2col {g:?}"));
+    }
+
+    /// A negative control for the test above: the f64 gradient of a shifted input (one pixel
+    /// to the right) differs from the window path's, so an off-by-one in the window offsets
+    /// would be seen.
+    #[test]
+    fn backward_params_check_sees_a_shifted_input(seed in any::<u64>()) {
+        let g = Conv2dGeom::square(2, 3, (9, 9), 4, 3, 1, 1, false);
+        let x = random_vec(seed, g.input_len(), 1.0);
+        let dy = random_vec(seed ^ 9, g.output_len(), 1.0);
+        let mut shifted = to_f64(&x);
+        shifted.rotate_right(1);
+        let wrong = dparams_ref(&g, &shifted, &to_f64(&dy));
+        let (window, _) = super::cpu::backward_params_both_paths(&CpuBackend::new(0), &g, &x, &dy).unwrap();
+        let worst = window.iter().zip(&wrong).map(|(a, b)| (*a as f64 - b).abs()).fold(0.0, f64::max);
+        prop_assert!(worst > 1e-2, "a shifted input went unnoticed (max difference {worst})");
+    }
+}

@@ -50,29 +50,36 @@ pub(crate) fn has_avx2() -> bool {
 /// transpose of `src` (`[rows, cols]`). The AVX path where the CPU has it, else the portable
 /// one.
 pub(crate) fn transpose(src: &[f32], rows: usize, cols: usize, dst: &mut [f32]) {
-    assert!(src.len() >= rows * cols && dst.len() >= rows * cols, "transpose: operands too short");
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        // SAFETY: the CPU has AVX (checked just above) and both slices hold rows * cols
-        // elements (asserted above).
-        unsafe { transpose_avx(src, rows, cols, dst) };
-        return;
-    }
-    transpose_portable(src, rows, cols, dst);
+    transpose_ld(src, rows, cols, cols, dst)
 }
 
-/// [`transpose`] in plain Rust, in 16×16 tiles: each tile reads whole cache lines of `src`
+/// [`transpose`] of a `[rows, cols]` block whose rows lie `ld` floats apart in `src`
+/// (`ld >= cols`): `dst[c * rows + r] = src[r * ld + c]`.
+pub(crate) fn transpose_ld(src: &[f32], rows: usize, cols: usize, ld: usize, dst: &mut [f32]) {
+    let need = if rows == 0 || cols == 0 { 0 } else { (rows - 1) * ld + cols };
+    assert!(ld >= cols && src.len() >= need && dst.len() >= rows * cols, "transpose: operands too short");
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: the CPU has AVX (checked just above); `src` holds every element
+        // `r * ld + c` for r < rows, c < cols and `dst` holds rows * cols (asserted above).
+        unsafe { transpose_avx(src, rows, cols, ld, dst) };
+        return;
+    }
+    transpose_portable(src, rows, cols, ld, dst);
+}
+
+/// [`transpose_ld`] in plain Rust, in 16×16 tiles: each tile reads whole cache lines of `src`
 /// row by row and writes 16 lines of `dst` that stay in L1 while it fills them. (Reading a
-/// tile column by column instead has a stride of `cols` floats, 4 KiB for a 32×32-pixel
+/// tile column by column instead has a stride of `ld` floats, 4 KiB for a 32×32-pixel
 /// plane: every load of a tile then falls into the same L1 set.)
-pub(crate) fn transpose_portable(src: &[f32], rows: usize, cols: usize, dst: &mut [f32]) {
+pub(crate) fn transpose_portable(src: &[f32], rows: usize, cols: usize, ld: usize, dst: &mut [f32]) {
     const T: usize = 16;
     for r0 in (0..rows).step_by(T) {
         let r1 = (r0 + T).min(rows);
         for c0 in (0..cols).step_by(T) {
             let c1 = (c0 + T).min(cols);
             for r in r0..r1 {
-                let srow = &src[r * cols + c0..r * cols + c1];
+                let srow = &src[r * ld + c0..r * ld + c1];
                 for (j, &v) in srow.iter().enumerate() {
                     dst[(c0 + j) * rows + r] = v;
                 }
@@ -81,14 +88,15 @@ pub(crate) fn transpose_portable(src: &[f32], rows: usize, cols: usize, dst: &mu
     }
 }
 
-/// [`transpose`] with AVX: 8×8 blocks transposed in registers (8 loads, 24 shuffles, 8
+/// [`transpose_ld`] with AVX: 8×8 blocks transposed in registers (8 loads, 24 shuffles, 8
 /// stores per 64 elements), the ragged edges with the portable loop.
 ///
 /// # Safety
-/// The CPU has AVX, and `src` and `dst` hold at least `rows * cols` elements.
+/// The CPU has AVX, `ld >= cols`, `src` holds every element `r * ld + c` (r < rows,
+/// c < cols) and `dst` at least `rows * cols` elements.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx")]
-pub(crate) unsafe fn transpose_avx(src: &[f32], rows: usize, cols: usize, dst: &mut [f32]) {
+pub(crate) unsafe fn transpose_avx(src: &[f32], rows: usize, cols: usize, ld: usize, dst: &mut [f32]) {
     use std::arch::x86_64::*;
     let (r8, c8) = (rows / 8 * 8, cols / 8 * 8);
     let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
@@ -99,10 +107,10 @@ pub(crate) unsafe fn transpose_avx(src: &[f32], rows: usize, cols: usize, dst: &
         for r0 in (0..r8).step_by(8) {
             for c0 in (cb..cend).step_by(8) {
                 // SAFETY: r0 + 8 <= rows and c0 + 8 <= cols, so every load reads
-                // src[(r0 + i) * cols + c0 .. + 8] and every store writes
-                // dst[(c0 + i) * rows + r0 .. + 8], all within rows * cols elements.
+                // src[(r0 + i) * ld + c0 .. + 8] and every store writes
+                // dst[(c0 + i) * rows + r0 .. + 8], all within the operands (see # Safety).
                 unsafe {
-                    let l = |i: usize| _mm256_loadu_ps(s.add((r0 + i) * cols + c0));
+                    let l = |i: usize| _mm256_loadu_ps(s.add((r0 + i) * ld + c0));
                     let (a0, a1, a2, a3, a4, a5, a6, a7) = (l(0), l(1), l(2), l(3), l(4), l(5), l(6), l(7));
                     let t0 = _mm256_unpacklo_ps(a0, a1);
                     let t1 = _mm256_unpackhi_ps(a0, a1);
@@ -136,12 +144,12 @@ pub(crate) unsafe fn transpose_avx(src: &[f32], rows: usize, cols: usize, dst: &
     // The ragged edges: the rows below r8 (every column), and the columns right of c8.
     for r in r8..rows {
         for c in 0..cols {
-            dst[c * rows + r] = src[r * cols + c];
+            dst[c * rows + r] = src[r * ld + c];
         }
     }
     for r in 0..r8 {
         for c in c8..cols {
-            dst[c * rows + r] = src[r * cols + c];
+            dst[c * rows + r] = src[r * ld + c];
         }
     }
 }
@@ -160,14 +168,19 @@ pub(crate) fn test_vectors() -> Vec<Vec<f32>> {
 mod tests {
     use super::*;
 
-    fn reference(src: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    fn reference(src: &[f32], rows: usize, cols: usize, ld: usize) -> Vec<f32> {
         let mut d = vec![f32::NAN; rows * cols];
         for r in 0..rows {
             for c in 0..cols {
-                d[c * rows + r] = src[r * cols + c];
+                d[c * rows + r] = src[r * ld + c];
             }
         }
         d
+    }
+
+    /// The leading dimensions each shape is tried with: the packed one and two wider ones.
+    fn lds(c: usize) -> [usize; 3] {
+        [c, c + 1, c + 9]
     }
 
     /// Shapes with every remainder of 8 and 16 on both sides, and the conv shapes (K x P).
@@ -184,10 +197,12 @@ mod tests {
     #[test]
     fn portable_transpose_is_exact() {
         for (r, c) in shapes() {
-            let src: Vec<f32> = (0..r * c).map(|i| i as f32 * 0.5 - 7.0).collect();
-            let mut d = vec![f32::NAN; r * c];
-            transpose_portable(&src, r, c, &mut d);
-            assert_eq!(d, reference(&src, r, c), "{r}x{c}");
+            for ld in lds(c) {
+                let src: Vec<f32> = (0..r * ld).map(|i| i as f32 * 0.5 - 7.0).collect();
+                let mut d = vec![f32::NAN; r * c];
+                transpose_portable(&src, r, c, ld, &mut d);
+                assert_eq!(d, reference(&src, r, c, ld), "{r}x{c} ld {ld}");
+            }
         }
     }
 
@@ -198,11 +213,14 @@ mod tests {
             return;
         }
         for (r, c) in shapes() {
-            let src: Vec<f32> = (0..r * c).map(|i| i as f32 * 0.5 - 7.0).collect();
-            let mut d = vec![f32::NAN; r * c];
-            // SAFETY: the CPU has AVX2 (checked above); both slices hold r * c elements.
-            unsafe { transpose_avx(&src, r, c, &mut d) };
-            assert_eq!(d, reference(&src, r, c), "{r}x{c}");
+            for ld in lds(c) {
+                let src: Vec<f32> = (0..r * ld).map(|i| i as f32 * 0.5 - 7.0).collect();
+                let mut d = vec![f32::NAN; r * c];
+                // SAFETY: the CPU has AVX2 (checked above); `src` holds r * ld >= the
+                // block's extent and `d` r * c elements.
+                unsafe { transpose_avx(&src, r, c, ld, &mut d) };
+                assert_eq!(d, reference(&src, r, c, ld), "{r}x{c} ld {ld}");
+            }
         }
     }
 }
