@@ -244,7 +244,8 @@ mod bench_cli {
         /// Batch sizes per learner
         #[arg(long, value_delimiter = ',', default_value = "16,32,128")]
         pub batch_size: Vec<usize>,
-        /// Learners per device to measure
+        /// Learners per device to measure (under mpirun/srun: on each device of every rank,
+        /// all ranks training together)
         #[arg(long, value_delimiter = ',', default_value = "1")]
         pub learners: Vec<usize>,
         /// auto | cpu | cpu:N | cuda | cuda:0,1
@@ -259,15 +260,19 @@ mod bench_cli {
         /// Unmeasured iterations first
         #[arg(long, default_value_t = 3)]
         pub warmup: usize,
-        /// Also run the auto-tuner from one learner and report what it picks
+        /// Also run the auto-tuner from one learner and report what it picks (one process only)
         #[arg(long)]
         pub tuner: bool,
         /// Most learners per device the tuner may use
         #[arg(long, default_value_t = 6)]
         pub max_learners: usize,
-        /// Write the rows as JSON to this file
+        /// Write the rows as JSON to this file (under mpirun/srun: rank 0 writes it)
         #[arg(long)]
         pub json: Option<PathBuf>,
+        /// Under mpirun/srun: seconds a collective between ranks may take before the job
+        /// stops, naming the ranks that never reached it [default: 60]
+        #[arg(long, value_name = "SECONDS")]
+        pub mpi_timeout: Option<f64>,
     }
 }
 
@@ -368,21 +373,32 @@ fn run(cli: Cli, registry: &SyncRegistry) -> Result<(), CliError> {
             models_cmd::print(&models_cmd::table(&models, a.batch_size)?);
             Ok(())
         }
-        Command::Bench(a) => crate::bench::run_cli(
-            registry,
-            &a.sync,
-            &a.sync_opt.iter().fold(SyncOptions::new(), |o, (k, v)| o.option(k, v)),
-            &a.model,
-            &a.batch_size,
-            &a.learners,
-            &a.devices,
-            a.threads,
-            a.iterations,
-            a.warmup,
-            a.tuner,
-            a.max_learners,
-            a.json.as_deref(),
-        ),
+        Command::Bench(a) => {
+            // Under mpirun/srun every rank measures together (a collective); a rank that
+            // fails stops the others.
+            crate::bench::tuner_alone(a.tuner)?;
+            let world = crate::processes::World::start(a.mpi_timeout)?;
+            let result = crate::bench::run_cli(
+                registry,
+                &a.sync,
+                &a.sync_opt.iter().fold(SyncOptions::new(), |o, (k, v)| o.option(k, v)),
+                &a.model,
+                &a.batch_size,
+                &a.learners,
+                &a.devices,
+                a.threads,
+                a.iterations,
+                a.warmup,
+                a.tuner,
+                a.max_learners,
+                a.json.as_deref(),
+                std::sync::Arc::clone(&world.group),
+            );
+            if let Err(e) = &result {
+                world.stop_all(&format!("error: {e}"), e.exit_code() as u8);
+            }
+            result
+        }
         Command::Experiment(ExperimentCmd::Tta(a)) => experiment::run_tta(&a, registry),
     }
 }

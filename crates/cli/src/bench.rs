@@ -1,13 +1,21 @@
 //! `crossbow bench`: training throughput per model, batch size and learner count, measured in
 //! one process so the configurations can be compared; optionally, what the auto-tuner picks.
+//!
+//! Under `mpirun`/`srun` with several ranks (feature `mpi`) every rank joins the job and each
+//! measured engine is one engine of all ranks ([`Engine::in_world`]: the global learner count,
+//! one all-reduce per process and iteration); the row is the job's: its images over the
+//! measured iterations (every rank's, [`crossbow_replica::engine::IterationRecord::images`]),
+//! divided by the slowest rank's time between the same iterations, plus the all-reduce time
+//! between ranks. Rank 0 alone prints and writes `--json`.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use crossbow_kernels::Backend;
 use crossbow_kernels::optim::SgdConfig;
 use crossbow_replica::engine::{AutoTuner, DeviceFactory, Engine, EngineConfig, TrainBatch};
 use crossbow_replica::sync::HostAllReduce;
-use crossbow_replica::{Graph, ModelKind, Schedule, Synchroniser};
+use crossbow_replica::{Graph, ModelKind, ProcessGroup, Schedule, Solo, Synchroniser};
 use crossbow_tensor::Rng;
 use crossbow_tuner::TunerConfig;
 use serde::Serialize;
@@ -31,10 +39,16 @@ impl TrainBatch for MemBatch {
     }
 }
 
-/// Random batches for `graph` (deterministic).
+/// Random batches for `graph` (deterministic): those of learners `0..count`.
 pub fn random_batches(graph: &Graph, batch: usize, count: usize) -> Vec<MemBatch> {
+    random_batches_from(graph, batch, 0, count)
+}
+
+/// Random batches of learners `from..from + count` in the global order (a rank's learners
+/// follow the other ranks' learners, so every rank's batches differ).
+pub fn random_batches_from(graph: &Graph, batch: usize, from: usize, count: usize) -> Vec<MemBatch> {
     let per: usize = graph.input_shape().dims().iter().product();
-    (0..count)
+    (from..from + count)
         .map(|j| {
             let mut r = Rng::new(j as u64 + 1);
             let x = (0..batch * per).map(|_| r.uniform_range(-1.0, 1.0)).collect();
@@ -51,16 +65,54 @@ pub struct BenchRow {
     pub model: String,
     /// Batch size per learner.
     pub batch: usize,
-    /// Learners on each device.
+    /// Learners on each device (of every rank).
     pub learners_per_device: usize,
-    /// Number of devices.
+    /// Number of devices (of each rank).
     pub devices: usize,
-    /// Training throughput over the measured iterations, images per second (all learners).
+    /// Processes (MPI ranks) that trained together; 1 without a launcher.
+    pub ranks: usize,
+    /// Learners of all ranks together (the synchroniser's `k`).
+    pub learners_total: usize,
+    /// Training throughput over the measured iterations, images per second (all learners of
+    /// all ranks).
     pub images_per_sec: f64,
+    /// Images trained over the measured iterations by all learners of all ranks.
+    pub images: usize,
     /// Iterations measured (warm-up excluded).
     pub iterations: usize,
-    /// Wall time of the measured iterations, in seconds.
+    /// Wall time of the measured iterations, in seconds (with several ranks: the slowest
+    /// rank's, between the same iterations).
     pub seconds: f64,
+    /// With several ranks, the all-reduce between ranks in each measured iteration
+    /// (download, MPI, upload, waiting for the slowest rank included): median and mean
+    /// seconds over the iterations and the ranks. `None` for one process.
+    pub rank_allreduce: Option<RankAllReduce>,
+}
+
+/// The per-iteration all-reduce between ranks of a measured configuration.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct RankAllReduce {
+    /// Median over every rank's measured iterations, seconds.
+    pub median_seconds: f64,
+    /// Mean over every rank's measured iterations, seconds.
+    pub mean_seconds: f64,
+    /// Number of timings (iterations x ranks).
+    pub count: usize,
+    /// Bytes summed across ranks each iteration (the model's parameters, f32).
+    pub bytes: usize,
+}
+
+/// Median and mean of `t` (0 for none).
+pub fn median_mean(t: &[f64]) -> (f64, f64) {
+    let mut s = t.to_vec();
+    s.sort_by(f64::total_cmp);
+    let median = s.get(s.len() / 2).copied().unwrap_or(0.0);
+    (median, s.iter().sum::<f64>() / s.len().max(1) as f64)
+}
+
+/// Every rank's measured time in nanoseconds (gathered) as the job's seconds: the slowest rank's.
+pub fn job_seconds(rank_nanos: &[u64]) -> f64 {
+    rank_nanos.iter().copied().max().unwrap_or(0) as f64 * 1e-9
 }
 
 fn engine<B: Backend>(
@@ -69,6 +121,7 @@ fn engine<B: Backend>(
     factory: Box<dyn DeviceFactory<B>>,
     sync: Box<dyn Synchroniser<B>>,
     m: usize,
+    world: Arc<dyn ProcessGroup>,
 ) -> Result<Engine<B>, CliError> {
     let n = factory.devices().len();
     let cfg = EngineConfig {
@@ -78,11 +131,11 @@ fn engine<B: Backend>(
         seed: 1,
         eval_batch_size: 100,
     };
-    Ok(Engine::new(graph.clone(), cfg, factory, sync, Box::new(HostAllReduce), &vec![m; n])?)
+    Ok(Engine::in_world(graph.clone(), cfg, factory, sync, Box::new(HostAllReduce), &vec![m; n], world)?)
 }
 
 /// Measures `iterations` training iterations (after `warmup`) with `m` learners per device,
-/// synchronised by `sync`.
+/// synchronised by `sync`, in one process.
 #[allow(clippy::too_many_arguments)]
 pub fn measure<B: Backend>(
     model: ModelKind,
@@ -94,27 +147,65 @@ pub fn measure<B: Backend>(
     warmup: usize,
     iterations: usize,
 ) -> Result<BenchRow, CliError> {
+    measure_in(model, graph, batch, m, factory, sync, warmup, iterations, Arc::new(Solo))
+}
+
+/// [`measure`] as one rank of `world` (a collective: every rank calls it with the same
+/// arguments; `m` learners on each device of every rank). Every rank returns the same row,
+/// the job's.
+#[allow(clippy::too_many_arguments)]
+pub fn measure_in<B: Backend>(
+    model: ModelKind,
+    graph: &Graph,
+    batch: usize,
+    m: usize,
+    factory: Box<dyn DeviceFactory<B>>,
+    sync: Box<dyn Synchroniser<B>>,
+    warmup: usize,
+    iterations: usize,
+    world: Arc<dyn ProcessGroup>,
+) -> Result<BenchRow, CliError> {
     let n = factory.devices().len();
-    let mut e = engine(graph, batch, factory, sync, m)?;
-    let k = m * n;
-    let batches = random_batches(graph, batch, k);
+    let mut e = engine(graph, batch, factory, sync, m, Arc::clone(&world))?;
+    let batches = random_batches_from(graph, batch, e.learner_offset(), e.learners());
     for _ in 0..warmup {
         e.step(batches.clone(), 1 << 30)?;
     }
+    // Every step is a collective, so every rank's clock runs between the same iterations.
     let t = Instant::now();
     let mut images = 0;
+    let mut allreduce = Vec::with_capacity(iterations);
     for _ in 0..iterations {
-        images += e.step(batches.clone(), 1 << 30)?.images;
+        let rec = e.step(batches.clone(), 1 << 30)?;
+        images += rec.images;
+        allreduce.push(rec.rank_allreduce_seconds);
     }
-    let secs = t.elapsed().as_secs_f64();
+    let mut secs = t.elapsed().as_secs_f64();
+    let ranks = world.size();
+    let mut rank_allreduce = None;
+    if ranks > 1 {
+        secs = job_seconds(&world.all_gather_u64((secs * 1e9) as u64)?);
+        // Every rank's timings, gathered as nanoseconds.
+        let mut all = vec![];
+        for &s in &allreduce {
+            all.extend(world.all_gather_u64((s * 1e9) as u64)?.into_iter().map(|ns| ns as f64 * 1e-9));
+        }
+        let (median_seconds, mean_seconds) = median_mean(&all);
+        rank_allreduce =
+            Some(RankAllReduce { median_seconds, mean_seconds, count: all.len(), bytes: 4 * graph.param_len });
+    }
     Ok(BenchRow {
         model: model.to_string(),
         batch,
         learners_per_device: m,
         devices: n,
+        ranks,
+        learners_total: e.world_learners(),
         images_per_sec: images as f64 / secs,
+        images,
         iterations,
         seconds: secs,
+        rank_allreduce,
     })
 }
 
@@ -148,7 +239,7 @@ pub fn tune<B: Backend>(
     max_iterations: usize,
 ) -> Result<TunerRow, CliError> {
     let n = factory.devices().len();
-    let mut e = engine(graph, batch, factory, sync, 1)?;
+    let mut e = engine(graph, batch, factory, sync, 1, Arc::new(Solo))?;
     let tc = TunerConfig { max_learners, ..TunerConfig::default() };
     let mut t = AutoTuner::new(&e, tc, true)?;
     let pool = random_batches(graph, batch, max_learners * n);
@@ -186,6 +277,10 @@ pub fn tune<B: Backend>(
 /// `crossbow bench`: every (model, batch, learners) configuration in one process, then the
 /// tuner's pick per (model, batch); prints markdown tables and optionally writes JSON. Every
 /// engine is synchronised by `registry`'s synchroniser `sync` made from `sync_options`.
+/// With several ranks in `world` (a collective: every rank calls it with the same arguments)
+/// each configuration is measured by all ranks together, `learners` counting the learners on
+/// each device of every rank; rank 0 alone prints and writes `json`. `with_tuner` is refused
+/// with several ranks.
 #[allow(clippy::too_many_arguments)]
 pub fn run_cli(
     registry: &SyncRegistry,
@@ -201,6 +296,7 @@ pub fn run_cli(
     with_tuner: bool,
     max_learners: usize,
     json: Option<&std::path::Path>,
+    world: Arc<dyn ProcessGroup>,
 ) -> Result<(), CliError> {
     use crate::train::{Hardware, resolve_hardware};
     let models: Vec<ModelKind> = if models.is_empty() {
@@ -214,16 +310,33 @@ pub fn run_cli(
     if batches.contains(&0) || learners.contains(&0) || iterations == 0 || max_learners == 0 {
         return Err(CliError::usage("--batch-size, --learners, --iterations and --max-learners must be at least 1"));
     }
+    let ranks = world.size();
+    if with_tuner && ranks > 1 {
+        return Err(CliError::usage(tuner_refusal(ranks)));
+    }
     let spec: crossbow_tensor::DeviceSpec =
         devices.parse().map_err(|e: String| CliError::usage(format!("--devices: {e}")))?;
     // Checks the synchroniser and its options before measuring anything.
     let sync_name = registry.build(sync, sync_options)?.cpu().name().to_string();
-    let hw = resolve_hardware(&spec, threads, &mut |l| eprintln!("{l}"))?;
-    eprintln!("sync {sync_name}");
+    let lead = world.rank() == 0;
+    let hw = resolve_hardware(&spec, threads, &mut |l| {
+        if lead {
+            eprintln!("{l}")
+        }
+    })?;
     let mut rows = vec![];
     let mut tuned = vec![];
-    println!("| model | batch | learners/device | devices | images/s | vs 1 learner |");
-    println!("|---|---:|---:|---|---:|---:|");
+    if lead {
+        eprintln!("sync {sync_name}");
+        if ranks > 1 {
+            eprintln!(
+                "{}: each configuration is measured by all {ranks} ranks together, its learners per device \
+                 on every device of every rank",
+                world.describe()
+            );
+        }
+        println!("{}", table_header(ranks));
+    }
     for &model in &models {
         let (input, classes) = crate::models_cmd::default_input(model);
         let graph = model.build(&input, classes)?;
@@ -231,7 +344,7 @@ pub fn run_cli(
             let mut base = None;
             for &m in learners {
                 let row = match &hw {
-                    Hardware::Cpu { count, threads } => measure(
+                    Hardware::Cpu { count, threads } => measure_in(
                         model,
                         &graph,
                         b,
@@ -240,6 +353,7 @@ pub fn run_cli(
                         registry.build(sync, sync_options)?.cpu(),
                         warmup,
                         iterations,
+                        Arc::clone(&world),
                     )?,
                     Hardware::Cuda { ordinals } => crate::gpu::measure_cuda(
                         model,
@@ -250,18 +364,13 @@ pub fn run_cli(
                         registry.build(sync, sync_options)?.gpu(),
                         warmup,
                         iterations,
+                        Arc::clone(&world),
                     )?,
                 };
                 let b0 = *base.get_or_insert(row.images_per_sec);
-                println!(
-                    "| {} | {} | {} | {} | {:.1} | {:.2}x |",
-                    row.model,
-                    row.batch,
-                    row.learners_per_device,
-                    hw_name(&hw),
-                    row.images_per_sec,
-                    row.images_per_sec / b0
-                );
+                if lead {
+                    println!("{}", table_line(&row, &hw_name(&hw), b0));
+                }
                 rows.push(row);
             }
             if with_tuner {
@@ -297,12 +406,73 @@ pub fn run_cli(
             }
         }
     }
-    if let Some(p) = json {
-        let body = serde_json::json!({ "rows": rows, "tuner": tuned });
+    if let Some(p) = json
+        && lead
+    {
+        let body = serde_json::json!({ "ranks": ranks, "rows": rows, "tuner": tuned });
         std::fs::write(p, serde_json::to_string_pretty(&body).map_err(CliError::run)?)
             .map_err(|e| CliError::usage(format!("--json {}: {e}", p.display())))?;
     }
     Ok(())
+}
+
+/// Refuses `--tuner` (`with_tuner`) when a launcher started this process as one of several
+/// ranks, before joining the MPI job (so no rank waits for another).
+pub fn tuner_alone(with_tuner: bool) -> Result<(), CliError> {
+    let launch = crossbow_dist::detect().map_err(|e| CliError::usage(format!("launcher environment: {e}")))?;
+    match launch {
+        Some(l) if with_tuner && l.size > 1 => Err(crate::explore::refusal_of_rank(l.rank, tuner_refusal(l.size))),
+        _ => Ok(()),
+    }
+}
+
+/// Why `--tuner` is refused with `ranks` processes.
+pub fn tuner_refusal(ranks: usize) -> String {
+    format!(
+        "--tuner with {ranks} ranks: the bench's tuner run measures one process; run `crossbow bench --tuner` \
+         as one process, or tune across ranks with `mpirun -np {ranks} crossbow train --learners-per-device auto`"
+    )
+}
+
+/// The table's header (two lines): one process, or `ranks` of them with the learners of all
+/// ranks and the all-reduce between ranks.
+pub fn table_header(ranks: usize) -> String {
+    if ranks > 1 {
+        "| model | batch | learners/device | devices per rank | ranks | learners in all | images/s (job) | vs 1 learner | all-reduce between ranks, median ms |\n\
+         |---|---:|---:|---|---:|---:|---:|---:|---:|"
+            .to_string()
+    } else {
+        "| model | batch | learners/device | devices | images/s | vs 1 learner |\n|---|---:|---:|---|---:|---:|"
+            .to_string()
+    }
+}
+
+/// One row of the table; `base` is the images/s of the first learner count of its
+/// (model, batch).
+pub fn table_line(row: &BenchRow, hw: &str, base: f64) -> String {
+    match &row.rank_allreduce {
+        Some(a) if row.ranks > 1 => format!(
+            "| {} | {} | {} | {} | {} | {} | {:.1} | {:.2}x | {:.3} |",
+            row.model,
+            row.batch,
+            row.learners_per_device,
+            hw,
+            row.ranks,
+            row.learners_total,
+            row.images_per_sec,
+            row.images_per_sec / base,
+            1e3 * a.median_seconds
+        ),
+        _ => format!(
+            "| {} | {} | {} | {} | {:.1} | {:.2}x |",
+            row.model,
+            row.batch,
+            row.learners_per_device,
+            hw,
+            row.images_per_sec,
+            row.images_per_sec / base
+        ),
+    }
 }
 
 fn hw_name(hw: &crate::train::Hardware) -> String {
@@ -311,5 +481,80 @@ fn hw_name(hw: &crate::train::Hardware) -> String {
         crate::train::Hardware::Cuda { ordinals } => {
             format!("cuda:{}", ordinals.iter().map(|o| o.to_string()).collect::<Vec<_>>().join(","))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_and_mean() {
+        assert_eq!(median_mean(&[3.0, 1.0, 2.0]), (2.0, 2.0));
+        assert_eq!(median_mean(&[4.0, 1.0, 2.0, 1.0]), (2.0, 2.0));
+        assert_eq!(median_mean(&[]), (0.0, 0.0));
+    }
+
+    #[test]
+    fn the_job_takes_the_slowest_ranks_time() {
+        assert_eq!(job_seconds(&[1_000_000_000, 3_000_000_000, 2_000_000_000]), 3.0);
+        assert_eq!(job_seconds(&[]), 0.0);
+    }
+
+    fn row(ranks: usize) -> BenchRow {
+        BenchRow {
+            model: "lenet5".into(),
+            batch: 16,
+            learners_per_device: 1,
+            devices: 1,
+            ranks,
+            learners_total: ranks,
+            images_per_sec: 100.0,
+            images: 96,
+            iterations: 3,
+            seconds: 0.96,
+            rank_allreduce: (ranks > 1).then_some(RankAllReduce {
+                median_seconds: 0.002,
+                mean_seconds: 0.003,
+                count: 6,
+                bytes: 4,
+            }),
+        }
+    }
+
+    #[test]
+    fn rows_have_the_headers_columns() {
+        for ranks in [1, 2] {
+            let header = table_header(ranks);
+            let line = table_line(&row(ranks), "cpu:1", 50.0);
+            let cols = |l: &str| l.matches('|').count();
+            for h in header.lines() {
+                assert_eq!(cols(h), cols(&line), "{header}\n{line}");
+            }
+            assert!(line.contains("2.00x"), "{line}");
+        }
+        assert!(table_line(&row(2), "cpu:1", 50.0).ends_with("| 2.000 |"));
+        assert!(!table_header(1).contains("ranks"));
+    }
+
+    #[test]
+    fn the_tuner_refusal_names_the_flag_and_the_ranks() {
+        let m = tuner_refusal(3);
+        assert!(m.contains("--tuner") && m.contains("3 ranks") && m.contains("one process"), "{m}");
+    }
+
+    #[test]
+    fn one_process_measures_its_own_learners_images() {
+        let model = ModelKind::LeNet5;
+        let (input, classes) = crate::models_cmd::default_input(model);
+        let graph = model.build(&input, classes).unwrap();
+        let devices = Box::new(crossbow_replica::engine::CpuDevices { count: 1, threads: 1 });
+        let sync: Box<dyn Synchroniser<crossbow_kernels::CpuBackend>> =
+            Box::new(crossbow_replica::sync::Independent::default());
+        let r = measure(model, &graph, 4, 2, devices, sync, 1, 3).unwrap();
+        // 2 learners x 4 images x 3 measured iterations (the warm-up is not counted).
+        assert_eq!((r.images, r.ranks, r.learners_total), (24, 1, 2));
+        assert!(r.rank_allreduce.is_none());
+        assert!((r.images_per_sec - 24.0 / r.seconds).abs() < 1e-9);
     }
 }

@@ -6,7 +6,7 @@ use crossbow_kernels::cuda::{self, CudaBackend};
 use crossbow_replica::engine::CudaDevices;
 use crossbow_replica::{Graph, ModelKind, Synchroniser};
 
-use crate::bench::{BenchRow, TunerRow, measure, tune};
+use crate::bench::{BenchRow, TunerRow, measure_in, tune};
 use crate::config::TrainConfig;
 use crate::error::CliError;
 use crate::report::{Reporter, Summary};
@@ -62,7 +62,8 @@ pub fn train_cuda(
     train_with_options(cfg, data, graph, Box::new(devs), sync, r, opts)
 }
 
-/// Measures throughput on GPUs with `sync`.
+/// Measures throughput on GPUs with `sync`, as one rank of `world` (see
+/// [`crate::bench::measure_in`]).
 #[allow(clippy::too_many_arguments)]
 pub fn measure_cuda(
     m: ModelKind,
@@ -73,8 +74,9 @@ pub fn measure_cuda(
     sync: Box<dyn Synchroniser<CudaBackend>>,
     warmup: usize,
     iters: usize,
+    world: std::sync::Arc<dyn crossbow_replica::ProcessGroup>,
 ) -> Result<BenchRow, CliError> {
-    measure(m, g, b, l, Box::new(CudaDevices::open(o)?), sync, warmup, iters)
+    measure_in(m, g, b, l, Box::new(CudaDevices::open(o)?), sync, warmup, iters, world)
 }
 
 /// Runs the tuner on GPUs with `sync` (memory budget: 90% of the free device memory).
