@@ -1,5 +1,6 @@
 //! CPU conv2d: im2col + GEMM per image, batch split over the backend's threads.
 
+use super::direct::Direct;
 use super::{Conv2d, Conv2dGeom};
 use crate::backend::{View, ViewMut};
 use crate::cpu::simd::{transpose, transpose_ld};
@@ -55,10 +56,18 @@ impl Conv2d for CpuBackend {
 /// than one group).
 fn workspace_len(g: &Conv2dGeom, threads: usize) -> usize {
     let groups = threads.min(g.batch).max(1);
-    let col = if g.is_pointwise() { 0 } else { g.col_rows() * g.col_cols() };
+    let col = col_len(g);
     let partial = if groups > 1 { g.params_len() } else { 0 };
     let bwd = Window::of(g).map_or_else(|| transposes_len(g), |win| win.len(g));
-    groups * (col + bwd + partial)
+    (groups * (col + bwd + partial)).max(direct_len(g))
+}
+
+/// Workspace of the direct passes ([`Direct`]): the packed weights of the forward or the
+/// backward-data pass, whichever is longer (`0` where neither runs direct).
+fn direct_len(g: &Conv2dGeom) -> usize {
+    let f = Direct::forward(g).map_or(0, |d| d.packed_len());
+    let b = Direct::backward_data(g).map_or(0, |d| d.packed_len());
+    f.max(b)
 }
 
 /// The backward-params pass of a stride-1 convolution without im2col ("shifted windows").
@@ -134,6 +143,23 @@ fn is_same_stride1(g: &Conv2dGeom) -> bool {
     g.stride_h == 1 && g.stride_w == 1 && g.out_h() == g.in_h && g.out_w() == g.in_w
 }
 
+/// Row pitch, in `f32`s, of the im2col matrix `col[K, pitch]` (`pitch >= oh * ow`).
+///
+/// At 32×32 and 16×16 pixels a row of `oh * ow` floats is 4 KiB or 1 KiB: the GEMM reads and
+/// writes `col` down its K axis (the packing of a pixel panel gathers one short run per row,
+/// `dcol`'s tiles are stored row by row), and rows a multiple of 1 KiB apart fall into a few
+/// L1 sets of the 8-way cache, which evicts each other before a panel is done. One cache line
+/// more per row spreads them over every set.
+pub(crate) fn col_pitch(g: &Conv2dGeom) -> usize {
+    let plane = g.col_cols();
+    if plane >= 256 && plane.is_multiple_of(256) { plane + 16 } else { plane }
+}
+
+/// Elements of one im2col matrix (`0` for a pointwise convolution, which needs none).
+fn col_len(g: &Conv2dGeom) -> usize {
+    if g.is_pointwise() { 0 } else { g.col_rows() * col_pitch(g) }
+}
+
 /// For a same-size stride-1 convolution: the flat offset of im2col row (ki, kj), the valid
 /// destination range `j0..j1`, and the column shift.
 fn same_shift(g: &Conv2dGeom, ki: usize, kj: usize) -> (isize, usize, usize, isize) {
@@ -169,12 +195,13 @@ pub(crate) fn im2col(g: &Conv2dGeom, x: &[f32], col: &mut [f32]) {
 pub(crate) fn im2col_same(g: &Conv2dGeom, x: &[f32], col: &mut [f32]) {
     let (h, w) = (g.in_h, g.in_w);
     let hw = h * w;
+    let pitch = col_pitch(g);
     for c in 0..g.in_channels {
         let xc = &x[c * hw..(c + 1) * hw];
         for ki in 0..g.kernel_h {
             for kj in 0..g.kernel_w {
                 let row = (c * g.kernel_h + ki) * g.kernel_w + kj;
-                let dst = &mut col[row * hw..(row + 1) * hw];
+                let dst = &mut col[row * pitch..row * pitch + hw];
                 let (off, j0, j1, s) = same_shift(g, ki, kj);
                 dst[..j0].fill(0.0);
                 dst[j1..].fill(0.0);
@@ -192,13 +219,13 @@ pub(crate) fn im2col_same(g: &Conv2dGeom, x: &[f32], col: &mut [f32]) {
 pub(crate) fn im2col_general(g: &Conv2dGeom, x: &[f32], col: &mut [f32]) {
     let (oh, ow) = (g.out_h(), g.out_w());
     let (h, w) = (g.in_h, g.in_w);
-    let plane = oh * ow;
+    let (plane, pitch) = (oh * ow, col_pitch(g));
     for c in 0..g.in_channels {
         let xc = &x[c * h * w..(c + 1) * h * w];
         for ki in 0..g.kernel_h {
             for kj in 0..g.kernel_w {
                 let row = (c * g.kernel_h + ki) * g.kernel_w + kj;
-                let dst = &mut col[row * plane..(row + 1) * plane];
+                let dst = &mut col[row * pitch..row * pitch + plane];
                 // Output columns ox whose input column ix = ox*s + kj - p lies in 0..w.
                 let (lo, hi) = valid_range(ow, g.stride_w, kj, g.pad_w, w);
                 for oy in 0..oh {
@@ -241,17 +268,18 @@ pub(crate) fn col2im(g: &Conv2dGeom, col: &mut [f32], dx: &mut [f32]) {
 pub(crate) fn col2im_same(g: &Conv2dGeom, col: &mut [f32], dx: &mut [f32]) {
     let (h, w) = (g.in_h, g.in_w);
     let hw = h * w;
+    let pitch = col_pitch(g);
     for c in 0..g.in_channels {
         let xc = &mut dx[c * hw..(c + 1) * hw];
         let centre = (c * g.kernel_h + g.pad_h) * g.kernel_w + g.pad_w;
-        xc.copy_from_slice(&col[centre * hw..(centre + 1) * hw]);
+        xc.copy_from_slice(&col[centre * pitch..centre * pitch + hw]);
         for ki in 0..g.kernel_h {
             for kj in 0..g.kernel_w {
                 if (ki, kj) == (g.pad_h, g.pad_w) {
                     continue;
                 }
                 let row = (c * g.kernel_h + ki) * g.kernel_w + kj;
-                let src = &mut col[row * hw..(row + 1) * hw];
+                let src = &mut col[row * pitch..row * pitch + hw];
                 let (off, j0, j1, s) = same_shift(g, ki, kj);
                 zero_wrapped_columns(src, h, w, s);
                 if j0 < j1 {
@@ -276,13 +304,13 @@ crate::cpu::simd::multiversion! {
 pub(crate) fn col2im_general(g: &Conv2dGeom, col: &[f32], dx: &mut [f32]) {
     let (oh, ow) = (g.out_h(), g.out_w());
     let (h, w) = (g.in_h, g.in_w);
-    let plane = oh * ow;
+    let (plane, pitch) = (oh * ow, col_pitch(g));
     for c in 0..g.in_channels {
         let xc = &mut dx[c * h * w..(c + 1) * h * w];
         for ki in 0..g.kernel_h {
             for kj in 0..g.kernel_w {
                 let row = (c * g.kernel_h + ki) * g.kernel_w + kj;
-                let src = &col[row * plane..(row + 1) * plane];
+                let src = &col[row * pitch..row * pitch + plane];
                 let (lo, hi) = valid_range(ow, g.stride_w, kj, g.pad_w, w);
                 if lo >= hi {
                     continue;
@@ -317,12 +345,12 @@ fn valid_range(ow: usize, s: usize, k: usize, p: usize, w: usize) -> (usize, usi
     (lo.min(ow), hi.max(lo.min(ow)))
 }
 
-/// `y[m, n] = W[m, k] * col[k, n] (+ beta * y)`, row-major. With few output channels the
+/// `y[m, n] = W[m, k] * col[k, n] (+ beta * y)`, row-major, the rows of `col` `ld` apart. With few output channels the
 /// product is computed transposed (`y^T = col^T W^T`, written through strides), which puts
 /// the long pixel dimension on the GEMM's M side: matrixmultiply's kernels are then ~25%
 /// faster at 16 channels (`cargo bench -p crossbow-benches --bench gemm_conv`).
 #[allow(clippy::too_many_arguments)]
-fn weights_times_col(ctx: CpuCtx<'_>, m: usize, n: usize, k: usize, w: &[f32], col: &[f32], beta: f32, y: &mut [f32]) {
+fn weights_times_col(ctx: CpuCtx<'_>, (m, n, k): (usize, usize, usize), w: &[f32], col: &[f32], ld: usize, beta: f32, y: &mut [f32]) {
     if m < 32 && n >= 4 * m {
         gemm_strided(
             ctx.gemm,
@@ -330,7 +358,7 @@ fn weights_times_col(ctx: CpuCtx<'_>, m: usize, n: usize, k: usize, w: &[f32], c
             m,
             k,
             1.0,
-            Mat { data: col, rs: 1, cs: n as isize },
+            Mat { data: col, rs: 1, cs: ld as isize },
             Mat { data: w, rs: 1, cs: k as isize },
             beta,
             y,
@@ -345,7 +373,7 @@ fn weights_times_col(ctx: CpuCtx<'_>, m: usize, n: usize, k: usize, w: &[f32], c
             k,
             1.0,
             Mat { data: w, rs: k as isize, cs: 1 },
-            Mat { data: col, rs: n as isize, cs: 1 },
+            Mat { data: col, rs: ld as isize, cs: 1 },
             beta,
             y,
             n as isize,
@@ -354,12 +382,46 @@ fn weights_times_col(ctx: CpuCtx<'_>, m: usize, n: usize, k: usize, w: &[f32], c
     }
 }
 
+/// The forward or backward-data pass of a stride-1 convolution by the [`Direct`] kernel:
+/// `weight(co, c, t)` is the direct convolution's kernel, packed once into the workspace and
+/// read by every image; images `src[n]` (`src_img` floats) into `dst[n]` (`dst_img`).
+#[allow(clippy::too_many_arguments)]
+fn run_direct(
+    ctx: CpuCtx<'_>,
+    d: Direct,
+    batch: usize,
+    weight: impl Fn(usize, usize, usize) -> f32,
+    bias: Option<&[f32]>,
+    (src, src_img): (&[f32], usize),
+    (dst, dst_img): (&mut [f32], usize),
+    ws: &mut [f32],
+) {
+    let wp = &mut ws[..d.packed_len()];
+    d.pack(weight, wp);
+    let wp = &*wp;
+    let ranges = split_ranges(batch, ctx.groups(batch));
+    let dsts = split_mut_by(dst, &ranges, dst_img);
+    let items: Vec<_> = ranges.into_iter().zip(dsts).collect();
+    ctx.for_each(items, |(r, dg)| {
+        for (i, n) in r.enumerate() {
+            d.run(&src[n * src_img..(n + 1) * src_img], wp, bias, &mut dg[i * dst_img..(i + 1) * dst_img]);
+        }
+    });
+}
+
 fn forward(ctx: CpuCtx<'_>, g: &Conv2dGeom, x: &[f32], params: &[f32], y: &mut [f32], ws: &mut [f32]) {
-    let groups = ctx.groups(g.batch);
-    let ranges = split_ranges(g.batch, groups);
     let in_img = g.in_channels * g.in_h * g.in_w;
     let out_img = g.out_channels * g.col_cols();
-    let col_len = if g.is_pointwise() { 0 } else { g.col_rows() * g.col_cols() };
+    if let Some(d) = Direct::forward(g) {
+        let (w, bias) = params.split_at(g.weight_len());
+        let (c, taps) = (g.in_channels, g.kernel_h * g.kernel_w);
+        let weight = |co: usize, ci: usize, t: usize| w[(co * c + ci) * taps + t];
+        run_direct(ctx, d, g.batch, weight, g.bias.then_some(bias), (x, in_img), (y, out_img), ws);
+        return;
+    }
+    let groups = ctx.groups(g.batch);
+    let ranges = split_ranges(g.batch, groups);
+    let col_len = col_len(g);
     let ys = split_mut_by(y, &ranges, out_img);
     let wss = chunks_mut_n(ws, groups, col_len);
     let (w, bias) = params.split_at(g.weight_len());
@@ -368,11 +430,11 @@ fn forward(ctx: CpuCtx<'_>, g: &Conv2dGeom, x: &[f32], params: &[f32], y: &mut [
         for (i, n) in r.enumerate() {
             let xi = &x[n * in_img..(n + 1) * in_img];
             let yi = &mut yg[i * out_img..(i + 1) * out_img];
-            let src: &[f32] = if g.is_pointwise() {
-                xi
+            let (src, ld): (&[f32], usize) = if g.is_pointwise() {
+                (xi, g.col_cols())
             } else {
                 im2col(g, xi, col);
-                col
+                (col, col_pitch(g))
             };
             let beta = if g.bias {
                 for (co, row) in yi.chunks_mut(g.col_cols()).enumerate() {
@@ -382,18 +444,26 @@ fn forward(ctx: CpuCtx<'_>, g: &Conv2dGeom, x: &[f32], params: &[f32], y: &mut [
             } else {
                 0.0
             };
-            let (m, nn, k) = (g.out_channels, g.col_cols(), g.col_rows());
-            weights_times_col(ctx, m, nn, k, w, src, beta, yi);
+            let dims = (g.out_channels, g.col_cols(), g.col_rows());
+            weights_times_col(ctx, dims, w, src, ld, beta, yi);
         }
     });
 }
 
 fn backward_data(ctx: CpuCtx<'_>, g: &Conv2dGeom, dy: &[f32], params: &[f32], dx: &mut [f32], ws: &mut [f32]) {
-    let groups = ctx.groups(g.batch);
-    let ranges = split_ranges(g.batch, groups);
     let in_img = g.in_channels * g.in_h * g.in_w;
     let out_img = g.out_channels * g.col_cols();
-    let col_len = if g.is_pointwise() { 0 } else { g.col_rows() * g.col_cols() };
+    if let Some(d) = Direct::backward_data(g) {
+        // dx = dy convolved with the kernel transposed (c_in <-> c_out) and flipped.
+        let w = &params[..g.weight_len()];
+        let (c, taps) = (g.in_channels, g.kernel_h * g.kernel_w);
+        let weight = |ci: usize, co: usize, t: usize| w[(co * c + ci) * taps + (taps - 1 - t)];
+        run_direct(ctx, d, g.batch, weight, None, (dy, out_img), (dx, in_img), ws);
+        return;
+    }
+    let groups = ctx.groups(g.batch);
+    let ranges = split_ranges(g.batch, groups);
+    let col_len = col_len(g);
     let dxs = split_mut_by(dx, &ranges, in_img);
     let wss = chunks_mut_n(ws, groups, col_len);
     let w = &params[..g.weight_len()];
@@ -409,7 +479,7 @@ fn backward_data(ctx: CpuCtx<'_>, g: &Conv2dGeom, dy: &[f32], params: &[f32], dx
             if g.is_pointwise() {
                 gemm_strided(ctx.gemm, m, nn, k, 1.0, a, b, 0.0, dxi, nn as isize, 1);
             } else {
-                gemm_strided(ctx.gemm, m, nn, k, 1.0, a, b, 0.0, col, nn as isize, 1);
+                gemm_strided(ctx.gemm, m, nn, k, 1.0, a, b, 0.0, col, col_pitch(g) as isize, 1);
                 col2im(g, col, dxi);
             }
         }
@@ -541,7 +611,7 @@ fn backward_params_im2col(
     let ranges = split_ranges(g.batch, groups);
     let in_img = g.in_channels * g.in_h * g.in_w;
     let out_img = g.out_channels * g.col_cols();
-    let col_len = if g.is_pointwise() { 0 } else { g.col_rows() * g.col_cols() };
+    let col_len = col_len(g);
     let plen = g.params_len();
     let (cols, rest) = ws.split_at_mut(groups * col_len);
     let (tbufs, partials) = rest.split_at_mut(groups * transposes_len(g));
@@ -557,18 +627,18 @@ fn backward_params_im2col(
         for (i, n) in r.enumerate() {
             let xi = &x[n * in_img..(n + 1) * in_img];
             let dyi = &dy[n * out_img..(n + 1) * out_img];
-            let src: &[f32] = if g.is_pointwise() {
-                xi
+            let (src, ld): (&[f32], usize) = if g.is_pointwise() {
+                (xi, k)
             } else {
                 im2col(g, xi, col);
-                col
+                (col, col_pitch(g))
             };
             // dW[c_out, K] (+)= dy[c_out, P] * col^T[P, K]. Both operands are read along P,
             // which is the contiguous axis of `dy` and of `col`: handed over as they are, the
             // GEMM's packing gathers them with a stride of P floats (4 KiB at 32×32 pixels,
             // where every load of a panel misses L1: that packing was 24% of a ResNet-20
             // training step). Transposed first in L1-sized tiles, every pack is contiguous.
-            transpose(src, nn, k, col_t);
+            transpose_ld(src, nn, k, ld, col_t);
             transpose(dyi, m, k, dy_t);
             gemm_strided(
                 ctx.gemm,
@@ -612,7 +682,7 @@ pub(crate) fn backward_params_both_paths(
 ) -> Option<(Vec<f32>, Vec<f32>)> {
     let win = Window::any_waste(g)?;
     let groups = be.threads().min(g.batch).max(1);
-    let col = g.col_rows() * g.col_cols();
+    let col = col_len(g);
     let partial = if groups > 1 { g.params_len() } else { 0 };
     let mut ws = vec![f32::NAN; groups * (col + win.len(g).max(transposes_len(g)) + partial)];
     let mut a = vec![f32::NAN; g.params_len()];

@@ -12,6 +12,7 @@
 //! that the GEMM's packing reads both contiguously.
 
 pub(crate) mod cpu;
+pub(crate) mod direct;
 pub(crate) mod cuda;
 #[cfg(feature = "cuda")]
 pub(crate) mod cudnn;

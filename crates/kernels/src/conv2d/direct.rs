@@ -1,0 +1,386 @@
+//! Direct stride-1 convolution on the CPU, without im2col: the forward pass and, through the
+//! transposed and flipped kernel, the backward-data pass of every stride-1 convolution whose
+//! output rows are at least 8 pixels wide (the 3×3 layers of the CIFAR ResNets, LeNet-5's).
+//!
+//! The im2col path writes a `c_in·kh·kw × pixels` matrix per image (9× the input for a 3×3
+//! kernel), then the GEMM packs it again into panels: two copies of nine times the input per
+//! image, read back from L2, and the weights re-packed for every image. Here the GEMM's B
+//! operand is read straight from the image: a vector of 16 consecutive output pixels needs,
+//! for input channel `c` and tap `(ki, kj)`, 16 consecutive input pixels of one row shifted by
+//! the tap (a masked load where the row's ends fall outside the image, a second one where the
+//! vector crosses into the next output row). The weights are packed once per call into
+//! blocks of [`MR`] output channels, `wp[((block·c_in + c)·taps + t)·MR + i]`, so the
+//! micro-kernel broadcasts them from consecutive addresses.
+//!
+//! Micro-kernel: [`MR`] = 8 output channels × [`NV`] = 2 vectors of pixels (16 lanes with
+//! AVX-512, 8 with AVX2), 16 accumulators; per input channel and tap, 2 loads of pixels and 8
+//! broadcasts feed 16 FMAs. The sum over `(c, ki, kj)` runs in that order for every output
+//! element, on every machine with the same vector unit (the AVX-512 and AVX2 paths add in the
+//! same order, so they give the same bits; tested).
+
+use super::Conv2dGeom;
+
+/// Output channels per block of packed weights (rows of the micro-kernel's tile).
+pub(crate) const MR: usize = 8;
+/// Most pixel vectors per tile (columns of the micro-kernel's tile, in vectors): 2 with
+/// AVX-512 (32 registers), 1 with AVX2 (16 registers: 8 accumulators, the pixels, the
+/// broadcast weight).
+const NV: usize = 2;
+
+/// One stride-1 convolution of one image, as the direct kernel sees it: `src[c, h, w]` into
+/// `dst[co, oh, ow]` with a `kh × kw` kernel and padding `(ph, pw)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Direct {
+    pub c: usize,
+    pub h: usize,
+    pub w: usize,
+    pub co: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub ph: usize,
+    pub pw: usize,
+}
+
+impl Direct {
+    /// The forward pass of `g`, where the direct kernel applies: stride 1, not pointwise,
+    /// output rows at least 8 pixels wide.
+    pub(crate) fn forward(g: &Conv2dGeom) -> Option<Direct> {
+        let d = Direct {
+            c: g.in_channels,
+            h: g.in_h,
+            w: g.in_w,
+            co: g.out_channels,
+            kh: g.kernel_h,
+            kw: g.kernel_w,
+            ph: g.pad_h,
+            pw: g.pad_w,
+        };
+        (g.stride_h == 1 && g.stride_w == 1 && !g.is_pointwise() && d.ow() >= 8 && has_kernel()).then_some(d)
+    }
+
+    /// The backward-data pass of `g` as a convolution of `dy[co, oh, ow]` with the transposed,
+    /// flipped kernel and padding `k - 1 - p`, whose output is `dx[c, h, w]`.
+    pub(crate) fn backward_data(g: &Conv2dGeom) -> Option<Direct> {
+        Direct::forward(g)?;
+        if g.pad_h >= g.kernel_h || g.pad_w >= g.kernel_w {
+            return None;
+        }
+        let d = Direct {
+            c: g.out_channels,
+            h: g.out_h(),
+            w: g.out_w(),
+            co: g.in_channels,
+            kh: g.kernel_h,
+            kw: g.kernel_w,
+            ph: g.kernel_h - 1 - g.pad_h,
+            pw: g.kernel_w - 1 - g.pad_w,
+        };
+        (d.ow() >= 8 && d.oh() == g.in_h && d.ow() == g.in_w).then_some(d)
+    }
+
+    pub(crate) fn oh(&self) -> usize {
+        self.h + 2 * self.ph + 1 - self.kh
+    }
+
+    pub(crate) fn ow(&self) -> usize {
+        self.w + 2 * self.pw + 1 - self.kw
+    }
+
+    fn taps(&self) -> usize {
+        self.kh * self.kw
+    }
+
+    /// Elements of the packed weights.
+    pub(crate) fn packed_len(&self) -> usize {
+        self.co.div_ceil(MR) * MR * self.c * self.taps()
+    }
+
+    /// Packs `weight(co, c, t)` (t = ki·kw + kj) into `wp` (zero for the padding channels of
+    /// the last block).
+    pub(crate) fn pack(&self, weight: impl Fn(usize, usize, usize) -> f32, wp: &mut [f32]) {
+        let taps = self.taps();
+        for (b, block) in wp[..self.packed_len()].chunks_mut(self.c * taps * MR).enumerate() {
+            for c in 0..self.c {
+                for t in 0..taps {
+                    for i in 0..MR {
+                        let co = b * MR + i;
+                        block[(c * taps + t) * MR + i] = if co < self.co { weight(co, c, t) } else { 0.0 };
+                    }
+                }
+            }
+        }
+    }
+
+    /// `dst[co, p] = bias[co] + Σ_{c, t} wp(co, c, t) · src[c, shifted p]` for one image.
+    pub(crate) fn run(&self, src: &[f32], wp: &[f32], bias: Option<&[f32]>, dst: &mut [f32]) {
+        assert!(src.len() >= self.c * self.h * self.w, "direct conv: short source");
+        assert!(dst.len() >= self.co * self.oh() * self.ow(), "direct conv: short destination");
+        assert!(wp.len() >= self.packed_len(), "direct conv: short packed weights");
+        assert!(bias.is_none_or(|b| b.len() >= self.co), "direct conv: short bias");
+        #[cfg(target_arch = "x86_64")]
+        {
+            if has_avx512() {
+                // SAFETY: the CPU has AVX-512F; the lengths were checked above.
+                unsafe { x86::run_avx512(self, src, wp, bias, dst) };
+                return;
+            }
+            if crate::cpu::simd::has_avx2() {
+                // SAFETY: the CPU has AVX2 and FMA; the lengths were checked above.
+                unsafe { x86::run_avx2(self, src, wp, bias, dst) };
+                return;
+            }
+        }
+        unreachable!("Direct is only made where has_kernel() holds")
+    }
+}
+
+/// Whether the CPU has AVX-512F.
+pub(crate) fn has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Whether one of the direct kernels runs on this CPU (AVX-512F, or AVX2 and FMA).
+pub(crate) fn has_kernel() -> bool {
+    has_avx512() || crate::cpu::simd::has_avx2()
+}
+
+/// A run of consecutive lanes of one pixel vector that lies in one output row: for a tap,
+/// lanes `l` with bit `l` of `mask` read `src[c·h·w + off + l]`.
+#[derive(Clone, Copy, Default)]
+struct Seg {
+    mask: u32,
+    off: isize,
+}
+
+/// Most rows one vector of pixels can touch (16 lanes over rows of at least 8 pixels).
+const MAX_SEGS: usize = 3;
+
+/// The segments of the pixel vector starting at flat output pixel `p0` (`lanes` wide, ending
+/// at `p_end`) for tap `(ki, kj)`: `(count, segs)`.
+fn segments(d: &Direct, p0: usize, p_end: usize, lanes: usize, ki: usize, kj: usize) -> (usize, [Seg; MAX_SEGS]) {
+    let ow = d.ow();
+    let mut segs = [Seg::default(); MAX_SEGS];
+    let mut n = 0;
+    let mut l = 0;
+    while l < lanes && p0 + l < p_end {
+        let p = p0 + l;
+        let (oy, ox) = (p / ow, p % ow);
+        let len = (ow - ox).min(lanes - l).min(p_end - p);
+        let iy = (oy + ki) as isize - d.ph as isize;
+        // Lanes l + j with 0 <= ox + j + kj - pw < w, i.e. lo <= j < hi.
+        let first = (ox + kj) as isize - d.pw as isize;
+        let lo = (-first).clamp(0, len as isize) as u32;
+        let hi = (d.w as isize - first).clamp(0, len as isize) as u32;
+        let mask = if iy >= 0 && (iy as usize) < d.h && lo < hi {
+            let bits = |n: u32| if n >= 32 { u32::MAX } else { (1u32 << n) - 1 };
+            (bits(hi) & !bits(lo)) << l
+        } else {
+            0
+        };
+        // Lane l + j reads src[iy·w + ox + j + kj - pw]: off = that address minus the lane.
+        let off = iy * d.w as isize + (ox + kj) as isize - d.pw as isize - l as isize;
+        segs[n] = Seg { mask, off };
+        n += 1;
+        l += len;
+    }
+    (n, segs)
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{Direct, MAX_SEGS, MR, NV, Seg, segments};
+
+    const NV512: usize = NV;
+    /// Vector slots per tap in a [`Tile`] (the most any path uses).
+    const SLOTS: usize = NV;
+    const NV256: usize = 1;
+
+    /// The segments of every tap for a tile's [`NV`] vectors: `segs[(t·NV + v)·MAX_SEGS + s]`.
+    struct Tile {
+        count: [usize; SLOTS],
+        segs: Vec<Seg>,
+    }
+
+    impl Tile {
+        fn new(d: &Direct) -> Tile {
+            Tile { count: [0; SLOTS], segs: vec![Seg::default(); d.taps() * SLOTS * MAX_SEGS] }
+        }
+
+        fn fill(&mut self, d: &Direct, p0: usize, p_end: usize, lanes: usize, nv: usize) {
+            for ki in 0..d.kh {
+                for kj in 0..d.kw {
+                    let t = ki * d.kw + kj;
+                    for v in 0..nv {
+                        let (n, s) = segments(d, p0 + v * lanes, p_end, lanes, ki, kj);
+                        self.count[v] = n;
+                        self.segs[(t * SLOTS + v) * MAX_SEGS..][..MAX_SEGS].copy_from_slice(&s);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Generates the kernel for one vector width.
+    macro_rules! direct_kernel {
+        ($name:ident, $feat:literal, $lanes:expr, $nv:expr, $vec:ty, $zero:expr, $load:expr, $set1:expr, $fma:expr, $add_store:expr) => {
+            /// # Safety
+            /// The CPU has the target features; `src`, `wp`, `bias` and `dst` are at least as
+            /// long as [`Direct::run`] checks.
+            #[target_feature(enable = $feat)]
+            pub(super) unsafe fn $name(d: &Direct, src: &[f32], wp: &[f32], bias: Option<&[f32]>, dst: &mut [f32]) {
+                // SAFETY: the weight offsets stay below `packed_len()`, the segment offsets
+                // below the tile's table, the loads read only lanes whose mask says they lie in
+                // the image and the stores only the first `n` lanes of an output row block
+                // (the caller checked every length).
+                unsafe {
+                const LANES: usize = $lanes;
+                const NV: usize = $nv;
+                let (hw, taps) = (d.h * d.w, d.taps());
+                let p_end = d.oh() * d.ow();
+                let mut tile = Tile::new(d);
+                let sp = src.as_ptr();
+                for p0 in (0..p_end).step_by(LANES * NV) {
+                    tile.fill(d, p0, p_end, LANES, NV);
+                    for b in 0..d.co.div_ceil(MR) {
+                        let wb = wp.as_ptr().add(b * d.c * taps * MR);
+                        let mut acc: [[$vec; NV]; MR] = [[$zero; NV]; MR];
+                        for c in 0..d.c {
+                            let base = sp.wrapping_add(c * hw);
+                            let wc = wb.add(c * taps * MR);
+                            for t in 0..taps {
+                                let mut x: [$vec; NV] = [$zero; NV];
+                                for v in 0..NV {
+                                    let segs = tile.segs.as_ptr().add((t * SLOTS + v) * MAX_SEGS);
+                                    for s in 0..tile.count[v] {
+                                        let sg = *segs.add(s);
+                                        x[v] = $load(x[v], sg.mask, base.wrapping_offset(sg.off));
+                                    }
+                                }
+                                let wt = wc.add(t * MR);
+                                for i in 0..MR {
+                                    let a = $set1(*wt.add(i));
+                                    for v in 0..NV {
+                                        acc[i][v] = $fma(a, x[v], acc[i][v]);
+                                    }
+                                }
+                            }
+                        }
+                        for i in 0..MR {
+                            let co = b * MR + i;
+                            if co >= d.co {
+                                break;
+                            }
+                            let bv = bias.map_or(0.0, |bb| bb[co]);
+                            for v in 0..NV {
+                                let p = p0 + v * LANES;
+                                if p >= p_end {
+                                    break;
+                                }
+                                let n = (p_end - p).min(LANES);
+                                $add_store(acc[i][v], bv, dst.as_mut_ptr().add(co * p_end + p), n);
+                            }
+                        }
+                    }
+                }
+                }
+            }
+        };
+    }
+
+    #[inline(always)]
+    unsafe fn load512(x: __m512, mask: u32, p: *const f32) -> __m512 {
+        // SAFETY: (as the caller guarantees) every lane whose mask bit is set addresses an element of the
+        // source image; masked-off lanes are not read (AVX-512 masked loads do not fault).
+        unsafe { _mm512_mask_loadu_ps(x, mask as __mmask16, p) }
+    }
+
+    #[inline(always)]
+    unsafe fn store512(v: __m512, bias: f32, p: *mut f32, n: usize) {
+        let mask: __mmask16 = if n >= 16 { 0xffff } else { ((1u32 << n) - 1) as __mmask16 };
+        // SAFETY: (as the caller guarantees) the first n lanes are elements of the destination.
+        unsafe { _mm512_mask_storeu_ps(p, mask, _mm512_add_ps(v, _mm512_set1_ps(bias))) }
+    }
+
+    direct_kernel!(
+        run_avx512,
+        "avx512f",
+        16,
+        NV512,
+        __m512,
+        _mm512_setzero_ps(),
+        load512,
+        _mm512_set1_ps,
+        _mm512_fmadd_ps,
+        store512
+    );
+
+    #[inline(always)]
+    fn mask256(mask: u32) -> __m256i {
+        // SAFETY: only arithmetic on registers (AVX2 is enabled in every caller).
+        unsafe {
+            let bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+            let m = _mm256_and_si256(_mm256_set1_epi32(mask as i32), bits);
+            _mm256_cmpeq_epi32(m, bits)
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn load256(x: __m256, mask: u32, p: *const f32) -> __m256 {
+        let m = mask256(mask);
+        // SAFETY: (as the caller guarantees) lanes with their mask bit set address elements of the source;
+        // `vmaskmovps` does not read (or fault on) masked-off lanes.
+        unsafe { _mm256_blendv_ps(x, _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m)) }
+    }
+
+    #[inline(always)]
+    unsafe fn store256(v: __m256, bias: f32, p: *mut f32, n: usize) {
+        let m = mask256(if n >= 8 { 0xff } else { (1u32 << n) - 1 });
+        // SAFETY: (as the caller guarantees) the first n lanes are elements of the destination.
+        unsafe { _mm256_maskstore_ps(p, m, _mm256_add_ps(v, _mm256_set1_ps(bias))) }
+    }
+
+    direct_kernel!(
+        run_avx2,
+        "avx2,fma",
+        8,
+        NV256,
+        __m256,
+        _mm256_setzero_ps(),
+        load256,
+        _mm256_set1_ps,
+        _mm256_fmadd_ps,
+        store256
+    );
+
+    /// Both paths, for the tests (each where the CPU has it).
+    #[cfg(test)]
+    pub(crate) fn run_paths(d: &Direct, src: &[f32], wp: &[f32], bias: Option<&[f32]>) -> Vec<(&'static str, Vec<f32>)> {
+        let mut out = Vec::new();
+        let n = d.co * d.oh() * d.ow();
+        if super::has_avx512() {
+            let mut y = vec![f32::NAN; n];
+            // SAFETY: the CPU has AVX-512F; lengths as the tests make them.
+            unsafe { run_avx512(d, src, wp, bias, &mut y) };
+            out.push(("avx512", y));
+        }
+        if crate::cpu::simd::has_avx2() {
+            let mut y = vec![f32::NAN; n];
+            // SAFETY: the CPU has AVX2 and FMA; lengths as the tests make them.
+            unsafe { run_avx2(d, src, wp, bias, &mut y) };
+            out.push(("avx2", y));
+        }
+        out
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+pub(crate) use x86::run_paths;
