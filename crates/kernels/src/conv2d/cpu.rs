@@ -1,6 +1,6 @@
 //! CPU conv2d: im2col + GEMM per image, batch split over the backend's threads.
 
-use super::direct::Direct;
+use super::direct::{Direct, ParamsDirect};
 use super::{Conv2d, Conv2dGeom};
 use crate::backend::{View, ViewMut};
 use crate::cpu::simd::{transpose, transpose_ld};
@@ -58,15 +58,21 @@ fn workspace_len(g: &Conv2dGeom, threads: usize) -> usize {
     let groups = threads.min(g.batch).max(1);
     let col = col_len(g);
     let partial = if groups > 1 { g.params_len() } else { 0 };
-    let bwd = Window::of(g).map_or_else(|| transposes_len(g), |win| win.len(g));
-    (groups * (col + bwd + partial)).max(direct_len(g))
+    let bwd = match (ParamsDirect::of(g), Window::of(g)) {
+        (Some(pd), _) => params_direct_len(&pd),
+        (None, Some(win)) => win.len(g),
+        (None, None) => transposes_len(g),
+    };
+    (groups * (col + bwd + partial)).max(direct_len(g, threads))
 }
 
 /// Workspace of the direct passes ([`Direct`]): the packed weights of the forward or the
 /// backward-data pass, whichever is longer (`0` where neither runs direct).
-fn direct_len(g: &Conv2dGeom) -> usize {
-    let f = Direct::forward(g).map_or(0, |d| d.packed_len());
-    let b = Direct::backward_data(g).map_or(0, |d| d.packed_len());
+fn direct_len(g: &Conv2dGeom, threads: usize) -> usize {
+    let groups = threads.min(g.batch).max(1);
+    let len = |d: Direct| d.packed_len() + groups * d.scratch_len();
+    let f = Direct::forward(g).map_or(0, len);
+    let b = Direct::backward_data(g).map_or(0, len);
     f.max(b)
 }
 
@@ -396,15 +402,19 @@ fn run_direct(
     (dst, dst_img): (&mut [f32], usize),
     ws: &mut [f32],
 ) {
-    let wp = &mut ws[..d.packed_len()];
+    let groups = ctx.groups(batch);
+    let (wp, scratch) = ws.split_at_mut(d.packed_len());
     d.pack(weight, wp);
     let wp = &*wp;
-    let ranges = split_ranges(batch, ctx.groups(batch));
+    let ranges = split_ranges(batch, groups);
     let dsts = split_mut_by(dst, &ranges, dst_img);
-    let items: Vec<_> = ranges.into_iter().zip(dsts).collect();
-    ctx.for_each(items, |(r, dg)| {
+    let scratches = chunks_mut_n(scratch, groups, d.scratch_len());
+    let items: Vec<_> = ranges.into_iter().zip(dsts).zip(scratches).collect();
+    ctx.for_each(items, |((r, dg), sc)| {
+        // The padding of the padded copy stays zero: each image rewrites only the interior.
+        sc.fill(0.0);
         for (i, n) in r.enumerate() {
-            d.run(&src[n * src_img..(n + 1) * src_img], wp, bias, &mut dg[i * dst_img..(i + 1) * dst_img]);
+            d.run(&src[n * src_img..(n + 1) * src_img], wp, bias, &mut dg[i * dst_img..(i + 1) * dst_img], sc);
         }
     });
 }
@@ -487,6 +497,9 @@ fn backward_data(ctx: CpuCtx<'_>, g: &Conv2dGeom, dy: &[f32], params: &[f32], dx
 }
 
 fn backward_params(ctx: CpuCtx<'_>, g: &Conv2dGeom, x: &[f32], dy: &[f32], dparams: &mut [f32], ws: &mut [f32]) {
+    if let Some(pd) = ParamsDirect::of(g) {
+        return backward_params_direct(ctx, g, pd, x, dy, dparams, ws);
+    }
     match Window::of(g) {
         Some(win) => backward_params_window(ctx, g, win, x, dy, dparams, ws),
         None => backward_params_im2col(ctx, g, x, dy, dparams, ws),
@@ -512,6 +525,75 @@ fn sum_partials(dparams: &mut [f32], outs: &[&mut [f32]]) {
             }
         }
     }
+}
+
+/// Workspace of one thread group of [`backward_params_direct`]: `xp`, `dyt`, `dwt`.
+fn params_direct_len(pd: &ParamsDirect) -> usize {
+    pd.xp_len() + pd.dyt_len() + pd.dwt_len()
+}
+
+/// [`backward_params`] of a 3×3 convolution through [`ParamsDirect`]: no im2col, no GEMM.
+fn backward_params_direct(
+    ctx: CpuCtx<'_>,
+    g: &Conv2dGeom,
+    pd: ParamsDirect,
+    x: &[f32],
+    dy: &[f32],
+    dparams: &mut [f32],
+    ws: &mut [f32],
+) {
+    let groups = ctx.groups(g.batch);
+    let ranges = split_ranges(g.batch, groups);
+    let (c, co_n) = (g.in_channels, g.out_channels);
+    let (h, w, pixels) = (g.in_h, g.in_w, g.col_cols());
+    let (in_img, out_img) = (c * h * w, co_n * pixels);
+    let (hp, wp) = pd.padded();
+    let len = params_direct_len(&pd);
+    let plen = g.params_len();
+    let (bufs, partials) = ws.split_at_mut(groups * len);
+    let bufs = chunks_mut_n(bufs, groups, len);
+    let work = |r: std::ops::Range<usize>, buf: &mut [f32], out: &mut [f32]| {
+        let (xp, rest) = buf.split_at_mut(pd.xp_len());
+        let (dyt, dwt) = rest.split_at_mut(pd.dyt_len());
+        // The padding stays zero: each image rewrites only the interior.
+        xp.fill(0.0);
+        let (dw, db) = out.split_at_mut(g.weight_len());
+        if g.bias {
+            db.fill(0.0);
+        }
+        for (i, n) in r.enumerate() {
+            let xi = &x[n * in_img..(n + 1) * in_img];
+            let dyi = &dy[n * out_img..(n + 1) * out_img];
+            for ch in 0..c {
+                for iy in 0..h {
+                    let d0 = (ch * hp + iy + g.pad_h) * wp + g.pad_w;
+                    xp[d0..d0 + w].copy_from_slice(&xi[(ch * h + iy) * w..(ch * h + iy + 1) * w]);
+                }
+            }
+            transpose(dyi, co_n, pixels, dyt);
+            pd.accumulate(xp, dyt, dwt, i == 0);
+            if g.bias {
+                add_bias_grad(g, dyi, db);
+            }
+        }
+        // dW[co, c, t] from the kernel's order [c, t, co].
+        for co in 0..co_n {
+            for ch in 0..c {
+                for t in 0..9 {
+                    dw[(co * c + ch) * 9 + t] = dwt[(ch * 9 + t) * co_n + co];
+                }
+            }
+        }
+    };
+    if groups == 1 {
+        let buf = bufs.into_iter().next().unwrap_or_default();
+        work(0..g.batch, buf, dparams);
+        return;
+    }
+    let mut outs = chunks_mut_n(partials, groups, plen);
+    let items: Vec<_> = ranges.into_iter().zip(bufs).zip(outs.iter_mut()).collect();
+    ctx.for_each(items, |((r, buf), out)| work(r, buf, out));
+    sum_partials(dparams, &outs);
 }
 
 /// [`backward_params`] through a [`Window`]: no im2col.

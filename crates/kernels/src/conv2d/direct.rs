@@ -112,13 +112,29 @@ impl Direct {
     }
 
     /// `dst[co, p] = bias[co] + Σ_{c, t} wp(co, c, t) · src[c, shifted p]` for one image.
-    pub(crate) fn run(&self, src: &[f32], wp: &[f32], bias: Option<&[f32]>, dst: &mut [f32]) {
+    ///
+    /// `scratch` holds [`Direct::scratch_len`] floats, zero where [`Direct::pad_into`] does
+    /// not write (the caller zeroes it once, before its first image).
+    pub(crate) fn run(&self, src: &[f32], wp: &[f32], bias: Option<&[f32]>, dst: &mut [f32], scratch: &mut [f32]) {
         assert!(src.len() >= self.c * self.h * self.w, "direct conv: short source");
         assert!(dst.len() >= self.co * self.oh() * self.ow(), "direct conv: short destination");
         assert!(wp.len() >= self.packed_len(), "direct conv: short packed weights");
         assert!(bias.is_none_or(|b| b.len() >= self.co), "direct conv: short bias");
+        assert!(scratch.len() >= self.scratch_len(), "direct conv: short scratch");
         #[cfg(target_arch = "x86_64")]
         {
+            if let Some(rows) = self.padded_rows() {
+                self.pad_into(src, scratch);
+                // SAFETY: the CPU has AVX-512F (padded_rows checks); the padded copy holds
+                // every tap of every output pixel; the other lengths were checked above.
+                unsafe {
+                    match rows {
+                        Rows::Whole => x86::run_padded_avx512::<false>(self, scratch, wp, bias, dst),
+                        Rows::Pairs => x86::run_padded_avx512::<true>(self, scratch, wp, bias, dst),
+                    }
+                };
+                return;
+            }
             if has_avx512() {
                 // SAFETY: the CPU has AVX-512F; the lengths were checked above.
                 unsafe { x86::run_avx512(self, src, wp, bias, dst) };
@@ -131,6 +147,59 @@ impl Direct {
             }
         }
         unreachable!("Direct is only made where has_kernel() holds")
+    }
+}
+
+/// How the AVX-512 kernel over a zero-padded copy of the source reads a vector of 16 output
+/// pixels: within one output row (rows a multiple of 16 wide), or as two rows of 8.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Rows {
+    Whole,
+    Pairs,
+}
+
+impl Direct {
+    /// Where the padded AVX-512 kernel runs: with AVX-512, output rows a multiple of 16 or
+    /// exactly 8 pixels wide and a multiple of 32 output pixels (whole tiles, so no vector
+    /// needs a mask). Elsewhere the masked kernels of [`Direct::run`] run.
+    pub(crate) fn padded_rows(&self) -> Option<Rows> {
+        let (ow, p) = (self.ow(), self.oh() * self.ow());
+        if !has_avx512() || !p.is_multiple_of(16 * NV) {
+            return None;
+        }
+        if ow.is_multiple_of(16) {
+            Some(Rows::Whole)
+        } else if ow == 8 {
+            Some(Rows::Pairs)
+        } else {
+            None
+        }
+    }
+
+    /// Height and row pitch of the zero-padded copy of the source.
+    pub(crate) fn padded_dims(&self) -> (usize, usize) {
+        (self.h + 2 * self.ph, self.w + 2 * self.pw)
+    }
+
+    /// Scratch floats [`Direct::run`] needs per image: the padded copy, where it is used.
+    pub(crate) fn scratch_len(&self) -> usize {
+        if self.padded_rows().is_some() {
+            let (hp, wp) = self.padded_dims();
+            self.c * hp * wp
+        } else {
+            0
+        }
+    }
+
+    /// Copies `src[c, h, w]` into the interior of the padded `xp[c, hp, wp]`.
+    fn pad_into(&self, src: &[f32], xp: &mut [f32]) {
+        let (hp, wp) = self.padded_dims();
+        for c in 0..self.c {
+            for y in 0..self.h {
+                let d0 = (c * hp + y + self.ph) * wp + self.pw;
+                xp[d0..d0 + self.w].copy_from_slice(&src[(c * self.h + y) * self.w..][..self.w]);
+            }
+        }
     }
 }
 
@@ -197,7 +266,9 @@ fn segments(d: &Direct, p0: usize, p_end: usize, lanes: usize, ki: usize, kj: us
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{Direct, MAX_SEGS, MR, NV, Seg, segments};
+    use super::{Direct, MAX_SEGS, MR, NV, PARAMS_CB, ParamsDirect, Seg, segments};
+    #[cfg(test)]
+    use super::Rows;
 
     const NV512: usize = NV;
     /// Vector slots per tap in a [`Tile`] (the most any path uses).
@@ -361,11 +432,212 @@ mod x86 {
         store256
     );
 
+    /// The AVX-512 kernel over a zero-padded copy `xp[c, hp, wp]` of the source: no masks and
+    /// no segment table. A tile is 32 output pixels (2 vectors) × [`MR`] output channels;
+    /// with `PAIRS` each vector is two output rows of 8 pixels (two half loads), else 16
+    /// pixels of one row. Same order of additions as the masked kernels: `(c, ki, kj)`.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F; `xp` holds `c·hp·wp` floats; `wp` (the packed weights), `bias`
+    /// and `dst` are as long as [`Direct::run`] checks; `oh·ow` is a multiple of 32 and the
+    /// row width a multiple of 16 (or 8 with `PAIRS`).
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn run_padded_avx512<const PAIRS: bool>(
+        d: &Direct,
+        xp: &[f32],
+        wp: &[f32],
+        bias: Option<&[f32]>,
+        dst: &mut [f32],
+    ) {
+        // SAFETY: every tap of every output pixel (oy + ki < hp, ox + kj < wp) lies in `xp`;
+        // the weight offsets stay below `packed_len()`; the stores write whole vectors of
+        // the `oh·ow` pixels of output channels below `co`.
+        unsafe {
+            let (hp, pitch) = d.padded_dims();
+            let plane = hp * pitch;
+            let (ow, p_end, taps) = (d.ow(), d.oh() * d.ow(), d.taps());
+            let start = |p: usize| (p / ow) * pitch + p % ow;
+            let (lo, hi) = (0x00ff as __mmask16, 0xff00 as __mmask16);
+            for p0 in (0..p_end).step_by(32) {
+                let (s0, s1) = (start(p0), start(p0 + 16));
+                // With PAIRS, the second row of each vector (its lanes 8..16 read 8 floats
+                // before the pointer, hence the - 8).
+                let (h0, h1) = if PAIRS { (start(p0 + 8) - 8, start(p0 + 24) - 8) } else { (0, 0) };
+                for b in 0..d.co.div_ceil(MR) {
+                    let wb = wp.as_ptr().add(b * d.c * taps * MR);
+                    let mut acc = [[_mm512_setzero_ps(); 2]; MR];
+                    for c in 0..d.c {
+                        let xc = xp.as_ptr().add(c * plane);
+                        let wc = wb.add(c * taps * MR);
+                        for ki in 0..d.kh {
+                            for kj in 0..d.kw {
+                                let off = ki * pitch + kj;
+                                let x = if PAIRS {
+                                    [
+                                        _mm512_mask_loadu_ps(_mm512_maskz_loadu_ps(lo, xc.add(s0 + off)), hi, xc.add(h0 + off)),
+                                        _mm512_mask_loadu_ps(_mm512_maskz_loadu_ps(lo, xc.add(s1 + off)), hi, xc.add(h1 + off)),
+                                    ]
+                                } else {
+                                    [_mm512_loadu_ps(xc.add(s0 + off)), _mm512_loadu_ps(xc.add(s1 + off))]
+                                };
+                                let wt = wc.add((ki * d.kw + kj) * MR);
+                                for (i, a) in acc.iter_mut().enumerate() {
+                                    let w = _mm512_set1_ps(*wt.add(i));
+                                    a[0] = _mm512_fmadd_ps(w, x[0], a[0]);
+                                    a[1] = _mm512_fmadd_ps(w, x[1], a[1]);
+                                }
+                            }
+                        }
+                    }
+                    for (i, a) in acc.iter().enumerate() {
+                        let co = b * MR + i;
+                        if co >= d.co {
+                            break;
+                        }
+                        let bv = _mm512_set1_ps(bias.map_or(0.0, |bb| bb[co]));
+                        let out = dst.as_mut_ptr().add(co * p_end + p0);
+                        _mm512_storeu_ps(out, _mm512_add_ps(a[0], bv));
+                        _mm512_storeu_ps(out.add(16), _mm512_add_ps(a[1], bv));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Generates the weight-gradient kernel for one vector width: `$tile::<CB>` is the
+    /// micro-kernel for CB input channels, `$name` runs it over every channel block.
+    macro_rules! params_kernel {
+        ($name:ident, $tile:ident, $feat:literal, $lanes:expr, $cb:expr, $vec:ty, $zero:expr, $loadu:path, $storeu:path, $set1:path, $fma:path, $add:path) => {
+            /// # Safety
+            /// The CPU has the target features; `xp`, `dyt` and `dwt` are at least as long as
+            /// [`ParamsDirect::accumulate`] checks; `c0 + CB <= d.c`, `ob + lanes <= d.co`.
+            #[inline(always)]
+            unsafe fn $tile<const CB: usize>(d: &ParamsDirect, xp: &[f32], dyt: &[f32], dwt: &mut [f32], first: bool, c0: usize, ob: usize) {
+                // SAFETY: every tap of every output pixel lies inside the padded copy `xp`
+                // (`padded()`), `dyt` holds `oh·ow` rows of `co` and `dwt` `c·9` rows of `co`.
+                unsafe {
+                    let (hp, wp) = d.padded();
+                    let plane = hp * wp;
+                    let mut acc = [[$zero; 9]; CB];
+                    let xb = xp.as_ptr().add(c0 * plane);
+                    for oy in 0..d.oh {
+                        let row = oy * d.sh * wp;
+                        let drow = dyt.as_ptr().add(oy * d.ow * d.co + ob);
+                        for ox in 0..d.ow {
+                            let dv = $loadu(drow.add(ox * d.co));
+                            let q = xb.add(row + ox * d.sw);
+                            for j in 0..CB {
+                                let xc = q.add(j * plane);
+                                for ki in 0..3 {
+                                    for kj in 0..3 {
+                                        let a = $set1(*xc.add(ki * wp + kj));
+                                        acc[j][ki * 3 + kj] = $fma(a, dv, acc[j][ki * 3 + kj]);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    for j in 0..CB {
+                        for t in 0..9 {
+                            let p = dwt.as_mut_ptr().add(((c0 + j) * 9 + t) * d.co + ob);
+                            let v = if first { acc[j][t] } else { $add(acc[j][t], $loadu(p)) };
+                            $storeu(p, v);
+                        }
+                    }
+                }
+            }
+
+            /// # Safety
+            /// As [`ParamsDirect::accumulate`], on a CPU with the target features.
+            #[target_feature(enable = $feat)]
+            pub(super) unsafe fn $name(d: &ParamsDirect, xp: &[f32], dyt: &[f32], dwt: &mut [f32], first: bool) {
+                let mut c0 = 0;
+                while c0 < d.c {
+                    let cb = (d.c - c0).min($cb);
+                    for ob in (0..d.co).step_by($lanes) {
+                        // SAFETY: c0 + cb <= c and ob + lanes <= co (co is a multiple of the
+                        // lanes); the caller checked the lengths.
+                        unsafe {
+                            match cb {
+                                3 => $tile::<3>(d, xp, dyt, dwt, first, c0, ob),
+                                2 => $tile::<2>(d, xp, dyt, dwt, first, c0, ob),
+                                _ => $tile::<1>(d, xp, dyt, dwt, first, c0, ob),
+                            }
+                        }
+                    }
+                    c0 += cb;
+                }
+            }
+        };
+    }
+
+    params_kernel!(
+        params_avx512,
+        params_tile_avx512,
+        "avx512f",
+        16,
+        PARAMS_CB,
+        __m512,
+        _mm512_setzero_ps(),
+        _mm512_loadu_ps,
+        _mm512_storeu_ps,
+        _mm512_set1_ps,
+        _mm512_fmadd_ps,
+        _mm512_add_ps
+    );
+
+    params_kernel!(
+        params_avx2,
+        params_tile_avx2,
+        "avx2,fma",
+        8,
+        1,
+        __m256,
+        _mm256_setzero_ps(),
+        _mm256_loadu_ps,
+        _mm256_storeu_ps,
+        _mm256_set1_ps,
+        _mm256_fmadd_ps,
+        _mm256_add_ps
+    );
+
+    /// Both weight-gradient paths, for the tests (each where the CPU has it).
+    #[cfg(test)]
+    pub(crate) fn params_paths(d: &ParamsDirect, xp: &[f32], dyt: &[f32]) -> Vec<(&'static str, Vec<f32>)> {
+        let mut out = Vec::new();
+        if super::has_avx512() {
+            let mut w = vec![f32::NAN; d.dwt_len()];
+            // SAFETY: the CPU has AVX-512F; lengths as the tests make them.
+            unsafe { params_avx512(d, xp, dyt, &mut w, true) };
+            out.push(("avx512", w));
+        }
+        if crate::cpu::simd::has_avx2() {
+            let mut w = vec![f32::NAN; d.dwt_len()];
+            // SAFETY: the CPU has AVX2 and FMA; lengths as the tests make them.
+            unsafe { params_avx2(d, xp, dyt, &mut w, true) };
+            out.push(("avx2", w));
+        }
+        out
+    }
+
     /// Both paths, for the tests (each where the CPU has it).
     #[cfg(test)]
     pub(crate) fn run_paths(d: &Direct, src: &[f32], wp: &[f32], bias: Option<&[f32]>) -> Vec<(&'static str, Vec<f32>)> {
         let mut out = Vec::new();
         let n = d.co * d.oh() * d.ow();
+        if let Some(rows) = d.padded_rows() {
+            let mut xp = vec![0.0; d.scratch_len()];
+            d.pad_into(src, &mut xp);
+            let mut y = vec![f32::NAN; n];
+            // SAFETY: padded_rows() saw AVX-512F and whole tiles; `xp` is the padded copy.
+            unsafe {
+                match rows {
+                    Rows::Whole => run_padded_avx512::<false>(d, &xp, wp, bias, &mut y),
+                    Rows::Pairs => run_padded_avx512::<true>(d, &xp, wp, bias, &mut y),
+                }
+            };
+            out.push(("avx512-padded", y));
+        }
         if super::has_avx512() {
             let mut y = vec![f32::NAN; n];
             // SAFETY: the CPU has AVX-512F; lengths as the tests make them.
@@ -383,4 +655,99 @@ mod x86 {
 }
 
 #[cfg(all(test, target_arch = "x86_64"))]
-pub(crate) use x86::run_paths;
+pub(crate) use x86::{params_paths, run_paths};
+
+/// The weight gradient of a 3×3 convolution (any stride and padding) without im2col:
+/// `dWt[(c·9 + t)·co + o] (+)= Σ_p x[c, tap t of p] · dy[o, p]`, with the output channels in
+/// the vector lanes (16 with AVX-512, 8 with AVX2), so every sum stays whole in one lane and
+/// no horizontal reduction is needed.
+///
+/// Per image the input is copied once zero-padded (`xp[c, hp, wp]`, so no tap needs a bounds
+/// check) and `dy` transposed pixel-major (`dyt[p, co]`). The micro-kernel holds
+/// [`PARAMS_CB`] input channels × 9 taps of accumulators for one vector of output channels;
+/// per output pixel it loads one vector of `dyt` and broadcasts 9·CB input values from `xp`.
+/// Unlike the window path it wastes no work on padding columns, and stride 2 costs nothing
+/// extra (the broadcasts are scalar loads).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ParamsDirect {
+    pub c: usize,
+    pub co: usize,
+    pub h: usize,
+    pub w: usize,
+    pub ph: usize,
+    pub pw: usize,
+    pub sh: usize,
+    pub sw: usize,
+    pub oh: usize,
+    pub ow: usize,
+}
+
+/// Input channels per AVX-512 tile of the weight-gradient kernel (27 accumulators).
+pub(crate) const PARAMS_CB: usize = 3;
+
+impl ParamsDirect {
+    /// Where the kernel applies: a 3×3 kernel and a multiple of the vector width (16 with
+    /// AVX-512, 8 with AVX2) of output channels.
+    pub(crate) fn of(g: &Conv2dGeom) -> Option<ParamsDirect> {
+        let lanes = if has_avx512() {
+            16
+        } else if crate::cpu::simd::has_avx2() {
+            8
+        } else {
+            return None;
+        };
+        (g.kernel_h == 3 && g.kernel_w == 3 && g.out_channels.is_multiple_of(lanes)).then_some(ParamsDirect {
+            c: g.in_channels,
+            co: g.out_channels,
+            h: g.in_h,
+            w: g.in_w,
+            ph: g.pad_h,
+            pw: g.pad_w,
+            sh: g.stride_h,
+            sw: g.stride_w,
+            oh: g.out_h(),
+            ow: g.out_w(),
+        })
+    }
+
+    /// Padded height and row pitch of `xp` (taps of the last output row and column stay
+    /// inside it).
+    pub(crate) fn padded(&self) -> (usize, usize) {
+        let hp = ((self.oh - 1) * self.sh + 3).max(self.h + self.ph);
+        let wp = ((self.ow - 1) * self.sw + 3).max(self.w + self.pw);
+        (hp, wp)
+    }
+
+    pub(crate) fn xp_len(&self) -> usize {
+        let (hp, wp) = self.padded();
+        self.c * hp * wp
+    }
+
+    pub(crate) fn dyt_len(&self) -> usize {
+        self.oh * self.ow * self.co
+    }
+
+    /// Elements of the gradient in the kernel's order, `[c, 9, co]`.
+    pub(crate) fn dwt_len(&self) -> usize {
+        self.c * 9 * self.co
+    }
+
+    /// Adds (or, with `first`, writes) one image's weight gradient into `dwt`.
+    pub(crate) fn accumulate(&self, xp: &[f32], dyt: &[f32], dwt: &mut [f32], first: bool) {
+        assert!(xp.len() >= self.xp_len() && dyt.len() >= self.dyt_len() && dwt.len() >= self.dwt_len());
+        #[cfg(target_arch = "x86_64")]
+        {
+            if has_avx512() {
+                // SAFETY: the CPU has AVX-512F; lengths checked above.
+                unsafe { x86::params_avx512(self, xp, dyt, dwt, first) };
+                return;
+            }
+            if crate::cpu::simd::has_avx2() {
+                // SAFETY: the CPU has AVX2 and FMA; lengths checked above.
+                unsafe { x86::params_avx2(self, xp, dyt, dwt, first) };
+                return;
+            }
+        }
+        unreachable!("ParamsDirect is only made where a vector unit for it exists")
+    }
+}
