@@ -406,6 +406,7 @@ fn run_direct(
     let (wp, scratch) = ws.split_at_mut(d.packed_len());
     d.pack(weight, wp);
     let wp = &*wp;
+    let plan = d.plan();
     let ranges = split_ranges(batch, groups);
     let dsts = split_mut_by(dst, &ranges, dst_img);
     let scratches = chunks_mut_n(scratch, groups, d.scratch_len());
@@ -414,7 +415,7 @@ fn run_direct(
         // The padding of the padded copy stays zero: each image rewrites only the interior.
         sc.fill(0.0);
         for (i, n) in r.enumerate() {
-            d.run(&src[n * src_img..(n + 1) * src_img], wp, bias, &mut dg[i * dst_img..(i + 1) * dst_img], sc);
+            d.run(&plan, &src[n * src_img..(n + 1) * src_img], wp, bias, &mut dg[i * dst_img..(i + 1) * dst_img], sc);
         }
     });
 }
@@ -557,6 +558,7 @@ fn backward_params_direct(
         let (dyt, dwt) = rest.split_at_mut(pd.dyt_len());
         // The padding stays zero: each image rewrites only the interior.
         xp.fill(0.0);
+        dyt.fill(0.0);
         let (dw, db) = out.split_at_mut(g.weight_len());
         if g.bias {
             db.fill(0.0);
@@ -570,17 +572,27 @@ fn backward_params_direct(
                     xp[d0..d0 + w].copy_from_slice(&xi[(ch * h + iy) * w..(ch * h + iy + 1) * w]);
                 }
             }
-            transpose(dyi, co_n, pixels, dyt);
+            if pd.cop == co_n {
+                transpose(dyi, co_n, pixels, dyt);
+            } else {
+                // Rows padded to the vector width; the padding channels stay zero.
+                for (q, row) in dyt.chunks_exact_mut(pd.cop).enumerate() {
+                    for (o, v) in row[..co_n].iter_mut().enumerate() {
+                        *v = dyi[o * pixels + q];
+                    }
+                }
+            }
             pd.accumulate(xp, dyt, dwt, i == 0);
             if g.bias {
                 add_bias_grad(g, dyi, db);
             }
         }
-        // dW[co, c, t] from the kernel's order [c, t, co].
+        // dW[co, c, t] from the kernel's order [c, t, cop].
+        let taps = g.kernel_h * g.kernel_w;
         for co in 0..co_n {
             for ch in 0..c {
-                for t in 0..9 {
-                    dw[(co * c + ch) * 9 + t] = dwt[(ch * 9 + t) * co_n + co];
+                for t in 0..taps {
+                    dw[(co * c + ch) * taps + t] = dwt[(ch * taps + t) * pd.cop + co];
                 }
             }
         }

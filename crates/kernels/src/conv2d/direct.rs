@@ -115,7 +115,7 @@ impl Direct {
     ///
     /// `scratch` holds [`Direct::scratch_len`] floats, zero where [`Direct::pad_into`] does
     /// not write (the caller zeroes it once, before its first image).
-    pub(crate) fn run(&self, src: &[f32], wp: &[f32], bias: Option<&[f32]>, dst: &mut [f32], scratch: &mut [f32]) {
+    pub(crate) fn run(&self, plan: &Plan, src: &[f32], wp: &[f32], bias: Option<&[f32]>, dst: &mut [f32], scratch: &mut [f32]) {
         assert!(src.len() >= self.c * self.h * self.w, "direct conv: short source");
         assert!(dst.len() >= self.co * self.oh() * self.ow(), "direct conv: short destination");
         assert!(wp.len() >= self.packed_len(), "direct conv: short packed weights");
@@ -137,12 +137,12 @@ impl Direct {
             }
             if has_avx512() {
                 // SAFETY: the CPU has AVX-512F; the lengths were checked above.
-                unsafe { x86::run_avx512(self, src, wp, bias, dst) };
+                unsafe { x86::run_avx512(self, plan, src, wp, bias, dst) };
                 return;
             }
             if crate::cpu::simd::has_avx2() {
                 // SAFETY: the CPU has AVX2 and FMA; the lengths were checked above.
-                unsafe { x86::run_avx2(self, src, wp, bias, dst) };
+                unsafe { x86::run_avx2(self, plan, src, wp, bias, dst) };
                 return;
             }
         }
@@ -222,7 +222,7 @@ pub(crate) fn has_kernel() -> bool {
 
 /// A run of consecutive lanes of one pixel vector that lies in one output row: for a tap,
 /// lanes `l` with bit `l` of `mask` read `src[c·h·w + off + l]`.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Debug, Default)]
 struct Seg {
     mask: u32,
     off: isize,
@@ -230,6 +230,52 @@ struct Seg {
 
 /// Most rows one vector of pixels can touch (16 lanes over rows of at least 8 pixels).
 const MAX_SEGS: usize = 3;
+
+/// Vector slots per tap in a [`Plan`] (the most any path uses).
+const SLOTS: usize = NV;
+
+/// The segments of every tap of every tile of the masked kernels, made once per call (they
+/// depend on the geometry alone) and read for every image: `counts[tile][v]` segments in
+/// `segs[((tile·taps + t)·SLOTS + v)·MAX_SEGS + s]`. Empty where the padded kernel runs.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Plan {
+    counts: Vec<[usize; SLOTS]>,
+    segs: Vec<Seg>,
+}
+
+impl Direct {
+    /// The segment plan of the masked kernel that [`Direct::run`] will use on this CPU.
+    pub(crate) fn plan(&self) -> Plan {
+        if self.padded_rows().is_some() {
+            return Plan::default();
+        }
+        let (lanes, nv) = if has_avx512() { (16, NV) } else { (8, 1) };
+        Plan::for_lanes(self, lanes, nv)
+    }
+}
+
+impl Plan {
+    /// The plan for vectors of `lanes` pixels, `nv` per tile.
+    pub(crate) fn for_lanes(d: &Direct, lanes: usize, nv: usize) -> Plan {
+        let (taps, p_end) = (d.taps(), d.oh() * d.ow());
+        let tiles = p_end.div_ceil(lanes * nv);
+        let mut plan = Plan { counts: vec![[0; SLOTS]; tiles], segs: vec![Seg::default(); tiles * taps * SLOTS * MAX_SEGS] };
+        for ti in 0..tiles {
+            let p0 = ti * lanes * nv;
+            for ki in 0..d.kh {
+                for kj in 0..d.kw {
+                    let t = ki * d.kw + kj;
+                    for v in 0..nv {
+                        let (n, s) = segments(d, p0 + v * lanes, p_end, lanes, ki, kj);
+                        plan.counts[ti][v] = n;
+                        plan.segs[((ti * taps + t) * SLOTS + v) * MAX_SEGS..][..MAX_SEGS].copy_from_slice(&s);
+                    }
+                }
+            }
+        }
+        plan
+    }
+}
 
 /// The segments of the pixel vector starting at flat output pixel `p0` (`lanes` wide, ending
 /// at `p_end`) for tap `(ki, kj)`: `(count, segs)`.
@@ -266,39 +312,13 @@ fn segments(d: &Direct, p0: usize, p_end: usize, lanes: usize, ki: usize, kj: us
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{Direct, MAX_SEGS, MR, NV, PARAMS_CB, ParamsDirect, Seg, segments};
+    use super::{Direct, MAX_SEGS, MR, NV, PARAMS_CB, ParamsDirect};
     #[cfg(test)]
     use super::Rows;
 
     const NV512: usize = NV;
-    /// Vector slots per tap in a [`Tile`] (the most any path uses).
-    const SLOTS: usize = NV;
+    use super::{Plan, SLOTS};
     const NV256: usize = 1;
-
-    /// The segments of every tap for a tile's [`NV`] vectors: `segs[(t·NV + v)·MAX_SEGS + s]`.
-    struct Tile {
-        count: [usize; SLOTS],
-        segs: Vec<Seg>,
-    }
-
-    impl Tile {
-        fn new(d: &Direct) -> Tile {
-            Tile { count: [0; SLOTS], segs: vec![Seg::default(); d.taps() * SLOTS * MAX_SEGS] }
-        }
-
-        fn fill(&mut self, d: &Direct, p0: usize, p_end: usize, lanes: usize, nv: usize) {
-            for ki in 0..d.kh {
-                for kj in 0..d.kw {
-                    let t = ki * d.kw + kj;
-                    for v in 0..nv {
-                        let (n, s) = segments(d, p0 + v * lanes, p_end, lanes, ki, kj);
-                        self.count[v] = n;
-                        self.segs[(t * SLOTS + v) * MAX_SEGS..][..MAX_SEGS].copy_from_slice(&s);
-                    }
-                }
-            }
-        }
-    }
 
     /// Generates the kernel for one vector width.
     macro_rules! direct_kernel {
@@ -307,7 +327,7 @@ mod x86 {
             /// The CPU has the target features; `src`, `wp`, `bias` and `dst` are at least as
             /// long as [`Direct::run`] checks.
             #[target_feature(enable = $feat)]
-            pub(super) unsafe fn $name(d: &Direct, src: &[f32], wp: &[f32], bias: Option<&[f32]>, dst: &mut [f32]) {
+            pub(super) unsafe fn $name(d: &Direct, plan: &Plan, src: &[f32], wp: &[f32], bias: Option<&[f32]>, dst: &mut [f32]) {
                 // SAFETY: the weight offsets stay below `packed_len()`, the segment offsets
                 // below the tile's table, the loads read only lanes whose mask says they lie in
                 // the image and the stores only the first `n` lanes of an output row block
@@ -317,10 +337,11 @@ mod x86 {
                 const NV: usize = $nv;
                 let (hw, taps) = (d.h * d.w, d.taps());
                 let p_end = d.oh() * d.ow();
-                let mut tile = Tile::new(d);
+                let per_tile = taps * SLOTS * MAX_SEGS;
                 let sp = src.as_ptr();
                 for p0 in (0..p_end).step_by(LANES * NV) {
-                    tile.fill(d, p0, p_end, LANES, NV);
+                    let ti = p0 / (LANES * NV);
+                    let (counts, tsegs) = (plan.counts[ti], plan.segs.as_ptr().add(ti * per_tile));
                     for b in 0..d.co.div_ceil(MR) {
                         let wb = wp.as_ptr().add(b * d.c * taps * MR);
                         let mut acc: [[$vec; NV]; MR] = [[$zero; NV]; MR];
@@ -330,8 +351,8 @@ mod x86 {
                             for t in 0..taps {
                                 let mut x: [$vec; NV] = [$zero; NV];
                                 for v in 0..NV {
-                                    let segs = tile.segs.as_ptr().add((t * SLOTS + v) * MAX_SEGS);
-                                    for s in 0..tile.count[v] {
+                                    let segs = tsegs.add((t * SLOTS + v) * MAX_SEGS);
+                                    for s in 0..counts[v] {
                                         let sg = *segs.add(s);
                                         x[v] = $load(x[v], sg.mask, base.wrapping_offset(sg.off));
                                     }
@@ -507,10 +528,61 @@ mod x86 {
     /// Generates the weight-gradient kernel for one vector width: `$tile::<CB>` is the
     /// micro-kernel for CB input channels, `$name` runs it over every channel block.
     macro_rules! params_kernel {
-        ($name:ident, $tile:ident, $feat:literal, $lanes:expr, $cb:expr, $vec:ty, $zero:expr, $loadu:path, $storeu:path, $set1:path, $fma:path, $add:path) => {
+        ($name:ident, $tile:ident, $general:ident, $rows:expr, $feat:literal, $lanes:expr, $cb:expr, $vec:ty, $zero:expr, $loadu:path, $storeu:path, $set1:path, $fma:path, $add:path) => {
+            /// Any kernel size: tiles of `$rows` consecutive `(c, tap)` rows whose offsets in
+            /// the padded copy come from a table (an extra load per FMA, which the 3×3
+            /// kernel's constant displacements avoid).
+            ///
+            /// # Safety
+            /// As [`ParamsDirect::accumulate`], on a CPU with the target features.
+            #[target_feature(enable = $feat)]
+            unsafe fn $general(d: &ParamsDirect, xp: &[f32], dyt: &[f32], dwt: &mut [f32], first: bool) {
+                const R: usize = $rows;
+                // SAFETY: every row offset plus every output pixel's tap origin lies in the
+                // padded copy (`padded()`); `dyt` holds `oh·ow` rows and `dwt` `c·taps` rows of
+                // `cop` floats; rows past the last are read at offset 0 and never stored.
+                unsafe {
+                    let (hp, wp) = d.padded();
+                    let (taps, plane) = (d.kh * d.kw, hp * wp);
+                    let rows = d.c * taps;
+                    let mut offs = [0usize; R];
+                    for r0 in (0..rows).step_by(R) {
+                        let n = (rows - r0).min(R);
+                        for (j, o) in offs.iter_mut().enumerate() {
+                            *o = if j < n {
+                                let (c, t) = ((r0 + j) / taps, (r0 + j) % taps);
+                                c * plane + (t / d.kw) * wp + t % d.kw
+                            } else {
+                                0
+                            };
+                        }
+                        for ob in (0..d.cop).step_by($lanes) {
+                            let mut acc = [$zero; R];
+                            for oy in 0..d.oh {
+                                let row = xp.as_ptr().add(oy * d.sh * wp);
+                                let drow = dyt.as_ptr().add(oy * d.ow * d.cop + ob);
+                                for ox in 0..d.ow {
+                                    let dv = $loadu(drow.add(ox * d.cop));
+                                    let q = row.add(ox * d.sw);
+                                    for j in 0..R {
+                                        acc[j] = $fma($set1(*q.add(offs[j])), dv, acc[j]);
+                                    }
+                                }
+                            }
+                            for (j, a) in acc.iter().enumerate().take(n) {
+                                let p = dwt.as_mut_ptr().add((r0 + j) * d.cop + ob);
+                                let v = if first { *a } else { $add(*a, $loadu(p)) };
+                                $storeu(p, v);
+                            }
+                        }
+                    }
+                }
+            }
+
             /// # Safety
             /// The CPU has the target features; `xp`, `dyt` and `dwt` are at least as long as
-            /// [`ParamsDirect::accumulate`] checks; `c0 + CB <= d.c`, `ob + lanes <= d.co`.
+            /// [`ParamsDirect::accumulate`] checks; `c0 + CB <= d.c`, `ob + lanes <= d.cop`; a
+            /// 3×3 kernel.
             #[inline(always)]
             unsafe fn $tile<const CB: usize>(d: &ParamsDirect, xp: &[f32], dyt: &[f32], dwt: &mut [f32], first: bool, c0: usize, ob: usize) {
                 // SAFETY: every tap of every output pixel lies inside the padded copy `xp`
@@ -522,9 +594,9 @@ mod x86 {
                     let xb = xp.as_ptr().add(c0 * plane);
                     for oy in 0..d.oh {
                         let row = oy * d.sh * wp;
-                        let drow = dyt.as_ptr().add(oy * d.ow * d.co + ob);
+                        let drow = dyt.as_ptr().add(oy * d.ow * d.cop + ob);
                         for ox in 0..d.ow {
-                            let dv = $loadu(drow.add(ox * d.co));
+                            let dv = $loadu(drow.add(ox * d.cop));
                             let q = xb.add(row + ox * d.sw);
                             for j in 0..CB {
                                 let xc = q.add(j * plane);
@@ -539,7 +611,7 @@ mod x86 {
                     }
                     for j in 0..CB {
                         for t in 0..9 {
-                            let p = dwt.as_mut_ptr().add(((c0 + j) * 9 + t) * d.co + ob);
+                            let p = dwt.as_mut_ptr().add(((c0 + j) * 9 + t) * d.cop + ob);
                             let v = if first { acc[j][t] } else { $add(acc[j][t], $loadu(p)) };
                             $storeu(p, v);
                         }
@@ -551,10 +623,15 @@ mod x86 {
             /// As [`ParamsDirect::accumulate`], on a CPU with the target features.
             #[target_feature(enable = $feat)]
             pub(super) unsafe fn $name(d: &ParamsDirect, xp: &[f32], dyt: &[f32], dwt: &mut [f32], first: bool) {
+                if (d.kh, d.kw) != (3, 3) {
+                    // SAFETY: as this function's own contract.
+                    unsafe { $general(d, xp, dyt, dwt, first) };
+                    return;
+                }
                 let mut c0 = 0;
                 while c0 < d.c {
                     let cb = (d.c - c0).min($cb);
-                    for ob in (0..d.co).step_by($lanes) {
+                    for ob in (0..d.cop).step_by($lanes) {
                         // SAFETY: c0 + cb <= c and ob + lanes <= co (co is a multiple of the
                         // lanes); the caller checked the lengths.
                         unsafe {
@@ -574,6 +651,8 @@ mod x86 {
     params_kernel!(
         params_avx512,
         params_tile_avx512,
+        params_general_avx512,
+        24,
         "avx512f",
         16,
         PARAMS_CB,
@@ -589,6 +668,8 @@ mod x86 {
     params_kernel!(
         params_avx2,
         params_tile_avx2,
+        params_general_avx2,
+        12,
         "avx2,fma",
         8,
         1,
@@ -640,14 +721,16 @@ mod x86 {
         }
         if super::has_avx512() {
             let mut y = vec![f32::NAN; n];
+            let plan = Plan::for_lanes(d, 16, NV);
             // SAFETY: the CPU has AVX-512F; lengths as the tests make them.
-            unsafe { run_avx512(d, src, wp, bias, &mut y) };
+            unsafe { run_avx512(d, &plan, src, wp, bias, &mut y) };
             out.push(("avx512", y));
         }
         if crate::cpu::simd::has_avx2() {
             let mut y = vec![f32::NAN; n];
+            let plan = Plan::for_lanes(d, 8, 1);
             // SAFETY: the CPU has AVX2 and FMA; lengths as the tests make them.
-            unsafe { run_avx2(d, src, wp, bias, &mut y) };
+            unsafe { run_avx2(d, &plan, src, wp, bias, &mut y) };
             out.push(("avx2", y));
         }
         out
@@ -657,14 +740,15 @@ mod x86 {
 #[cfg(all(test, target_arch = "x86_64"))]
 pub(crate) use x86::{params_paths, run_paths};
 
-/// The weight gradient of a 3×3 convolution (any stride and padding) without im2col:
-/// `dWt[(c·9 + t)·co + o] (+)= Σ_p x[c, tap t of p] · dy[o, p]`, with the output channels in
-/// the vector lanes (16 with AVX-512, 8 with AVX2), so every sum stays whole in one lane and
-/// no horizontal reduction is needed.
+/// The weight gradient of a convolution (any kernel, stride and padding; not 1×1 unpadded)
+/// without im2col: `dWt[(c·taps + t)·cop + o] (+)= Σ_p x[c, tap t of p] · dy[o, p]`, with
+/// the output channels in the vector lanes (16 with AVX-512, 8 with AVX2; padded to a
+/// multiple), so every sum stays whole in one lane and no horizontal reduction is needed.
 ///
 /// Per image the input is copied once zero-padded (`xp[c, hp, wp]`, so no tap needs a bounds
 /// check) and `dy` transposed pixel-major (`dyt[p, co]`). The micro-kernel holds
-/// [`PARAMS_CB`] input channels × 9 taps of accumulators for one vector of output channels;
+/// [`PARAMS_CB`] input channels × 9 taps of accumulators for one vector of output channels
+/// (3×3 kernels; other sizes: 24 consecutive `(c, tap)` rows, their offsets from a table);
 /// per output pixel it loads one vector of `dyt` and broadcasts 9·CB input values from `xp`.
 /// Unlike the window path it wastes no work on padding columns, and stride 2 costs nothing
 /// extra (the broadcasts are scalar loads).
@@ -672,6 +756,11 @@ pub(crate) use x86::{params_paths, run_paths};
 pub(crate) struct ParamsDirect {
     pub c: usize,
     pub co: usize,
+    /// `co` rounded up to the vector width: the row length of `dyt` and `dwt` (the extra
+    /// channels are zero in `dyt` and ignored in `dwt`).
+    pub cop: usize,
+    pub kh: usize,
+    pub kw: usize,
     pub h: usize,
     pub w: usize,
     pub ph: usize,
@@ -686,8 +775,8 @@ pub(crate) struct ParamsDirect {
 pub(crate) const PARAMS_CB: usize = 3;
 
 impl ParamsDirect {
-    /// Where the kernel applies: a 3×3 kernel and a multiple of the vector width (16 with
-    /// AVX-512, 8 with AVX2) of output channels.
+    /// Where the kernel applies: a CPU with AVX-512F or AVX2 and FMA, and a kernel other than
+    /// 1×1 unpadded (a plain GEMM).
     pub(crate) fn of(g: &Conv2dGeom) -> Option<ParamsDirect> {
         let lanes = if has_avx512() {
             16
@@ -696,9 +785,12 @@ impl ParamsDirect {
         } else {
             return None;
         };
-        (g.kernel_h == 3 && g.kernel_w == 3 && g.out_channels.is_multiple_of(lanes)).then_some(ParamsDirect {
+        (!g.is_pointwise()).then_some(ParamsDirect {
             c: g.in_channels,
             co: g.out_channels,
+            cop: g.out_channels.next_multiple_of(lanes),
+            kh: g.kernel_h,
+            kw: g.kernel_w,
             h: g.in_h,
             w: g.in_w,
             ph: g.pad_h,
@@ -713,8 +805,8 @@ impl ParamsDirect {
     /// Padded height and row pitch of `xp` (taps of the last output row and column stay
     /// inside it).
     pub(crate) fn padded(&self) -> (usize, usize) {
-        let hp = ((self.oh - 1) * self.sh + 3).max(self.h + self.ph);
-        let wp = ((self.ow - 1) * self.sw + 3).max(self.w + self.pw);
+        let hp = ((self.oh - 1) * self.sh + self.kh).max(self.h + self.ph);
+        let wp = ((self.ow - 1) * self.sw + self.kw).max(self.w + self.pw);
         (hp, wp)
     }
 
@@ -724,12 +816,12 @@ impl ParamsDirect {
     }
 
     pub(crate) fn dyt_len(&self) -> usize {
-        self.oh * self.ow * self.co
+        self.oh * self.ow * self.cop
     }
 
     /// Elements of the gradient in the kernel's order, `[c, 9, co]`.
     pub(crate) fn dwt_len(&self) -> usize {
-        self.c * 9 * self.co
+        self.c * self.kh * self.kw * self.cop
     }
 
     /// Adds (or, with `first`, writes) one image's weight gradient into `dwt`.
