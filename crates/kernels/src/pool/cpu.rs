@@ -89,10 +89,32 @@ crate::cpu::simd::multiversion! {
     }
 }
 
+crate::cpu::simd::multiversion! {
+    /// One output row of the 2×2 stride-2 max-pool gradient: into input rows `d0`, `d1`
+    /// (inputs `r0`, `r1`), the first maximum of each window in the general loop's order
+    /// gets `0.0 + dy`, the others `0.0`.
+    fn max_back_row_2x2 / max_back_row_2x2_portable(d0: &mut [f32], d1: &mut [f32], r0: &[f32], r1: &[f32], y: &[f32], dy: &[f32]) {
+        for (ox, (&t, &g)) in y.iter().zip(dy).enumerate() {
+            // Non-short-circuit `&` and selects: which element wins is data, and branches on
+            // it mispredict half the time.
+            let (e0, e1) = (is_max(r0[2 * ox], t), is_max(r0[2 * ox + 1], t));
+            let (e2, e3) = (is_max(r1[2 * ox], t), is_max(r1[2 * ox + 1], t));
+            let h1 = !e0 & e1;
+            let h2 = !e0 & !e1 & e2;
+            let h3 = !e0 & !e1 & !e2 & e3;
+            let v = 0.0 + g;
+            d0[2 * ox] = if e0 { v } else { 0.0 };
+            d0[2 * ox + 1] = if h1 { v } else { 0.0 };
+            d1[2 * ox] = if h2 { v } else { 0.0 };
+            d1[2 * ox + 1] = if h3 { v } else { 0.0 };
+        }
+    }
+}
+
 /// Whether `v` is the value the forward pass kept (`target`), as the general loop compares.
 #[inline(always)]
 fn is_max(v: f32, target: f32) -> bool {
-    v == target || (v.is_nan() && target.is_nan())
+    (v == target) | (v.is_nan() & target.is_nan())
 }
 
 fn max_forward(ctx: CpuCtx<'_>, g: &Pool2dGeom, x: &[f32], y: &mut [f32]) {
@@ -144,18 +166,12 @@ fn max_backward(ctx: CpuCtx<'_>, g: &Pool2dGeom, x: &[f32], y: &[f32], dy: &[f32
                 dxp.fill(0.0);
             }
             let xp = &x[p * ih * iw..(p + 1) * ih * iw];
+            let (yp, dyp) = (&y[p * oh * ow..(p + 1) * oh * ow], &dy[p * oh * ow..(p + 1) * oh * ow]);
             for oy in 0..oh {
-                for ox in 0..ow {
-                    let o = p * oh * ow + oy * ow + ox;
-                    let (t, d) = (y[o], dy[o]);
-                    let at = [(2 * oy) * iw + 2 * ox, (2 * oy) * iw + 2 * ox + 1, (2 * oy + 1) * iw + 2 * ox, (2 * oy + 1) * iw + 2 * ox + 1];
-                    let mut done = false;
-                    for i in at {
-                        let hit = !done && is_max(xp[i], t);
-                        dxp[i] = if hit { 0.0 + d } else { 0.0 };
-                        done |= hit;
-                    }
-                }
+                let (d0, d1) = dxp[2 * oy * iw..(2 * oy + 2) * iw].split_at_mut(iw);
+                let (r0, r1) = xp[2 * oy * iw..(2 * oy + 2) * iw].split_at(iw);
+                let rows = (&yp[oy * ow..(oy + 1) * ow], &dyp[oy * ow..(oy + 1) * ow]);
+                max_back_row_2x2(d0, d1, r0, r1, rows.0, rows.1);
             }
         });
         return;
