@@ -20,7 +20,7 @@
 //! | module | op trait | op |
 //! |---|---|---|
 //! | [`gemm`] | [`gemm::Gemm`] | row-major GEMM (CPU: `matrixmultiply`, or `gemm`, chosen by measurement) |
-//! | [`conv2d`] | [`conv2d::Conv2d`] | convolution with stride, padding, optional bias (im2col + GEMM) |
+//! | [`conv2d`] | [`conv2d::Conv2d`] | convolution with stride, padding, optional bias (CPU: direct AVX-512/AVX2 kernels, else im2col + GEMM) |
 //! | [`linear`] | [`linear::Linear`] | fully connected layer |
 //! | [`batch_norm`] | [`batch_norm::BatchNorm`] | batch normalisation, training (batch statistics, running averages) and inference |
 //! | [`pool`] | [`pool::Pool2d`] | max and average pooling, global average pooling |

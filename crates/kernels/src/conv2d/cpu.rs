@@ -1,4 +1,5 @@
-//! CPU conv2d: im2col + GEMM per image, batch split over the backend's threads.
+//! CPU conv2d: the direct kernels of `direct.rs` where they apply, else im2col + GEMM per
+//! image; the batch split over the backend's threads.
 
 use super::direct::{Direct, ParamsDirect};
 use super::{Conv2d, Conv2dGeom};
@@ -528,6 +529,28 @@ fn sum_partials(dparams: &mut [f32], outs: &[&mut [f32]]) {
     }
 }
 
+/// Runs a weight-gradient `work(images, buffer, out)` per thread group: with one group
+/// straight into `dparams`, else each group into its partial (`plen` floats of `partials`),
+/// summed in group order.
+fn params_over_groups(
+    ctx: CpuCtx<'_>,
+    ranges: Vec<std::ops::Range<usize>>,
+    bufs: Vec<&mut [f32]>,
+    (partials, plen): (&mut [f32], usize),
+    dparams: &mut [f32],
+    work: impl Fn(std::ops::Range<usize>, &mut [f32], &mut [f32]) + Sync + Send,
+) {
+    if ranges.len() == 1 {
+        let (r, buf) = ranges.into_iter().zip(bufs).next().unwrap_or_default();
+        work(r, buf, dparams);
+        return;
+    }
+    let mut outs = chunks_mut_n(partials, ranges.len(), plen);
+    let items: Vec<_> = ranges.into_iter().zip(bufs).zip(outs.iter_mut()).collect();
+    ctx.for_each(items, |((r, buf), out)| work(r, buf, out));
+    sum_partials(dparams, &outs);
+}
+
 /// Workspace of one thread group of [`backward_params_direct`]: `xp`, `dyt`, `dwt`.
 fn params_direct_len(pd: &ParamsDirect) -> usize {
     pd.xp_len() + pd.dyt_len() + pd.dwt_len()
@@ -597,15 +620,7 @@ fn backward_params_direct(
             }
         }
     };
-    if groups == 1 {
-        let buf = bufs.into_iter().next().unwrap_or_default();
-        work(0..g.batch, buf, dparams);
-        return;
-    }
-    let mut outs = chunks_mut_n(partials, groups, plen);
-    let items: Vec<_> = ranges.into_iter().zip(bufs).zip(outs.iter_mut()).collect();
-    ctx.for_each(items, |((r, buf), out)| work(r, buf, out));
-    sum_partials(dparams, &outs);
+    params_over_groups(ctx, ranges, bufs, (partials, plen), dparams, work);
 }
 
 /// [`backward_params`] through a [`Window`]: no im2col.
@@ -681,15 +696,7 @@ fn backward_params_window(
             }
         }
     };
-    if groups == 1 {
-        let buf = bufs.into_iter().next().unwrap_or_default();
-        work(0..g.batch, buf, dparams);
-        return;
-    }
-    let mut outs = chunks_mut_n(partials, groups, plen);
-    let items: Vec<_> = ranges.into_iter().zip(bufs).zip(outs.iter_mut()).collect();
-    ctx.for_each(items, |((r, buf), out)| work(r, buf, out));
-    sum_partials(dparams, &outs);
+    params_over_groups(ctx, ranges, bufs, (partials, plen), dparams, work);
 }
 
 /// [`backward_params`] through im2col and transposes.

@@ -1,15 +1,22 @@
 //! 2-d convolution (cross-correlation, as in every DL framework), NCHW, with stride, zero
 //! padding and an optional bias.
 //!
-//! CPU: per image, im2col into a workspace then one GEMM (`W[c_out, K] * col[K, OH*OW]`,
-//! `K = c_in*kh*kw`); a 1×1 stride-1 unpadded convolution skips im2col. The batch is split
-//! into as many groups as the backend has threads, each with its own slice of the workspace;
-//! weight gradients are summed per group, then across groups in a fixed order (deterministic
-//! for a given thread count). The backward-params pass of a stride-1 convolution builds no
-//! im2col matrix: it copies the image zero-padded and pixel-major, and `dy` pixel-major, and
-//! runs one GEMM per kernel row straight from windows of that copy (`cpu.rs`, `Window`);
-//! other geometries transpose the im2col matrix and `dy` (pixel-major) before the GEMM, so
-//! that the GEMM's packing reads both contiguously.
+//! CPU: where the CPU has AVX-512F or AVX2 + FMA (chosen at run time), the convolution's
+//! own kernels in `direct.rs`, with no im2col and no GEMM: the forward and backward-data
+//! passes of stride-1 convolutions with output rows of at least 8 pixels (`Direct`:
+//! backward-data as a convolution of `dy` with the transposed, flipped kernel; an unmasked
+//! AVX-512 kernel over a zero-padded copy where rows are a multiple of 16 or exactly 8
+//! pixels, masked loads elsewhere), and the weight gradient of every convolution but 1×1
+//! unpadded (`ParamsDirect`, output channels in the vector lanes). Everything else (strided
+//! forward/backward-data, pointwise, CPUs without AVX2): per image, im2col into a workspace
+//! then one GEMM (`W[c_out, K] * col[K, OH*OW]`, `K = c_in*kh*kw`); a 1×1 stride-1 unpadded
+//! convolution skips im2col; the backward-params pass of stride-1 convolutions runs one GEMM
+//! per kernel row from windows of a padded copy (`cpu.rs`, `Window`), other geometries
+//! transpose the im2col matrix and `dy` first. The batch is split into as many groups as
+//! the backend has threads, each with its own slice of the workspace; weight gradients are
+//! summed per group, then across groups in a fixed order (deterministic for a given thread
+//! count and CPU: the AVX-512 and AVX2 direct kernels add in the same order and give the
+//! same bits, tested).
 
 pub(crate) mod cpu;
 pub(crate) mod direct;
