@@ -556,7 +556,8 @@ fn params_direct_len(pd: &ParamsDirect) -> usize {
     pd.xp_len() + pd.dyt_len() + pd.dwt_len()
 }
 
-/// [`backward_params`] of a 3×3 convolution through [`ParamsDirect`]: no im2col, no GEMM.
+/// [`backward_params`] through [`ParamsDirect`] (any kernel but 1×1 unpadded): no im2col, no
+/// GEMM.
 fn backward_params_direct(
     ctx: CpuCtx<'_>,
     g: &Conv2dGeom,
@@ -581,7 +582,10 @@ fn backward_params_direct(
         let (dyt, dwt) = rest.split_at_mut(pd.dyt_len());
         // The padding stays zero: each image rewrites only the interior.
         xp.fill(0.0);
-        dyt.fill(0.0);
+        if pd.cop != co_n {
+            // The padding channels of `dyt` stay zero; a full transpose rewrites every row.
+            dyt.fill(0.0);
+        }
         let (dw, db) = out.split_at_mut(g.weight_len());
         if g.bias {
             db.fill(0.0);

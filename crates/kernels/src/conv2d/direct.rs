@@ -415,9 +415,13 @@ mod x86 {
         store512
     );
 
+    /// The lanes of `mask` as an AVX2 lane mask (all ones where the bit is set).
+    ///
+    /// # Safety
+    /// The CPU has AVX2 (only the AVX2 kernel calls it).
     #[inline(always)]
-    fn mask256(mask: u32) -> __m256i {
-        // SAFETY: only arithmetic on registers (AVX2 is enabled in every caller).
+    unsafe fn mask256(mask: u32) -> __m256i {
+        // SAFETY: register arithmetic only; the caller guarantees AVX2.
         unsafe {
             let bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
             let m = _mm256_and_si256(_mm256_set1_epi32(mask as i32), bits);
@@ -427,7 +431,8 @@ mod x86 {
 
     #[inline(always)]
     unsafe fn load256(x: __m256, mask: u32, p: *const f32) -> __m256 {
-        let m = mask256(mask);
+        // SAFETY: the caller runs on a CPU with AVX2.
+        let m = unsafe { mask256(mask) };
         // SAFETY: (as the caller guarantees) lanes with their mask bit set address elements of the source;
         // `vmaskmovps` does not read (or fault on) masked-off lanes.
         unsafe { _mm256_blendv_ps(x, _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m)) }
@@ -435,7 +440,8 @@ mod x86 {
 
     #[inline(always)]
     unsafe fn store256(v: __m256, bias: f32, p: *mut f32, n: usize) {
-        let m = mask256(if n >= 8 { 0xff } else { (1u32 << n) - 1 });
+        // SAFETY: the caller runs on a CPU with AVX2.
+        let m = unsafe { mask256(if n >= 8 { 0xff } else { (1u32 << n) - 1 }) };
         // SAFETY: (as the caller guarantees) the first n lanes are elements of the destination.
         unsafe { _mm256_maskstore_ps(p, m, _mm256_add_ps(v, _mm256_set1_ps(bias))) }
     }
