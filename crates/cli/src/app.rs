@@ -127,8 +127,9 @@ struct TrainArgs {
     #[arg(long)]
     sma_form: Option<String>,
     /// Batch-norm statistics for evaluating the central model: mean (of the learners' running
-    /// statistics) or recalibrate[:N] (measured on the central model over N training batches
-    /// before each evaluation, counted as training time) [default: recalibrate:20]
+    /// statistics), learner (the first learner's own) or recalibrate[:N] (measured on the
+    /// central model over N training batches before each evaluation, counted as training
+    /// time) [default: recalibrate:20]
     #[arg(long)]
     bn_eval: Option<String>,
     /// Evaluate the central model every this many epochs (fractions allowed) [default: 1]
@@ -284,6 +285,7 @@ fn run(cli: Cli, registry: &SyncRegistry) -> Result<(), CliError> {
                 None => None,
             };
             let flags = a.to_file();
+            let metrics_given = flags.metrics.is_some() || file.as_ref().is_some_and(|(_, f)| f.metrics.is_some());
             // With several ranks, rank 0 reads the checkpoint and broadcasts it.
             let world = crate::processes::World::start(a.mpi_timeout)?;
             let resume = match &a.checkpoint.resume {
@@ -291,6 +293,7 @@ fn run(cli: Cli, registry: &SyncRegistry) -> Result<(), CliError> {
                 None => None,
             };
             let mut saved_policies = None;
+            let mut resume_changes = vec![];
             let cfg = match &resume {
                 None => TrainConfig::from_sources(file, flags, registry)?,
                 Some((path, ckpt)) => {
@@ -312,7 +315,13 @@ fn run(cli: Cli, registry: &SyncRegistry) -> Result<(), CliError> {
                         serde_json::from_value(ckpt.state.get("divergence_policy").cloned().unwrap_or_default())
                             .unwrap_or(None);
                     saved_policies = d.map(|d| (c, d));
-                    TrainConfig::from_sources(Some((path.as_path(), saved.overridden_by(from_file))), flags, registry)?
+                    let cfg = TrainConfig::from_sources(
+                        Some((path.as_path(), saved.clone().overridden_by(from_file))),
+                        flags,
+                        registry,
+                    )?;
+                    resume_changes = resume::changes(&saved, &resume::config_to_file(&cfg));
+                    cfg
                 }
             };
             let (policy, divergence) = a
@@ -326,6 +335,12 @@ fn run(cli: Cli, registry: &SyncRegistry) -> Result<(), CliError> {
             }
             let result = (|| -> Result<(), CliError> {
                 let mut cfg = cfg;
+                // A resumed run's saved metrics file is relative to its checkpoint folder.
+                if let (Some(_), Some(p), false) = (&resume, &policy, metrics_given)
+                    && let Some(m) = cfg.metrics.as_mut()
+                {
+                    *m = crate::paths::resolve_against(m, &p.dir);
+                }
                 if world.size() > 1 {
                     cfg.metrics = cfg.metrics.as_deref().map(|p| world.metrics_path(p));
                 }
@@ -336,12 +351,29 @@ fn run(cli: Cli, registry: &SyncRegistry) -> Result<(), CliError> {
                 if resume.is_some() {
                     reporter = reporter.append_to_metrics();
                 }
+                for c in &resume_changes {
+                    reporter.say(&format!("resume: {c}"));
+                }
+                // Rank 0 writes the checkpoints: as which run and line (a resume from an older
+                // checkpoint of a line is a branch: a new line, the newer files stay).
+                let line = match (&resume, &policy) {
+                    (Some((path, ckpt)), Some(p)) if world.rank() == 0 => {
+                        let (line, note) = checkpoint::line_for_resume(&ckpt.state, path, &p.dir);
+                        if let Some(n) = note {
+                            reporter.warn(&format!("resume: {n}"));
+                        }
+                        Some(line)
+                    }
+                    (Some((_, ckpt)), None) => checkpoint::Line::of_state(&ckpt.state),
+                    _ => None,
+                };
                 let opts = train::RunOptions {
                     resume,
                     checkpoint: policy,
                     divergence,
                     interrupt: Interrupt::install()?,
                     world: std::sync::Arc::clone(&world.group),
+                    line,
                 };
                 train::train_with_opts(&cfg, registry, &mut reporter, opts)?;
                 Ok(())

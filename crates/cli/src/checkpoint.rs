@@ -48,10 +48,16 @@ pub struct CheckpointArgs {
     #[arg(long, value_name = "N")]
     pub max_rollbacks: Option<u32>,
     /// Continue the run saved in this checkpoint file, or in the newest good checkpoint of
-    /// this folder; other flags given override the saved ones where that is possible
-    /// (epochs, target, devices, threads, learners, metrics, checkpoints)
+    /// this folder (a folder holding several lines of one run: the line written last);
+    /// checkpoints are then written into the folder resumed from (or --checkpoint-dir).
+    /// Other flags given override the saved ones where that is possible (epochs, target,
+    /// devices, threads, learners, metrics, checkpoints, a lower --lr)
     #[arg(long, value_name = "DIR|FILE")]
     pub resume: Option<PathBuf>,
+    /// Let this run write into a checkpoint folder that holds another run's checkpoints
+    /// (each run rotates only the files it wrote) [default: refused, naming the other run]
+    #[arg(long)]
+    pub share_checkpoint_dir: bool,
 }
 
 /// How often checkpoints are written.
@@ -119,7 +125,8 @@ pub enum OnDivergence {
 /// Where and how often checkpoints are written.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CheckpointPolicy {
-    /// The folder.
+    /// The folder (on resume: the folder resumed from, unless `--checkpoint-dir` names
+    /// another; the folder saved in a checkpoint is never used again).
     pub dir: PathBuf,
     /// How often.
     pub every: Every,
@@ -127,6 +134,9 @@ pub struct CheckpointPolicy {
     pub keep: usize,
     /// What a failed write does.
     pub on_error: OnWriteError,
+    /// The folder may hold other runs' checkpoints (`--share-checkpoint-dir`).
+    #[serde(default)]
+    pub share: bool,
 }
 
 /// Divergence handling.
@@ -147,11 +157,14 @@ impl CheckpointArgs {
         resumed_from: Option<&Path>,
     ) -> Result<(Option<CheckpointPolicy>, DivergencePolicy), CliError> {
         let saved_ckpt = saved.and_then(|(c, _)| c.clone());
-        let dir = self
-            .checkpoint_dir
-            .clone()
-            .or_else(|| saved_ckpt.as_ref().map(|c| c.dir.clone()))
-            .or_else(|| resumed_from.and_then(|p| p.parent()).map(Path::to_path_buf));
+        // A resumed run writes where it was resumed from (or where it is told): the folder
+        // saved in the checkpoint may have been moved, copied, or reused by another run.
+        let dir = self.checkpoint_dir.clone().or_else(|| {
+            resumed_from.map(|p| match p.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+                _ => PathBuf::from("."),
+            })
+        });
         let every = match &self.checkpoint_every {
             Some(s) => s.parse().map_err(CliError::usage)?,
             None => saved_ckpt.as_ref().map(|c| c.every).unwrap_or(Every::Seconds(600.0)),
@@ -192,35 +205,224 @@ impl CheckpointArgs {
                 ));
             }
         }
-        let policy = dir.map(|dir| CheckpointPolicy { dir, every, keep, on_error });
+        let share = self.share_checkpoint_dir || saved_ckpt.as_ref().is_some_and(|c| c.share);
+        if dir.is_none() && self.share_checkpoint_dir {
+            return Err(CliError::usage("--share-checkpoint-dir needs --checkpoint-dir"));
+        }
+        let policy = dir.map(|dir| CheckpointPolicy { dir, every, keep, on_error, share });
         Ok((policy, DivergencePolicy { action, max_rollbacks }))
     }
 }
 
-/// The file name of the checkpoint after `iteration` iterations.
-pub fn file_name(iteration: u64) -> String {
-    format!("ckpt-{iteration:010}.safetensors")
+/// Which run wrote a checkpoint, and which line of that run's checkpoints it belongs to.
+///
+/// A run gets an id when it starts and keeps it across resumes. Its checkpoints form lines:
+/// the files one process after another writes by continuing the newest checkpoint. Each line
+/// has a tag, part of every file name (`ckpt-<iteration>-<tag>.safetensors`), so a run
+/// rotates only the files of its own line, and a resume from an older checkpoint (a branch)
+/// or a rollback starts a new line instead of overwriting the newer files of the old one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Line {
+    /// The run's id (16 hex digits).
+    pub run: String,
+    /// The line's tag (8 hex digits).
+    pub tag: String,
 }
 
-/// The iteration of a checkpoint file name, if it is one.
-fn iteration_of(name: &str) -> Option<u64> {
-    name.strip_prefix("ckpt-")?.strip_suffix(".safetensors")?.parse().ok()
+impl Line {
+    /// A new run and its first line.
+    pub fn new_run() -> Self {
+        Line { run: fresh_id(16), tag: fresh_id(8) }
+    }
+
+    /// A new line of the same run.
+    pub fn branch(&self) -> Self {
+        let mut tag = fresh_id(8);
+        while tag == self.tag {
+            tag = fresh_id(8);
+        }
+        Line { run: self.run.clone(), tag }
+    }
+
+    /// The line a checkpoint's state names (none for checkpoints written before runs had ids).
+    pub fn of_state(state: &serde_json::Value) -> Option<Self> {
+        serde_json::from_value(state.get("line")?.clone()).ok()
+    }
 }
 
-/// The checkpoints in `dir`, newest first.
-pub fn list(dir: &Path) -> Result<Vec<(u64, PathBuf)>, CliError> {
+/// `n` hex digits from the clock, the process id and a per-process counter, mixed: distinct
+/// across processes and calls without a random-number crate.
+fn fresh_id(n: usize) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    h.write_u32(std::process::id());
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    let hex = format!("{:016x}{:016x}", h.finish(), h.finish().rotate_left(29) ^ 0x9E37_79B9_7F4A_7C15);
+    hex[..n.min(32)].to_string()
+}
+
+/// The file name of line `tag`'s checkpoint after `iteration` iterations.
+pub fn file_name(iteration: u64, tag: &str) -> String {
+    format!("ckpt-{iteration:010}-{tag}.safetensors")
+}
+
+/// The iteration and line tag of a checkpoint file name, if it is one (files written before
+/// checkpoints had tags, `ckpt-<iteration>.safetensors`, have none).
+fn parse_name(name: &str) -> Option<(u64, Option<String>)> {
+    let core = name.strip_prefix("ckpt-")?.strip_suffix(".safetensors")?;
+    match core.split_once('-') {
+        None => Some((core.parse().ok()?, None)),
+        Some((i, tag)) if !tag.is_empty() && tag.chars().all(|c| c.is_ascii_alphanumeric()) => {
+            Some((i.parse().ok()?, Some(tag.to_string())))
+        }
+        Some(_) => None,
+    }
+}
+
+/// One checkpoint file of a folder, by its name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// Iterations it holds.
+    pub iteration: u64,
+    /// Its line's tag (none for untagged files of older versions).
+    pub tag: Option<String>,
+    /// The file.
+    pub path: PathBuf,
+}
+
+/// The checkpoints in `dir`, newest (highest iteration) first.
+pub fn list(dir: &Path) -> Result<Vec<Entry>, CliError> {
     let rd = std::fs::read_dir(dir)
         .map_err(|e| CliError::usage(format!("checkpoint folder {}: cannot list it: {e}", dir.display())))?;
-    let mut out: Vec<(u64, PathBuf)> = rd
+    let mut out: Vec<Entry> = rd
         .filter_map(|e| e.ok())
-        .filter_map(|e| iteration_of(&e.file_name().to_string_lossy()).map(|i| (i, e.path())))
+        .filter_map(|e| {
+            let (iteration, tag) = parse_name(&e.file_name().to_string_lossy())?;
+            Some(Entry { iteration, tag, path: e.path() })
+        })
         .collect();
-    out.sort_by_key(|e| std::cmp::Reverse(e.0));
+    out.sort_by(|a, b| b.iteration.cmp(&a.iteration).then_with(|| b.path.cmp(&a.path)));
     Ok(out)
 }
 
+/// The newest file of one line of a folder, and what its header says.
+#[derive(Clone, Debug)]
+pub struct LineHead {
+    /// The line's tag (none: one untagged file of an older version).
+    pub tag: Option<String>,
+    /// The run that wrote it (none: untagged, or a header that cannot be read).
+    pub run: Option<String>,
+    /// The line's newest file.
+    pub head: Entry,
+    /// When the head was written (seconds since 1970, from its state or the file's time).
+    pub written: f64,
+    /// Model, dataset and seed, for messages.
+    pub what: String,
+}
+
+impl LineHead {
+    /// `run 3f2a… (resnet20 on cifar10, seed 2), newest ckpt-… at iteration 481`.
+    pub fn describe(&self) -> String {
+        let run = match &self.run {
+            Some(r) => format!("run {r}"),
+            None => "a run of an older version".into(),
+        };
+        format!("{run} ({}), newest {} at iteration {}", self.what, self.head.path.display(), self.head.iteration)
+    }
+}
+
+/// Every line of `dir`: its newest file and its header (untagged files: each its own line).
+pub fn lines_in(dir: &Path) -> Result<Vec<LineHead>, CliError> {
+    let mut heads: Vec<LineHead> = vec![];
+    for e in list(dir)? {
+        if e.tag.is_some() && heads.iter().any(|h| h.tag == e.tag) {
+            continue;
+        }
+        let state = CheckpointFile::read_state(&e.path).ok();
+        let mtime = std::fs::metadata(&e.path)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0.0, |d| d.as_secs_f64());
+        let written = state.as_ref().and_then(|s| s.get("written_at")).and_then(|v| v.as_f64()).unwrap_or(mtime);
+        let line = state.as_ref().and_then(Line::of_state);
+        let what = state.as_ref().map_or_else(
+            || "header unreadable".to_string(),
+            |s| {
+                let c = s.get("config");
+                let get = |k: &str| c.and_then(|c| c.get(k)).map(|v| v.to_string().trim_matches('"').to_string());
+                format!(
+                    "{} on {}, seed {}",
+                    get("model").unwrap_or_else(|| "?".into()),
+                    get("dataset").unwrap_or_else(|| "?".into()),
+                    get("seed").unwrap_or_else(|| "?".into())
+                )
+            },
+        );
+        heads.push(LineHead { tag: e.tag.clone(), run: line.map(|l| l.run), head: e, written, what });
+    }
+    Ok(heads)
+}
+
+/// Refuses to write `line`'s checkpoints into `dir` when `dir` holds checkpoints of another
+/// run, unless `share` (each run rotates only its own files, so sharing is safe when asked
+/// for). Untagged files of older versions name no run and are never counted (nor rotated).
+pub fn check_owner(dir: &Path, line: &Line, share: bool, flag: &str) -> Result<(), CliError> {
+    if share || !dir.is_dir() {
+        return Ok(());
+    }
+    let others: Vec<LineHead> =
+        lines_in(dir)?.into_iter().filter(|h| h.tag.is_some() && h.run.as_deref() != Some(line.run.as_str())).collect();
+    if let Some(o) = others.first() {
+        return Err(CliError::usage(format!(
+            "{flag} {}: holds the checkpoints of another run ({}{}); this run is {}: use another folder, or --share-checkpoint-dir to keep both runs' checkpoints there (each run rotates only its own files)",
+            dir.display(),
+            o.describe(),
+            if others.len() > 1 { format!(", and {} more", others.len() - 1) } else { String::new() },
+            line.run
+        )));
+    }
+    Ok(())
+}
+
+/// The line a run resumed from `file` (read from `resumed`) continues in `dir`: the file's
+/// own line when no newer checkpoint of that line is in `dir`, else a new line of the same
+/// run (a branch: the newer checkpoints stay as they are). A checkpoint of an older version
+/// (no run id) starts a new run id. The note says what was decided, when it is not simply
+/// "continue".
+pub fn line_for_resume(state: &serde_json::Value, resumed: &Path, dir: &Path) -> (Line, Option<String>) {
+    let Some(line) = Line::of_state(state) else {
+        return (Line::new_run(), Some("the checkpoint names no run (an older version): its checkpoints are written as a new run; the older files are never rotated".into()));
+    };
+    let at = state.get("iteration").and_then(|v| v.as_u64()).unwrap_or(0);
+    let newer = list(dir)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|e| e.tag.as_deref() == Some(line.tag.as_str()) && e.iteration > at);
+    match newer {
+        None => (line, None),
+        Some(e) => {
+            let b = line.branch();
+            let note = format!(
+                "{} (iteration {at}) is older than its line's newest checkpoint {} (iteration {}): this run continues as a new line '{}' of run {}, and the newer checkpoints stay",
+                resumed.display(),
+                e.path.display(),
+                e.iteration,
+                b.tag,
+                b.run
+            );
+            (b, Some(note))
+        }
+    }
+}
+
 /// Reads the checkpoint `path` names: a file, or the newest good checkpoint in a folder
-/// (a damaged newer one is skipped with a warning through `warn`).
+/// (a damaged newer one is skipped with a warning through `warn`). A folder holding several
+/// lines of one run resumes the line written last (the others are named through `warn`); a
+/// folder holding several runs is refused, listing them: name a file instead.
 pub fn load(path: &Path, warn: &mut dyn FnMut(String)) -> Result<(PathBuf, CheckpointFile), CliError> {
     let meta = std::fs::metadata(path).map_err(|e| CliError::usage(format!("--resume {}: {e}", path.display())))?;
     if !meta.is_dir() {
@@ -234,13 +436,57 @@ pub fn load(path: &Path, warn: &mut dyn FnMut(String)) -> Result<(PathBuf, Check
             path.display()
         )));
     }
-    for (_, p) in &all {
-        match CheckpointFile::read(p) {
-            Ok(f) => return Ok((p.clone(), f)),
-            Err(e) => warn(format!("skipping a damaged checkpoint: {e}")),
+    let mut heads = lines_in(path)?;
+    let mut runs: Vec<&str> = heads.iter().filter_map(|h| h.run.as_deref()).collect();
+    runs.sort_unstable();
+    runs.dedup();
+    if runs.len() > 1 {
+        let mut by_run: Vec<&LineHead> = vec![];
+        for h in &heads {
+            if h.run.is_some() && !by_run.iter().any(|b| b.run == h.run) {
+                by_run.push(h);
+            }
+        }
+        return Err(CliError::usage(format!(
+            "--resume {}: the folder holds the checkpoints of {} runs ({}); resume one of them by naming its file",
+            path.display(),
+            runs.len(),
+            by_run.iter().map(|h| h.describe()).collect::<Vec<_>>().join("; ")
+        )));
+    }
+    // The line written last (untagged files of an older version: each its own line).
+    heads.sort_by(|a, b| b.written.total_cmp(&a.written).then(b.head.iteration.cmp(&a.head.iteration)));
+    let chosen = heads[0].tag.clone();
+    let others: Vec<String> = heads
+        .iter()
+        .skip(1)
+        .filter(|h| h.tag.is_some() && h.tag != chosen)
+        .map(|h| format!("{} (iteration {})", h.head.path.display(), h.head.iteration))
+        .collect();
+    if chosen.is_some() && !others.is_empty() {
+        warn(format!(
+            "{} holds {} lines of this run; resuming the one written last (line '{}'); the others' newest: {} (resume one by naming its file)",
+            path.display(),
+            others.len() + 1,
+            chosen.as_deref().unwrap_or(""),
+            others.join(", ")
+        ));
+    }
+    let candidates: Vec<&Entry> = match &chosen {
+        Some(t) => all.iter().filter(|e| e.tag.as_deref() == Some(t.as_str())).collect(),
+        None => all.iter().filter(|e| e.tag.is_none()).collect(),
+    };
+    for e in &candidates {
+        match CheckpointFile::read(&e.path) {
+            Ok(f) => return Ok((e.path.clone(), f)),
+            Err(err) => warn(format!("skipping a damaged checkpoint: {err}")),
         }
     }
-    Err(CliError::usage(format!("--resume {}: none of its {} checkpoints is readable", path.display(), all.len())))
+    Err(CliError::usage(format!(
+        "--resume {}: none of the {} checkpoints of the line it would resume is readable",
+        path.display(),
+        candidates.len()
+    )))
 }
 
 /// [`load`] in a job of several ranks (a collective): rank 0 reads the checkpoint (the
@@ -332,12 +578,14 @@ pub enum Written {
 
 struct Job {
     iteration: u64,
+    tag: String,
     file: CheckpointFile,
 }
 
 /// Writes checkpoints from a background thread into a policy's folder.
 pub struct Checkpointer {
     policy: CheckpointPolicy,
+    line: Line,
     jobs: Option<Sender<Job>>,
     done: Receiver<Written>,
     thread: Option<JoinHandle<()>>,
@@ -346,7 +594,7 @@ pub struct Checkpointer {
     submitted: Option<u64>,
     last_iteration: u64,
     last_time: Instant,
-    last_good: Option<PathBuf>,
+    last_good: Option<(u64, PathBuf)>,
 }
 
 /// A test hook: `CROSSBOW_FAULT_CHECKPOINT_WRITE=N` makes the N-th and later checkpoint
@@ -355,8 +603,9 @@ const FAULT_ENV: &str = "CROSSBOW_FAULT_CHECKPOINT_WRITE";
 
 impl Checkpointer {
     /// Creates the folder if needed, checks that a file can be written in it (before any
-    /// training), removes temporary files a killed writer left, and starts the writer.
-    pub fn start(policy: CheckpointPolicy, resumed_at: u64) -> Result<Self, CliError> {
+    /// training) and that it holds no other run's checkpoints (unless the policy shares it),
+    /// removes temporary files a killed writer left, and starts the writer for `line`.
+    pub fn start(policy: CheckpointPolicy, resumed_at: u64, line: Line) -> Result<Self, CliError> {
         let dir = &policy.dir;
         if dir.exists() && !dir.is_dir() {
             return Err(CliError::usage(format!("--checkpoint-dir {}: exists and is not a folder", dir.display())));
@@ -375,7 +624,18 @@ impl Checkpointer {
                 }
             }
         }
-        let last_good = list(dir)?.into_iter().next().map(|(_, p)| p);
+        check_owner(dir, &line, policy.share, "--checkpoint-dir")?;
+        // The newest whole checkpoint of this run found at the start (rollback's fallback).
+        let last_good = list(dir)?
+            .into_iter()
+            .find(|e| {
+                e.tag.as_deref() == Some(line.tag.as_str())
+                    || CheckpointFile::read_state(&e.path)
+                        .ok()
+                        .and_then(|s| Line::of_state(&s))
+                        .is_some_and(|l| l.run == line.run)
+            })
+            .map(|e| (e.iteration, e.path));
         let (jobs, rx) = crossbeam_channel::bounded::<Job>(1);
         let (tx, done) = crossbeam_channel::unbounded::<Written>();
         let fault_from: Option<u64> = std::env::var(FAULT_ENV).ok().and_then(|v| v.parse().ok());
@@ -386,7 +646,7 @@ impl Checkpointer {
                 for (n, job) in rx.into_iter().enumerate() {
                     let count = n as u64 + 1;
                     let t0 = Instant::now();
-                    let path = dir2.join(file_name(job.iteration));
+                    let path = dir2.join(file_name(job.iteration, &job.tag));
                     let result = if fault_from.is_some_and(|n| count >= n) {
                         Err(format!(
                             "checkpoint {}: cannot write: No space left on device (injected by {FAULT_ENV})",
@@ -400,7 +660,7 @@ impl Checkpointer {
                     };
                     let msg = match result {
                         Ok(bytes) => {
-                            rotate(&dir2, keep, job.iteration);
+                            rotate(&dir2, keep, &job.tag, job.iteration);
                             Written::Ok { iteration: job.iteration, path, seconds: t0.elapsed().as_secs_f64(), bytes }
                         }
                         Err(error) => Written::Failed { iteration: job.iteration, error },
@@ -413,6 +673,7 @@ impl Checkpointer {
             .map_err(|e| CliError::run(format!("cannot start the checkpoint writer thread: {e}")))?;
         Ok(Checkpointer {
             policy,
+            line,
             jobs: Some(jobs),
             done,
             thread: Some(thread),
@@ -429,9 +690,25 @@ impl Checkpointer {
         &self.policy
     }
 
+    /// The run and line the checkpoints are written as.
+    pub fn line(&self) -> &Line {
+        &self.line
+    }
+
+    /// Continues as `line` from the next checkpoint on (a rollback starts a new line, so the
+    /// checkpoints after the one it went back to stay as they are).
+    pub fn set_line(&mut self, line: Line) {
+        self.line = line;
+    }
+
     /// The newest checkpoint known to be whole (written by this run, or found at the start).
     pub fn last_good(&self) -> Option<&Path> {
-        self.last_good.as_deref()
+        self.last_good.as_ref().map(|(_, p)| p.as_path())
+    }
+
+    /// The iteration of [`Checkpointer::last_good`].
+    pub fn last_good_iteration(&self) -> Option<u64> {
+        self.last_good.as_ref().map(|(i, _)| *i)
     }
 
     /// The iteration of the last checkpoint this process handed to the writer.
@@ -454,15 +731,17 @@ impl Checkpointer {
         self.submitted = Some(iteration);
         self.last_time = Instant::now();
         let jobs = self.jobs.as_ref().ok_or_else(|| CliError::run("the checkpoint writer has stopped"))?;
-        jobs.send(Job { iteration, file }).map_err(|_| CliError::run("the checkpoint writer thread has stopped"))?;
+        let tag = self.line.tag.clone();
+        jobs.send(Job { iteration, tag, file })
+            .map_err(|_| CliError::run("the checkpoint writer thread has stopped"))?;
         self.pending += 1;
         Ok(())
     }
 
     fn note(&mut self, w: &Written) {
         self.pending = self.pending.saturating_sub(1);
-        if let Written::Ok { path, .. } = w {
-            self.last_good = Some(path.clone());
+        if let Written::Ok { path, iteration, .. } = w {
+            self.last_good = Some((*iteration, path.clone()));
         }
     }
 
@@ -500,12 +779,14 @@ impl Drop for Checkpointer {
     }
 }
 
-/// Deletes the oldest checkpoints of `dir` beyond `keep`, never the one just written.
-fn rotate(dir: &Path, keep: usize, just_written: u64) {
+/// Deletes the oldest checkpoints of line `tag` in `dir` beyond `keep`, never the one just
+/// written, and never a file of another line or run.
+fn rotate(dir: &Path, keep: usize, tag: &str, just_written: u64) {
     if let Ok(all) = list(dir) {
-        for (i, p) in all.into_iter().skip(keep.max(1)) {
-            if i != just_written {
-                let _ = std::fs::remove_file(p);
+        let mine = all.into_iter().filter(|e| e.tag.as_deref() == Some(tag));
+        for e in mine.skip(keep.max(1)) {
+            if e.iteration != just_written {
+                let _ = std::fs::remove_file(e.path);
             }
         }
     }
@@ -521,8 +802,12 @@ mod tests {
         d
     }
 
+    fn line() -> Line {
+        Line { run: "00000000000000aa".into(), tag: "0000000a".into() }
+    }
+
     fn file(i: u64) -> CheckpointFile {
-        let mut f = CheckpointFile::new(serde_json::json!({ "iteration": i }));
+        let mut f = CheckpointFile::new(serde_json::json!({ "iteration": i, "line": line() }));
         f.tensors.insert("w".into(), crossbow_replica::checkpoint::Tensor::vector(vec![i as f32; 10]));
         f
     }
@@ -541,19 +826,24 @@ mod tests {
     #[test]
     fn keeps_the_newest_and_never_the_only_good_one() {
         let dir = tmp("keep");
-        let policy =
-            CheckpointPolicy { dir: dir.clone(), every: Every::Iterations(1), keep: 2, on_error: OnWriteError::Warn };
-        let mut c = Checkpointer::start(policy, 0).unwrap();
+        let policy = CheckpointPolicy {
+            dir: dir.clone(),
+            every: Every::Iterations(1),
+            keep: 2,
+            on_error: OnWriteError::Warn,
+            share: false,
+        };
+        let mut c = Checkpointer::start(policy, 0, line()).unwrap();
         for i in 1..=5 {
             c.submit(i, file(i)).unwrap();
         }
         let done = c.flush();
         assert_eq!(done.len(), 5);
-        let left: Vec<u64> = list(&dir).unwrap().into_iter().map(|(i, _)| i).collect();
+        let left: Vec<u64> = list(&dir).unwrap().into_iter().map(|e| e.iteration).collect();
         assert_eq!(left, vec![5, 4]);
-        assert_eq!(c.last_good(), Some(dir.join(file_name(5)).as_path()));
+        assert_eq!(c.last_good(), Some(dir.join(file_name(5, &line().tag)).as_path()));
         let (p, f) = load(&dir, &mut |_| {}).unwrap();
-        assert_eq!(p, dir.join(file_name(5)));
+        assert_eq!(p, dir.join(file_name(5, &line().tag)));
         assert_eq!(f.state["iteration"], 5);
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -561,23 +851,28 @@ mod tests {
     #[test]
     fn a_damaged_newest_checkpoint_falls_back_to_the_previous() {
         let dir = tmp("damaged");
-        let policy =
-            CheckpointPolicy { dir: dir.clone(), every: Every::Iterations(1), keep: 3, on_error: OnWriteError::Warn };
-        let mut c = Checkpointer::start(policy, 0).unwrap();
+        let policy = CheckpointPolicy {
+            dir: dir.clone(),
+            every: Every::Iterations(1),
+            keep: 3,
+            on_error: OnWriteError::Warn,
+            share: false,
+        };
+        let mut c = Checkpointer::start(policy, 0, line()).unwrap();
         c.submit(1, file(1)).unwrap();
         c.submit(2, file(2)).unwrap();
         c.flush();
-        let newest = dir.join(file_name(2));
+        let newest = dir.join(file_name(2, &line().tag));
         let bytes = std::fs::read(&newest).unwrap();
         std::fs::write(&newest, &bytes[..bytes.len() - 5]).unwrap();
         let mut warnings = vec![];
         let (p, f) = load(&dir, &mut |w| warnings.push(w)).unwrap();
-        assert_eq!(p, dir.join(file_name(1)));
+        assert_eq!(p, dir.join(file_name(1, &line().tag)));
         assert_eq!(f.state["iteration"], 1);
-        assert!(warnings[0].contains(&file_name(2)), "{warnings:?}");
+        assert!(warnings[0].contains(&file_name(2, &line().tag)), "{warnings:?}");
         // Naming the damaged file itself is an error that names it.
         let e = load(&newest, &mut |_| {}).unwrap_err().to_string();
-        assert!(e.contains(&file_name(2)), "{e}");
+        assert!(e.contains(&file_name(2, &line().tag)), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -586,12 +881,17 @@ mod tests {
         let dir = tmp("notdir");
         std::fs::create_dir_all(dir.parent().unwrap()).unwrap();
         std::fs::write(&dir, b"a file").unwrap();
-        let policy =
-            CheckpointPolicy { dir: dir.clone(), every: Every::Iterations(1), keep: 1, on_error: OnWriteError::Warn };
-        let e = Checkpointer::start(policy.clone(), 0).err().unwrap().to_string();
+        let policy = CheckpointPolicy {
+            dir: dir.clone(),
+            every: Every::Iterations(1),
+            keep: 1,
+            on_error: OnWriteError::Warn,
+            share: false,
+        };
+        let e = Checkpointer::start(policy.clone(), 0, line()).err().unwrap().to_string();
         assert!(e.contains("--checkpoint-dir") && e.contains("not a folder"), "{e}");
         let policy = CheckpointPolicy { dir: dir.join("sub"), ..policy };
-        let e = Checkpointer::start(policy, 0).err().unwrap().to_string();
+        let e = Checkpointer::start(policy, 0, line()).err().unwrap().to_string();
         assert!(e.contains("cannot create"), "{e}");
         std::fs::remove_file(&dir).unwrap();
     }
@@ -600,11 +900,16 @@ mod tests {
     fn leftover_temporary_files_are_removed_at_start() {
         let dir = tmp("leftover");
         std::fs::create_dir_all(&dir).unwrap();
-        let t = dir.join(format!(".{}.tmp", file_name(7)));
+        let t = dir.join(format!(".{}.tmp", file_name(7, &line().tag)));
         std::fs::write(&t, b"half a checkpoint").unwrap();
-        let policy =
-            CheckpointPolicy { dir: dir.clone(), every: Every::Iterations(1), keep: 1, on_error: OnWriteError::Warn };
-        let _c = Checkpointer::start(policy, 0).unwrap();
+        let policy = CheckpointPolicy {
+            dir: dir.clone(),
+            every: Every::Iterations(1),
+            keep: 1,
+            on_error: OnWriteError::Warn,
+            share: false,
+        };
+        let _c = Checkpointer::start(policy, 0, line()).unwrap();
         assert!(!t.exists());
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -421,6 +421,8 @@ impl Origins {
 pub enum BnEval {
     /// The mean of the learners' running statistics (each measured on its own replica).
     LearnerMean,
+    /// The first learner's own running statistics (measured on its replica, not on `z`).
+    FirstLearner,
     /// Statistics measured on `z` itself over this many training batches before each
     /// evaluation (forward passes in training mode; their time counts as training time).
     Recalibrate(usize),
@@ -441,6 +443,7 @@ impl std::fmt::Display for BnEval {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             BnEval::LearnerMean => write!(f, "mean"),
+            BnEval::FirstLearner => write!(f, "learner"),
             BnEval::Recalibrate(n) => write!(f, "recalibrate:{n}"),
         }
     }
@@ -449,9 +452,11 @@ impl std::fmt::Display for BnEval {
 impl FromStr for BnEval {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || format!("must be 'mean', 'recalibrate' or 'recalibrate:N' with N >= 1 batches, got '{s}'");
+        let bad =
+            || format!("must be 'mean', 'learner', 'recalibrate' or 'recalibrate:N' with N >= 1 batches, got '{s}'");
         match s.trim().split_once(':') {
             None if s.trim() == "mean" => Ok(BnEval::LearnerMean),
+            None if s.trim() == "learner" => Ok(BnEval::FirstLearner),
             None if s.trim() == "recalibrate" => Ok(BnEval::Recalibrate(Self::DEFAULT_BATCHES)),
             Some(("recalibrate", n)) => match n.trim().parse::<usize>() {
                 Ok(n) if n >= 1 => Ok(BnEval::Recalibrate(n)),

@@ -182,6 +182,7 @@ fn parse_variant(s: &str) -> Result<Variant, CliError> {
         return Err(CliError::usage(format!("--sync '{s}': a variant starts with a synchroniser name")));
     }
     let mut toml_text = format!("sync = {:?}\n", sync);
+    let mut options = String::new();
     let mut only_sma = true;
     for p in parts {
         let Some((k, v)) = p.split_once('=') else {
@@ -191,12 +192,28 @@ fn parse_variant(s: &str) -> Result<Variant, CliError> {
         if k.is_empty() || v.is_empty() {
             return Err(CliError::usage(format!("--sync '{s}': '{p}' needs a key and a value")));
         }
+        // `opt.KEY=VALUE`: a synchroniser option (`--sync-opt KEY=VALUE`); SMA's options,
+        // like its settings, do not matter with one learner.
+        if let Some(opt) = k.strip_prefix("opt.") {
+            if opt.is_empty() {
+                return Err(CliError::usage(format!("--sync '{s}': '{p}' names no option after 'opt.'")));
+            }
+            if sync != "sma" {
+                only_sma = false;
+            }
+            options.push_str(&format!("{opt:?} = {v:?}\n"));
+            continue;
+        }
         if !SMA_KEYS.contains(&k) {
             only_sma = false;
         }
         let value =
             if v.parse::<f64>().is_ok() || v == "true" || v == "false" { v.to_string() } else { format!("{v:?}") };
         toml_text.push_str(&format!("{k} = {value}\n"));
+    }
+    if !options.is_empty() {
+        toml_text.push_str("[sync-options]\n");
+        toml_text.push_str(&options);
     }
     let file: TrainFile = toml::from_str(&toml_text)
         .map_err(|e| CliError::usage(format!("--sync '{s}': {}", e.to_string().trim().replace('\n', " "))))?;
@@ -682,6 +699,13 @@ mod tests {
         assert!(v.only_sma_settings);
         let w = parse_variant("ssgd/weight-decay=0.001").unwrap();
         assert!(!w.only_sma_settings);
+        let o = parse_variant("sma/opt.bn-params=local/central-momentum=0").unwrap();
+        assert!(o.only_sma_settings);
+        assert_eq!(o.file.central_momentum, Some(0.0));
+        let opts = o.file.sync_options.unwrap();
+        assert_eq!(opts.get("bn-params"), Some(&toml::Value::String("local".into())));
+        assert!(!parse_variant("periodic/opt.period=4").unwrap().only_sma_settings);
+        assert!(parse_variant("sma/opt.=3").is_err());
         for bad in ["", "/lr=1", "sma/central-momentum", "sma/=3", "sma/no-such-key=1"] {
             assert!(parse_variant(bad).is_err(), "{bad}");
         }

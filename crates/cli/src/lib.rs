@@ -35,6 +35,7 @@ pub mod export_cmd;
 pub mod gpu;
 mod limits;
 pub mod models_cmd;
+mod paths;
 pub mod preflight;
 pub mod processes;
 pub mod registry;

@@ -308,7 +308,7 @@ pub fn check_run<B: Backend>(
     let eval_batch = cfg.eval_batch_size.min(data.test.len().max(1));
     let recalibrate = match cfg.bn_eval {
         BnEval::Recalibrate(n) => Some(n),
-        BnEval::LearnerMean => None,
+        BnEval::LearnerMean | BnEval::FirstLearner => None,
     };
     let image_len = data.train.image_shape().iter().product();
     let needs = memory_needs(

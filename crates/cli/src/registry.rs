@@ -31,7 +31,7 @@ use std::str::FromStr;
 use crossbow_kernels::CpuBackend;
 use crossbow_replica::Synchroniser;
 use crossbow_replica::sync::Independent;
-use crossbow_sma::{EaSgd, SSgd, Sma, SmaForm, SyncKind};
+use crossbow_sma::{AlphaRule, BnParams, CentralStep, DecayOn, EaSgd, SSgd, Sma, SmaForm, SyncKind};
 
 use crate::config::TrainConfig;
 use crate::error::CliError;
@@ -227,11 +227,27 @@ impl SyncRegistry {
         let mut r = SyncRegistry::empty();
         r.add(
             "sma",
-            "synchronous model averaging (the default); settings: --alpha [1/k], --central-momentum [0.9], --sma-form [local-momentum]",
+            "synchronous model averaging (the default); settings: --alpha [1/k], --central-momentum [0.9], --sma-form [local-momentum]; options: alpha-rule (1/k, 1/sqrt(k), ramp:E or a number), central-step (sum|mean), bn-params (average|local|a pull), weight-decay-on (learners|central)",
             &[],
             |o| match builtin_kind("sma", o)? {
                 SyncKind::Sma { alpha, central_momentum, form } => {
-                    Ok(Sma::new(alpha, central_momentum).with_form(form))
+                    let mut sma = Sma::new(alpha, central_momentum).with_form(form);
+                    if let Some(rule) = o.get("alpha-rule") {
+                        if o.alpha.is_some() {
+                            return Err("give either --alpha or the option alpha-rule, not both".into());
+                        }
+                        sma = sma.with_alpha(AlphaRule::parse(rule).map_err(|e| format!("option alpha-rule: {e}"))?);
+                    }
+                    if let Some(v) = o.get("central-step") {
+                        sma = sma.with_central_step(CentralStep::parse(v).map_err(|e| format!("option {e}"))?);
+                    }
+                    if let Some(v) = o.get("bn-params") {
+                        sma = sma.with_bn_params(BnParams::parse(v).map_err(|e| format!("option {e}"))?);
+                    }
+                    if let Some(v) = o.get("weight-decay-on") {
+                        sma = sma.with_decay_on(DecayOn::parse(v).map_err(|e| format!("option {e}"))?);
+                    }
+                    Ok(sma)
                 }
                 other => Err(format!("internal: sma parsed as {other:?}")),
             },

@@ -9,8 +9,11 @@ use serde_json::Value;
 use crate::config::{LearnersPerDevice, TrainConfig, TrainFile};
 use crate::error::CliError;
 
-/// Keys a resumed run may change: limits, hardware, reporting and evaluation.
+/// Keys a resumed run may change: limits, hardware, reporting and evaluation, and the
+/// learning rate (how a diverged run is continued everywhere: the run goes on from the
+/// checkpoint with the new base rate, and says so).
 const CHANGEABLE: &[&str] = &[
+    "lr",
     "epochs",
     "target-accuracy",
     "devices",
@@ -97,6 +100,26 @@ pub fn merge(saved: TrainFile, given: TrainFile) -> Result<TrainFile, CliError> 
     Ok(saved.overridden_by(given))
 }
 
+/// The settings a resume changed (those it may change), as `--KEY NEW (the run had OLD)`,
+/// so that nothing changes without a line saying so. The learning rate is left out: the
+/// engine says more about it.
+pub fn changes(saved: &TrainFile, now: &TrainFile) -> Vec<String> {
+    let (Ok(Value::Object(s)), Ok(Value::Object(n))) = (serde_json::to_value(saved), serde_json::to_value(now)) else {
+        return vec![];
+    };
+    let show = |v: Option<&Value>| match v {
+        None | Some(Value::Null) => "none".to_string(),
+        Some(Value::String(t)) => t.clone(),
+        Some(v) => v.to_string(),
+    };
+    CHANGEABLE
+        .iter()
+        .filter(|k| **k != "lr")
+        .filter(|k| s.get(**k).unwrap_or(&Value::Null) != n.get(**k).unwrap_or(&Value::Null))
+        .map(|k| format!("--{k} {} (the run had {})", show(n.get(*k)), show(s.get(*k))))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,8 +153,19 @@ mod tests {
         assert_eq!(m.epochs, Some(9.0));
         // The same value as saved is not a change.
         assert!(merge(saved.clone(), TrainFile { lr: saved.lr, ..TrainFile::default() }).is_ok());
-        let e = merge(saved.clone(), TrainFile { lr: Some(0.5), ..TrainFile::default() }).unwrap_err().to_string();
-        assert!(e.contains("--lr cannot change when resuming") && e.contains("0.5") && e.contains("0.01"), "{e}");
+        let e =
+            merge(saved.clone(), TrainFile { momentum: Some(0.5), ..TrainFile::default() }).unwrap_err().to_string();
+        assert!(e.contains("--momentum cannot change when resuming") && e.contains("0.5") && e.contains("0.9"), "{e}");
+        let now = TrainFile { threads: Some(2), epochs: Some(9.0), ..saved.clone() };
+        let c = changes(&saved, &now);
+        assert!(c.iter().any(|l| l == "--threads 2 (the run had none)"), "{c:?}");
+        assert!(c.iter().any(|l| l.starts_with("--epochs 9")), "{c:?}");
+        assert!(changes(&saved, &saved).is_empty());
+        // The learning rate may change (a diverged run continued with a lower rate).
+        assert_eq!(
+            merge(saved.clone(), TrainFile { lr: Some(0.005), ..TrainFile::default() }).unwrap().lr,
+            Some(0.005)
+        );
         let e =
             merge(saved, TrainFile { model: Some("resnet20".into()), ..TrainFile::default() }).unwrap_err().to_string();
         assert!(e.contains("--model") && e.contains("lenet5"), "{e}");

@@ -19,7 +19,7 @@ use crossbow_tuner::TunerConfig;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::checkpoint::{CheckpointPolicy, Checkpointer, DivergencePolicy, OnDivergence, OnWriteError, Written};
+use crate::checkpoint::{CheckpointPolicy, Checkpointer, DivergencePolicy, Line, OnDivergence, OnWriteError, Written};
 use crate::config::{BnEval, LearnersPerDevice, TrainConfig};
 use crate::error::CliError;
 use crate::registry::SyncRegistry;
@@ -198,6 +198,8 @@ pub struct RunOptions {
     pub interrupt: Interrupt,
     /// The processes (ranks) this run is one of ([`Solo`] alone; see [`crate::processes`]).
     pub world: Arc<dyn ProcessGroup>,
+    /// The run and line of checkpoints this process writes (rank 0; `None`: a new run).
+    pub line: Option<Line>,
 }
 
 impl Default for RunOptions {
@@ -208,6 +210,7 @@ impl Default for RunOptions {
             divergence: DivergencePolicy { action: OnDivergence::Stop, max_rollbacks: 0 },
             interrupt: Interrupt::none(),
             world: Arc::new(Solo),
+            line: None,
         }
     }
 }
@@ -237,6 +240,9 @@ pub fn train_with_options<B: Backend>(
         Some((p, f)) => RankState::read(p, f)?,
         None => vec![],
     };
+    if let Some((p, f)) = &opts.resume {
+        check_data(cfg, data, p, f)?;
+    }
     // Where this rank's devices start among every rank's (a checkpoint's devices are every
     // rank's, in rank order).
     let (device_offset, world_devices) = if multi {
@@ -268,7 +274,8 @@ pub fn train_with_options<B: Backend>(
     // Only rank 0 writes; the others send it their part of every checkpoint.
     let mut ckpt = match &opts.checkpoint {
         Some(p) if world.rank() == 0 => {
-            Some(Checkpointer::start(p.clone(), resumed.as_ref().map(|r| r.1.iteration).unwrap_or(0))?)
+            let line = opts.line.clone().unwrap_or_else(Line::new_run);
+            Some(Checkpointer::start(p.clone(), resumed.as_ref().map(|r| r.1.iteration).unwrap_or(0), line)?)
         }
         _ => None,
     };
@@ -392,6 +399,17 @@ pub fn train_with_options<B: Backend>(
             )?;
         }
         last = Some(rec);
+    }
+    if last.is_none() && opts.resume.is_some() {
+        // Resumed with nothing left to do: write nothing (the last checkpoint stays as it is).
+        reporter.say(&format!(
+            "nothing left to do: the run had reached {} at iteration {} (give a larger --epochs to continue)",
+            if run.reached.is_some() { "its target accuracy".to_string() } else { format!("{} epochs", cfg.epochs) },
+            engine.iteration()
+        ));
+        let summary = run.summary(cfg, &engine);
+        reporter.finish(&summary)?;
+        return Ok(summary);
     }
     // The final accuracy is the model's at the end of the run.
     let mut evaluated_at_end = false;
@@ -529,7 +547,15 @@ fn write_checkpoint<B: Backend>(
     let file = checkpoint_file(cfg, data, engine, run, tuner, guard, opts)?;
     let copy = t0.elapsed().as_secs_f64();
     saver.submitted = Some(engine.iteration());
-    if let (Some(c), Some(file)) = (ckpt, file) {
+    if let (Some(c), Some(mut file)) = (ckpt, file) {
+        if let Some(o) = file.state.as_object_mut() {
+            // Whose checkpoint this is (rotation and resume go by it), and when it was made
+            // (a folder with several lines of a run resumes the line written last).
+            o.insert("line".into(), serde_json::to_value(c.line()).map_err(CliError::run)?);
+            let now =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
+            o.insert("written_at".into(), json!(now));
+        }
         c.submit(engine.iteration(), file)?;
     }
     reporter.record("checkpoint", json!({ "iteration": engine.iteration(), "copy_seconds": copy }))?;
@@ -636,22 +662,36 @@ fn interrupted<B: Backend>(
         // The other ranks wait for this before they exit.
         let _ = world.all_gather_u64(u64::from(written.is_ok()));
     }
-    let msg = match (written, c.last_good()) {
-        (Ok(()), Some(p)) => format!(
-            "{what}; checkpoint written to {}\nresume with: crossbow train --resume {}",
+    let hint = |p: &Path| resume_hint(&**world, p);
+    let now = engine.iteration();
+    let msg = match (written, c.last_good(), c.last_good_iteration()) {
+        (Ok(()), Some(p), Some(i)) if i == now => {
+            format!("{what}; checkpoint written to {}\nresume with: {}", p.display(), hint(&c.policy().dir))
+        }
+        (Ok(()), Some(p), i) => format!(
+            "{what}; the checkpoint of iteration {now} could not be written (see the warning above); the last good one is {} (iteration {})\nresume with: {}",
             p.display(),
-            c.policy().dir.display()
+            i.map_or("?".to_string(), |i| i.to_string()),
+            hint(p)
         ),
-        (Err(e), Some(p)) => format!(
-            "{what}; the checkpoint failed ({e}); the last good one is {}\nresume with: crossbow train --resume {}",
-            p.display(),
-            p.display()
-        ),
-        (r, None) => {
+        (Err(e), Some(p), _) => {
+            format!(
+                "{what}; the checkpoint failed ({e}); the last good one is {}\nresume with: {}",
+                p.display(),
+                hint(p)
+            )
+        }
+        (r, None, _) => {
             format!("{what}; no checkpoint could be written{}", r.err().map(|e| format!(" ({e})")).unwrap_or_default())
         }
     };
     CliError::Interrupted { code, msg }
+}
+
+/// `crossbow train --resume PATH`, under `mpirun -np N` when the run is one of N ranks.
+fn resume_hint(world: &dyn ProcessGroup, path: &Path) -> String {
+    let launcher = if world.size() > 1 { format!("mpirun -np {} ", world.size()) } else { String::new() };
+    format!("{launcher}crossbow train --resume {}", path.display())
 }
 
 /// A divergence: stop with where to resume from, or roll back to the last good checkpoint
@@ -665,7 +705,7 @@ fn rollback<B: Backend>(
     tuner: Option<&mut AutoTuner>,
     guard: &mut Guard,
     opts: &RunOptions,
-    ckpt: Option<&mut Checkpointer>,
+    mut ckpt: Option<&mut Checkpointer>,
     reporter: &mut Reporter,
     why: &str,
 ) -> Result<(), CliError> {
@@ -676,23 +716,24 @@ fn rollback<B: Backend>(
     let at = engine.iteration() + 1;
     let g = guard.clone();
     let chosen = crate::checkpoint::from_rank0(Path::new("rollback"), &*world, || {
-        let (last, dir) = match ckpt {
+        let (last, dir, run) = match ckpt.as_deref_mut() {
             Some(c) => {
                 let done = c.flush();
                 report_written(done, c, reporter)?;
-                (c.last_good().map(Path::to_path_buf), Some(c.policy().dir.clone()))
+                (c.last_good().map(Path::to_path_buf), Some(c.policy().dir.clone()), Some(c.line().run.clone()))
             }
-            None => (None, None),
+            None => (None, None, None),
         };
         let _ = reporter.record("diverged", json!({ "why": why, "last_good_checkpoint": last }));
         let stop = |extra: &str| {
-            let at = match &last {
-                Some(p) => format!(
-                    "; the last good checkpoint is {} (resume with: crossbow train --resume {} and a lower --lr in a new run, or --on-divergence rollback)",
+            let at = match (&last, &dir) {
+                (Some(p), _) => format!(
+                    "; the last good checkpoint is {} (resume with: {} --lr <lower>, or use --on-divergence rollback)",
                     p.display(),
-                    p.display()
+                    resume_hint(&*world, p)
                 ),
-                None => {
+                (None, Some(d)) => format!("; no checkpoint had been written in {} yet", d.display()),
+                (None, None) => {
                     "; there is no checkpoint (use --checkpoint-dir, and --on-divergence rollback to recover automatically)"
                         .to_string()
                 }
@@ -705,23 +746,36 @@ fn rollback<B: Backend>(
         if g.rollbacks >= opts.divergence.max_rollbacks {
             return Err(stop(&format!(" (after {} rollbacks, the most --max-rollbacks allows)", g.rollbacks)));
         }
-        let Some(dir) = dir else { return Err(stop("")) };
+        let Some(dir) = dir.clone() else { return Err(stop("")) };
+        // This run's checkpoints only (the folder may be shared with other runs), newest first.
+        let ours: Vec<crate::checkpoint::Entry> = crate::checkpoint::list(&dir)?
+            .into_iter()
+            .filter(|e| {
+                CheckpointFile::read_state(&e.path)
+                    .ok()
+                    .and_then(|s| Line::of_state(&s))
+                    .is_some_and(|l| Some(&l.run) == run.as_ref())
+            })
+            .collect();
         // The newest checkpoint, unless the run diverged again no later than last time: then
-        // the checkpoint it went back to already held the seed of the divergence; go further back.
+        // the checkpoint it went back to may already hold the seed of the divergence, so an
+        // earlier one is tried first; with none earlier, the same one again (the learning
+        // rate halves at every rollback, up to --max-rollbacks).
         let before = match (g.prev_target, g.prev_diverged_at) {
-            (Some(t), Some(d)) if at <= d => t,
-            _ => u64::MAX,
+            (Some(t), Some(d)) if at <= d => Some(t),
+            _ => None,
         };
-        for (i, p) in crate::checkpoint::list(&dir)? {
-            if i >= before {
-                continue;
-            }
-            match CheckpointFile::read(&p) {
-                Ok(f) => return Ok((p, f)),
-                Err(e) => reporter.warn(&format!("warning: rollback skips a damaged checkpoint: {e}")),
+        let order = ours
+            .iter()
+            .filter(|e| before.is_some_and(|b| e.iteration < b))
+            .chain(ours.iter().filter(|e| before.is_none_or(|b| e.iteration == b)));
+        for e in order {
+            match CheckpointFile::read(&e.path) {
+                Ok(f) => return Ok((e.path.clone(), f)),
+                Err(err) => reporter.warn(&format!("warning: rollback skips a damaged checkpoint: {err}")),
             }
         }
-        Err(stop(" (no earlier checkpoint to roll back to)"))
+        Err(stop(" (no checkpoint of this run to roll back to)"))
     });
     let (path, file) = chosen?;
     let snap = EngineSnapshot::from_checkpoint(&file, &path)?;
@@ -737,6 +791,11 @@ fn rollback<B: Backend>(
     };
     let mut kept = guard.clone();
     continue_from(cfg, data, engine, run, tuner, guard, &file, &snap, &tuner_state)?;
+    // The checkpoints after the one gone back to stay: the run continues as a new line.
+    if let Some(c) = ckpt {
+        let b = c.line().branch();
+        c.set_line(b);
+    }
     kept.rollbacks += 1;
     kept.lr_factor *= 0.5;
     kept.prev_target = Some(target);
@@ -809,9 +868,22 @@ fn checkpoint_file<B: Backend>(
         (snap, tuner_state, None)
     };
     let norm = run.test.normalize.clone();
+    // Paths that outlive the working directory: the data folder absolute (a resume from
+    // elsewhere still finds it; a moved one is accepted by its fingerprint), the metrics file
+    // relative to the checkpoint folder (a moved or copied folder takes its metrics along).
+    let mut config = config_to_file(cfg);
+    if let Some(d) = config.data_dir.as_mut()
+        && let Ok(a) = std::path::absolute(&*d)
+    {
+        *d = a;
+    }
+    if let (Some(m), Some(p)) = (config.metrics.as_mut(), opts.checkpoint.as_ref()) {
+        *m = crate::paths::relative_to(m, &p.dir);
+    }
     let mut file = CheckpointFile::new(json!({
         "crossbow_version": env!("CARGO_PKG_VERSION"),
-        "config": config_to_file(cfg),
+        "config": config,
+        "data": { "train": data.train.fingerprint(), "test": data.test.fingerprint() },
         "model": cfg.model.to_string(),
         "input_shape": data.train.image_shape(),
         "classes": data.train.num_classes(),
@@ -835,6 +907,32 @@ fn checkpoint_file<B: Backend>(
     snap.to_checkpoint(&mut file)?;
     file.tensors.insert("central/stats".into(), Tensor::vector(central_stats));
     Ok(Some(file))
+}
+
+/// Refuses to resume the run of `file` on other data than it trained on: the fingerprints
+/// of the training and test sets ([`crossbow_data::Fingerprint`]) must equal the saved ones
+/// (a checkpoint of an older version has none and is accepted). Where the files lie does not
+/// matter: a moved data folder is the same data.
+fn check_data(cfg: &TrainConfig, data: &Data, path: &Path, file: &CheckpointFile) -> Result<(), CliError> {
+    let Some(saved) = file.state.get("data") else { return Ok(()) };
+    for (split, now) in [("train", data.train.fingerprint()), ("test", data.test.fingerprint())] {
+        let Some(was) = saved.get(split) else { continue };
+        let was: crossbow_data::Fingerprint = serde_json::from_value(was.clone()).map_err(|e| {
+            CliError::usage(format!("--resume {}: the data fingerprint is unreadable: {e}", path.display()))
+        })?;
+        if was != now {
+            return Err(CliError::usage(format!(
+                "--resume {}: the {} data differ from the run's: {} {} ({}) holds {now}; the run trained on {was}; point {} at the run's data, or start a new run",
+                path.display(),
+                if split == "train" { "training" } else { "test" },
+                cfg.dataset,
+                cfg.data_dir.display(),
+                cfg.name_of("data-dir"),
+                cfg.name_of("data-dir"),
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// What the checkpoint of a job of several ranks says of each rank (the state's `ranks`):
@@ -959,11 +1057,26 @@ fn continue_from<B: Backend>(
     if let Some(g) = file.state.get("guard").and_then(|g| serde_json::from_value::<Guard>(g.clone()).ok()) {
         *guard = g;
     }
-    if (guard.lr_factor - 1.0).abs() > 0.0 {
+    let layout_changed = !notes.is_empty();
+    // A learning rate given on resume replaces the run's (and any halving by rollbacks).
+    let saved_lr = file.state.get("config").and_then(|c| c.get("lr")).and_then(Value::as_f64);
+    if let Some(was) = saved_lr
+        && was != cfg.lr
+    {
+        let now_lr = was * guard.lr_factor;
+        guard.lr_factor = 1.0;
+        engine.set_base_lr(cfg.lr as f32)?;
+        notes.push(format!(
+            "the base learning rate is now {} ({} of the run{}); the trajectory differs from here on",
+            cfg.lr,
+            was,
+            if now_lr != was { format!(", {now_lr} after its rollbacks") } else { String::new() }
+        ));
+    } else if (guard.lr_factor - 1.0).abs() > 0.0 {
         engine.set_base_lr((cfg.lr * guard.lr_factor) as f32)?;
     }
     if let Some(t) = tuner {
-        if !tuner_state.is_null() && notes.is_empty() {
+        if !tuner_state.is_null() && !layout_changed {
             if let Err(e) = t.restore(tuner_state) {
                 notes.push(format!("the auto-tuner starts a new search ({e})"));
             }
@@ -1006,7 +1119,9 @@ pub(crate) fn start_engine_in<B: Backend>(
         seed: cfg.seed,
         eval_batch_size: cfg.eval_batch_size,
     };
-    Ok(Engine::in_world(graph, ecfg, factory, sync, Box::new(HostAllReduce), layout, world)?)
+    let mut engine = Engine::in_world(graph, ecfg, factory, sync, Box::new(HostAllReduce), layout, world)?;
+    engine.set_eval_first_learner_stats(cfg.bn_eval == BnEval::FirstLearner);
+    Ok(engine)
 }
 
 /// The two banner lines and the metrics file's `start` record.

@@ -153,9 +153,9 @@ fn resuming_onto_other_hardware_says_what_changed() {
     let t = text(&o);
     assert!(t.contains("resumed from") && t.contains("had 2 learners") && t.contains("this run has 3"), "{t}");
     // What defines the run cannot change.
-    let o = run(&["train".into(), "--resume".into(), ck.clone(), "--lr".into(), "0.5".into()], &[]);
+    let o = run(&["train".into(), "--resume".into(), ck.clone(), "--batch-size".into(), "8".into()], &[]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(text(&o).contains("--lr cannot change when resuming"), "{}", text(&o));
+    assert!(text(&o).contains("--batch-size cannot change when resuming"), "{}", text(&o));
     std::fs::remove_dir_all(&d).unwrap();
 }
 
@@ -317,7 +317,7 @@ fn a_failed_checkpoint_write_warns_or_stops_and_keeps_the_previous_one() {
     assert!(t.contains("warning: checkpoint at iteration 20 failed") && t.contains("No space left"), "{t}");
     assert!(t.contains("the last good checkpoint is still") && t.contains("ckpt-0000000010"), "{t}");
     let (p, _) = newest(&d.join("ckpt"));
-    assert!(p.ends_with("ckpt-0000000010.safetensors"), "{p:?}");
+    assert!(p.file_name().unwrap().to_string_lossy().starts_with("ckpt-0000000010-"), "{p:?}");
 
     let d2 = tmp("diskfull-fatal");
     let mut a = base(&d2);
@@ -326,7 +326,7 @@ fn a_failed_checkpoint_write_warns_or_stops_and_keeps_the_previous_one() {
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("--checkpoint-errors fatal"), "{}", text(&o));
     let (p, _) = newest(&d2.join("ckpt"));
-    assert!(p.ends_with("ckpt-0000000010.safetensors"), "{p:?}");
+    assert!(p.file_name().unwrap().to_string_lossy().starts_with("ckpt-0000000010-"), "{p:?}");
     std::fs::remove_dir_all(&d).unwrap();
     std::fs::remove_dir_all(&d2).unwrap();
 }
@@ -468,4 +468,310 @@ fn export_writes_pytorch_names_and_shapes() {
     assert_eq!(o.status.code(), Some(2));
     CheckpointFile::read(&p).unwrap();
     std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// Every checkpoint file of `dir` with its bytes (a folder's contents, to see that nothing
+/// was deleted, added or rewritten).
+fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("ckpt-"))
+        .map(|e| (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap()))
+        .collect()
+}
+
+fn run_in(cwd: &Path, args: &[&str]) -> Output {
+    Command::new(BIN).current_dir(cwd).args(args).output().unwrap()
+}
+
+/// A short run of LeNet-5 on built-in digits writing a checkpoint every 4 iterations.
+fn short(ck: &str, seed: &str, epochs: &str) -> Vec<String> {
+    [
+        "train",
+        "--devices",
+        "cpu",
+        "--threads",
+        "1",
+        "--learners-per-device",
+        "2",
+        "--train-size",
+        "640",
+        "--test-size",
+        "100",
+        "--batch-size",
+        "16",
+        "--epochs",
+        epochs,
+        "--eval-every",
+        "0.5",
+        "-q",
+        "--seed",
+        seed,
+        "--checkpoint-every",
+        "4",
+        "--keep-checkpoints",
+        "2",
+        "--checkpoint-dir",
+        ck,
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+fn ok(o: &Output) {
+    assert!(o.status.success(), "{}", text(o));
+}
+
+/// Issue 26, item 1: a resume writes into the folder it resumed from, whatever the folder
+/// saved in the checkpoint; a run rotates only its own files; a folder holding another
+/// run's checkpoints is refused unless shared.
+#[test]
+fn a_resume_writes_where_it_resumed_from_and_never_touches_another_runs_files() {
+    let d = tmp("owner");
+    let sh = |args: Vec<String>| {
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        run_in(&d, &a)
+    };
+    // Run A in ./ck, interrupted; the folder moves to exp1/ck; run B (seed 2) in a new ./ck.
+    let o = Command::new(BIN)
+        .current_dir(&d)
+        .args(short("ck", "1", "1"))
+        .env("CROSSBOW_TEST_INTERRUPT_AT_ITERATION", "9")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
+    std::fs::create_dir_all(d.join("exp1")).unwrap();
+    std::fs::rename(d.join("ck"), d.join("exp1/ck")).unwrap();
+    ok(&sh(short("ck", "2", "0.5")));
+    let b_files = files(&d.join("ck"));
+    assert!(!b_files.is_empty());
+    // Resuming A writes into exp1/ck, and leaves B's ./ck as it was.
+    let o = run_in(&d, &["train", "--resume", "exp1/ck", "--epochs", "1.5"]);
+    ok(&o);
+    assert!(files(&d.join("ck")) == b_files, "run B's checkpoints were touched");
+    let a_files = files(&d.join("exp1/ck"));
+    let (_, f) = newest(&d.join("exp1/ck"));
+    assert!(f.state["epoch"].as_f64().unwrap() > 1.4, "{:?}", a_files.keys());
+    // A copy resumed writes into the copy; the original stays.
+    ok(&Command::new("cp").current_dir(&d).args(["-a", "exp1/ck", "copy"]).output().unwrap());
+    let o = run_in(&d, &["train", "--resume", "copy", "--epochs", "2"]);
+    ok(&o);
+    assert!(files(&d.join("exp1/ck")) == a_files, "the original folder was touched by the copy's resume");
+    let (_, f) = newest(&d.join("copy"));
+    assert!(f.state["epoch"].as_f64().unwrap() > 1.9);
+    // A new run into B's folder is refused, naming the other run; nothing is written.
+    let o = sh(short("ck", "3", "0.5"));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let t = text(&o);
+    assert!(t.contains("--checkpoint-dir ck") && t.contains("another run") && t.contains("seed 2"), "{t}");
+    assert!(!t.contains("best test accuracy"), "nothing trained: {t}");
+    assert!(files(&d.join("ck")) == b_files, "a refused run changed the folder");
+    // Told to share, it trains and rotates only its own files.
+    let mut a = short("ck", "3", "0.5");
+    a.push("--share-checkpoint-dir".into());
+    ok(&sh(a));
+    let now = files(&d.join("ck"));
+    for (k, v) in &b_files {
+        assert!(now.get(k) == Some(v), "run B's {k} was deleted or changed by a sharing run");
+    }
+    assert_eq!(now.len(), b_files.len() + 2, "the sharing run keeps its own 2: {:?}", now.keys());
+    // With two runs in it, --resume of the folder asks for a file, naming both.
+    let o = run_in(&d, &["train", "--resume", "ck"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("2 runs") && text(&o).contains("naming its file"), "{}", text(&o));
+    // The metrics path of a resumed run is the checkpoint folder's, not the working
+    // directory's: a resume from elsewhere finds it.
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// Issue 26, item 2: a resume from an older checkpoint of a line is a branch: it never
+/// overwrites the line's newer checkpoints; `--resume DIR` then continues the line written
+/// last, naming the other.
+#[test]
+fn a_branch_from_an_older_checkpoint_overwrites_nothing() {
+    let d = tmp("branch");
+    let ck = d.join("ck").display().to_string();
+    let mut a = short(&ck, "1", "1");
+    let i = a.iter().position(|s| s == "--keep-checkpoints").unwrap();
+    a[i + 1] = "20".into();
+    ok(&run(&a, &[]));
+    let before = files(&d.join("ck"));
+    let older = d.join("ck").join(before.keys().find(|k| k.starts_with("ckpt-0000000008-")).unwrap());
+    let o = run(
+        &["train", "--resume", &older.display().to_string(), "--learners-per-device", "3", "--epochs", "0.9", "-q"]
+            .map(String::from),
+        &[],
+    );
+    ok(&o);
+    assert!(text(&o).contains("new line"), "{}", text(&o));
+    let after = files(&d.join("ck"));
+    for (k, v) in &before {
+        assert!(after.get(k) == Some(v), "{k} was overwritten or deleted by the branch");
+    }
+    let tag = |k: &str| k.trim_end_matches(".safetensors").rsplit('-').next().unwrap().to_string();
+    let old_tag = tag(before.keys().next().unwrap());
+    let new: Vec<&String> = after.keys().filter(|k| !before.contains_key(*k)).collect();
+    assert!(!new.is_empty() && new.iter().all(|k| tag(k) != old_tag), "{new:?}");
+    // The folder resumes the branch (written last) and names the other line.
+    let o = run(&["train", "--resume", &ck, "--epochs", "1.2", "-q"].map(String::from), &[]);
+    ok(&o);
+    let t = text(&o);
+    assert!(t.contains("2 lines of this run") && t.contains(&format!("ckpt-0000000020-{old_tag}")), "{t}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+fn cifar4k() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/cifar10-4k"))
+}
+
+/// Issue 26, item 3: the data cannot change under a resume; a moved copy of the same data is
+/// accepted.
+#[test]
+fn a_resume_refuses_other_data_and_accepts_the_same_data_moved() {
+    let d = tmp("data");
+    let moved = d.join("moved");
+    let other = d.join("other");
+    for dst in [&moved, &other] {
+        std::fs::create_dir_all(dst).unwrap();
+        for e in std::fs::read_dir(cifar4k()).unwrap().flatten() {
+            std::fs::copy(e.path(), dst.join(e.file_name())).unwrap();
+        }
+    }
+    // The other data: one training image changed (the first record's first pixel byte).
+    let f = other.join("data_batch_1.bin");
+    let mut b = std::fs::read(&f).unwrap();
+    b[1] ^= 0x55;
+    std::fs::write(&f, &b).unwrap();
+    let ck = d.join("ck").display().to_string();
+    let args = |data: &Path| {
+        [
+            "train",
+            "--model",
+            "lenet5",
+            "--dataset",
+            "cifar10",
+            "--data-dir",
+            &data.display().to_string(),
+            "--devices",
+            "cpu",
+            "--threads",
+            "1",
+            "--learners-per-device",
+            "1",
+            "--train-size",
+            "320",
+            "--test-size",
+            "100",
+            "--batch-size",
+            "16",
+            "--epochs",
+            "0.5",
+            "-q",
+            "--checkpoint-dir",
+            &ck,
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    ok(&run(&args(&cifar4k()), &[]));
+    let before = files(&d.join("ck"));
+    let resume = |data: &Path| {
+        run(
+            &["train", "--resume", &ck, "--epochs", "1", "--data-dir", &data.display().to_string(), "-q"]
+                .map(String::from),
+            &[],
+        )
+    };
+    let o = resume(&other);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let t = text(&o);
+    assert!(t.contains("data differ from the run's") && t.contains("contents hash") && t.contains("--data-dir"), "{t}");
+    assert!(files(&d.join("ck")) == before, "nothing written by the refused resume");
+    ok(&resume(&moved));
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// Issue 26, item 8: with only the first checkpoint, rollback keeps halving from it up to
+/// --max-rollbacks; its advice (a lower --lr on resume) is accepted and said.
+#[test]
+fn rollback_keeps_halving_from_the_only_checkpoint_and_a_lower_lr_resumes() {
+    let d = tmp("rollback-first");
+    let mut a = base(&d);
+    a.extend(
+        ["--lr", "4000", "--checkpoint-every", "100000", "--on-divergence", "rollback", "--max-rollbacks", "4"]
+            .map(String::from),
+    );
+    let o = run(&a, &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let t = text(&o);
+    assert!(t.contains("after 4 rollbacks"), "{t}");
+    let m = std::fs::read_to_string(d.join("m.jsonl")).unwrap();
+    let n = m.lines().filter(|l| l.contains("\"event\":\"rollback\"")).count();
+    assert_eq!(n, 4, "{t}");
+    assert!(t.contains("--lr <lower>"), "{t}");
+    let o = run(&["train", "--resume", &d.join("ckpt").display().to_string(), "--lr", "0.005"].map(String::from), &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("base learning rate is now 0.005"), "{}", text(&o));
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// Issue 26, items 9 and 10: resuming a finished batch-norm run writes nothing; the changes
+/// a resume makes are said; an interrupt after a failed write names the last good
+/// checkpoint, not one it did not write.
+#[test]
+fn a_finished_run_resumed_writes_nothing_and_messages_tell_the_truth() {
+    let d = tmp("finished");
+    let ck = d.join("ck").display().to_string();
+    let args = [
+        "train",
+        "--model",
+        "resnet8",
+        "--dataset",
+        "synthetic-shapes",
+        "--train-size",
+        "192",
+        "--test-size",
+        "64",
+        "--devices",
+        "cpu",
+        "--threads",
+        "2",
+        "--learners-per-device",
+        "2",
+        "--batch-size",
+        "16",
+        "--epochs",
+        "0.5",
+        "-q",
+        "--checkpoint-dir",
+        &ck,
+    ]
+    .map(String::from);
+    ok(&run(&args, &[]));
+    let before = files(&d.join("ck"));
+    let o = run(&["train", "--resume", &ck, "--threads", "1"].map(String::from), &[]);
+    ok(&o);
+    let t = text(&o);
+    assert!(t.contains("nothing left to do") && t.contains("--threads 1 (the run had 2)"), "{t}");
+    assert!(files(&d.join("ck")) == before, "a resume with nothing to do rewrote the folder");
+
+    let d2 = tmp("failed-then-stopped");
+    let mut a = base(&d2);
+    a.extend(["--checkpoint-every".into(), "10".into()]);
+    let o = run(
+        &a,
+        &[("CROSSBOW_FAULT_CHECKPOINT_WRITE", "2".into()), ("CROSSBOW_TEST_INTERRUPT_AT_ITERATION", "15".into())],
+    );
+    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
+    let t = text(&o);
+    assert!(
+        t.contains("the checkpoint of iteration 15 could not be written")
+            && t.contains("ckpt-0000000010")
+            && t.contains("(iteration 10)")
+            && !t.contains("checkpoint written to"),
+        "{t}"
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+    std::fs::remove_dir_all(&d2).unwrap();
 }

@@ -192,6 +192,63 @@ impl Dataset {
     }
 }
 
+/// What identifies a dataset's contents without holding them: its size, image shape,
+/// classes, and a hash (64-bit FNV-1a) of every label and of the pixels of up to 256 evenly
+/// spaced images (the first and the last among them). Two loads of the same files give the
+/// same fingerprint wherever the files lie; other data gives another one (a resumed run
+/// refuses it).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Fingerprint {
+    /// Images.
+    pub images: usize,
+    /// `[channels, height, width]`.
+    pub shape: [usize; 3],
+    /// Classes.
+    pub classes: usize,
+    /// The hash, as 16 hex digits.
+    pub hash: String,
+}
+
+impl fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} images of {}, {} classes, contents hash {}",
+            self.images,
+            shape_text(self.shape),
+            self.classes,
+            self.hash
+        )
+    }
+}
+
+impl Dataset {
+    /// The dataset's [`Fingerprint`].
+    pub fn fingerprint(&self) -> Fingerprint {
+        const SAMPLES: usize = 256;
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut eat = |bytes: &[u8]| {
+            for &b in bytes {
+                h ^= b as u64;
+                h = h.wrapping_mul(0x0100_0000_01b3);
+            }
+        };
+        for l in &self.labels {
+            eat(&l.to_le_bytes());
+        }
+        let n = self.len();
+        let picks = n.min(SAMPLES);
+        for k in 0..picks {
+            // Evenly spaced, the first and the last included.
+            let i = if picks == 1 { 0 } else { k * (n - 1) / (picks - 1) };
+            if let Some(img) = self.image(i) {
+                eat(img);
+            }
+        }
+        Fingerprint { images: n, shape: self.shape, classes: self.num_classes, hash: format!("{h:016x}") }
+    }
+}
+
 /// An image shape for messages: `[3, 32, 32]` as `3x32x32`.
 pub(crate) fn shape_text(shape: [usize; 3]) -> String {
     format!("{}x{}x{}", shape[0], shape[1], shape[2])

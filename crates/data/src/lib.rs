@@ -116,7 +116,7 @@ mod stream;
 mod synthetic;
 mod transform;
 
-pub use dataset::{Dataset, Split};
+pub use dataset::{Dataset, Fingerprint, Split};
 pub use error::DataError;
 pub use eval::EvalBatches;
 pub use idx::{IDX1_MAGIC, IDX3_MAGIC, MIN_IMAGE_SIDE};

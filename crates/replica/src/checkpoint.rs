@@ -198,6 +198,39 @@ impl CheckpointFile {
         Self::from_bytes(path, &bytes)
     }
 
+    /// The JSON state of the checkpoint at `path`, read from its header alone (the tensors and
+    /// the checksum are not read): cheap enough to look at every checkpoint of a folder, to
+    /// tell whose run each file belongs to. A file that is not a crossbow checkpoint, or whose
+    /// header is damaged, is an error naming it; damage in the tensors is not seen.
+    pub fn read_state(path: &Path) -> Result<serde_json::Value, CheckpointError> {
+        let io = |what, source| CheckpointError::Io { path: path.to_path_buf(), what, source };
+        let meta = std::fs::metadata(path).map_err(|e| io("cannot open", e))?;
+        if !meta.is_file() {
+            return Err(CheckpointError::invalid(path, "is not a regular file"));
+        }
+        let mut f = File::open(path).map_err(|e| io("cannot open", e))?;
+        let mut len = [0u8; 8];
+        f.read_exact(&mut len).map_err(|e| io("cannot read the header", e))?;
+        let n = u64::from_le_bytes(len);
+        // safetensors caps its header at 100 MB; a larger length is damage.
+        if n > 100_000_000 || 8 + n > meta.len() {
+            return Err(CheckpointError::invalid(path, format!("header length {n} does not fit the file")));
+        }
+        let mut header = vec![0u8; n as usize];
+        f.read_exact(&mut header).map_err(|e| io("cannot read the header", e))?;
+        let v: serde_json::Value = serde_json::from_slice(&header)
+            .map_err(|e| CheckpointError::invalid(path, format!("header is not JSON: {e}")))?;
+        let info = v.get("__metadata__");
+        if info.and_then(|m| m.get("format")).and_then(|f| f.as_str()) != Some(FORMAT) {
+            return Err(CheckpointError::invalid(path, "is not a crossbow checkpoint"));
+        }
+        let state = info
+            .and_then(|m| m.get("state"))
+            .and_then(|s| s.as_str())
+            .ok_or_else(|| CheckpointError::invalid(path, "has no 'state' metadata"))?;
+        serde_json::from_str(state).map_err(|e| CheckpointError::invalid(path, format!("state is not valid JSON: {e}")))
+    }
+
     /// Writes the checkpoint to `path` atomically: a temporary file in the same folder
     /// (`.NAME.tmp`), synced, renamed over `path`, then the folder synced. On error the
     /// temporary file is removed and `path` is untouched.
@@ -264,6 +297,25 @@ mod tests {
         let raw = std::fs::read(&p).unwrap();
         let st = SafeTensors::deserialize(&raw).unwrap();
         assert_eq!(st.tensor("a/b").unwrap().shape(), &[2, 3]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_state_is_read_from_the_header_alone() {
+        let dir = std::env::temp_dir().join(format!("crossbow-ckpt-state-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("c.safetensors");
+        sample().write_atomic(&p).unwrap();
+        assert_eq!(CheckpointFile::read_state(&p).unwrap(), sample().state);
+        // Damaged tensors are not seen; a cut header is.
+        let bytes = std::fs::read(&p).unwrap();
+        std::fs::write(&p, &bytes[..bytes.len() - 4]).unwrap();
+        assert_eq!(CheckpointFile::read_state(&p).unwrap(), sample().state);
+        for cut in [0, 5, 8, 30] {
+            std::fs::write(&p, &bytes[..cut]).unwrap();
+            let e = CheckpointFile::read_state(&p).unwrap_err().to_string();
+            assert!(e.contains("c.safetensors"), "{e}");
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

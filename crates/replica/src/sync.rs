@@ -227,6 +227,91 @@ impl Serialize for Settings {
     }
 }
 
+/// What a span of the flat parameter buffer holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ParamKind {
+    /// Convolution or fully connected weights.
+    Weight,
+    /// Convolution or fully connected bias.
+    Bias,
+    /// Batch-norm scale `gamma`.
+    BnScale,
+    /// Batch-norm shift `beta`.
+    BnShift,
+}
+
+/// One contiguous span of the flat parameter buffer.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct ParamSpan {
+    /// The layer's name (`stage2.block1.bn1`).
+    pub layer: String,
+    /// What the span holds.
+    pub kind: ParamKind,
+    /// Elements of the flat buffer.
+    pub range: std::ops::Range<usize>,
+}
+
+/// Where each layer's parameters lie in the flat buffers a synchroniser works on, for
+/// synchronisers that treat some parameters differently (SMA's `bn-params` option keeps
+/// batch-norm scales and shifts per learner). Spans are in buffer order and cover every
+/// parameter exactly once.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct ModelLayout {
+    /// Elements of the flat parameter buffer.
+    pub len: usize,
+    /// The spans, in buffer order.
+    pub spans: Vec<ParamSpan>,
+}
+
+impl ModelLayout {
+    /// The layout of `graph`'s parameters.
+    pub fn of(graph: &crate::graph::Graph) -> Self {
+        use crate::graph::Layer;
+        let mut spans = vec![];
+        for n in &graph.nodes {
+            let Some(r) = &n.params else { continue };
+            let (first, second) = match n.layer {
+                Layer::BatchNorm { .. } => (ParamKind::BnScale, ParamKind::BnShift),
+                _ => (ParamKind::Weight, ParamKind::Bias),
+            };
+            let mid = r.offset + r.weight_len;
+            if r.weight_len > 0 {
+                spans.push(ParamSpan { layer: n.name.clone(), kind: first, range: r.offset..mid });
+            }
+            if r.len > r.weight_len {
+                spans.push(ParamSpan { layer: n.name.clone(), kind: second, range: mid..r.offset + r.len });
+            }
+        }
+        spans.sort_by_key(|s| s.range.start);
+        ModelLayout { len: graph.param_len, spans }
+    }
+
+    /// The buffer `0..len` cut into maximal runs of elements on which `pick` agrees: `(range,
+    /// picked)` in order, covering every element once (elements outside every span count as
+    /// not picked).
+    pub fn runs(&self, pick: impl Fn(ParamKind) -> bool) -> Vec<(std::ops::Range<usize>, bool)> {
+        let mut out: Vec<(std::ops::Range<usize>, bool)> = vec![];
+        let push = |r: std::ops::Range<usize>, p: bool, out: &mut Vec<(std::ops::Range<usize>, bool)>| {
+            if r.is_empty() {
+                return;
+            }
+            match out.last_mut() {
+                Some((last, lp)) if *lp == p && last.end == r.start => last.end = r.end,
+                _ => out.push((r, p)),
+            }
+        };
+        let mut at = 0;
+        for s in &self.spans {
+            push(at..s.range.start, false, &mut out);
+            push(s.range.clone(), pick(s.kind), &mut out);
+            at = s.range.end;
+        }
+        push(at..self.len, false, &mut out);
+        out
+    }
+}
+
 /// A synchronisation algorithm. See the module documentation for the call sequence.
 pub trait Synchroniser<B: Backend>: Send + Sync {
     /// Short name (`sma`, `ssgd`, ...).
@@ -247,6 +332,10 @@ pub trait Synchroniser<B: Backend>: Send + Sync {
 
     /// Told the total number of learners at the start and whenever it changes.
     fn set_learners(&mut self, _k: usize) {}
+
+    /// Told where each layer's parameters lie, once, before [`Synchroniser::set_learners`]
+    /// is first called. Default: nothing (most synchronisers treat the buffer as a whole).
+    fn set_model(&mut self, _layout: &ModelLayout) {}
 
     /// Called on every device when the central model's history starts anew: at the start of
     /// a run, whenever the learner count changes (after [`Synchroniser::set_learners`]), and

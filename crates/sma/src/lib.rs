@@ -60,7 +60,7 @@ mod sma;
 mod ssgd;
 
 pub use easgd::EaSgd;
-pub use sma::{Sma, SmaForm};
+pub use sma::{AlphaRule, BnParams, CentralStep, DecayOn, Sma, SmaForm};
 pub use ssgd::SSgd;
 
 use crossbow_kernels::Backend;

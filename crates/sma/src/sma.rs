@@ -1,7 +1,7 @@
 use crossbow_kernels::optim::SgdConfig;
 use crossbow_kernels::{Backend, View, ViewMut};
 use crossbow_replica::Result;
-use crossbow_replica::sync::{Central, LearnerBuffers, LearnerRef, StepInfo, Synchroniser, sgd, sum_into};
+use crossbow_replica::sync::{Central, LearnerBuffers, LearnerRef, ParamKind, StepInfo, Synchroniser, sgd, sum_into};
 
 /// Which learner update SMA uses (see the crate documentation for the equations).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -39,13 +39,177 @@ impl SmaForm {
     }
 }
 
+/// How SMA's pull `α` is chosen each iteration.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum AlphaRule {
+    /// `1/k` for `k` learners (the default; re-computed when `k` changes).
+    OneOverK,
+    /// A fixed value.
+    Fixed(f32),
+    /// `1/√k`.
+    OneOverSqrtK,
+    /// Starts at 1 and falls linearly to `1/k` over the first `epochs` epochs, then stays
+    /// there.
+    Ramp {
+        /// Epochs of the ramp, > 0.
+        epochs: f64,
+    },
+}
+
+impl AlphaRule {
+    /// Parses `1/k`, `1/sqrt(k)`, `ramp:E` (epochs) or a number >= 0.
+    pub fn parse(s: &str) -> std::result::Result<Self, String> {
+        let t = s.trim().to_ascii_lowercase().replace(' ', "");
+        match t.as_str() {
+            "1/k" => Ok(AlphaRule::OneOverK),
+            "1/sqrt(k)" | "1/sqrtk" => Ok(AlphaRule::OneOverSqrtK),
+            _ => {
+                if let Some(e) = t.strip_prefix("ramp:") {
+                    return match e.parse::<f64>() {
+                        Ok(e) if e.is_finite() && e > 0.0 => Ok(AlphaRule::Ramp { epochs: e }),
+                        _ => Err(format!("alpha '{s}': the ramp's epochs must be a number > 0")),
+                    };
+                }
+                match t.parse::<f32>() {
+                    Ok(a) if a.is_finite() && a >= 0.0 => Ok(AlphaRule::Fixed(a)),
+                    _ => Err(format!("alpha '{s}' must be a number >= 0, 1/k, 1/sqrt(k) or ramp:EPOCHS")),
+                }
+            }
+        }
+    }
+
+    /// `α` with `k` learners at `epoch`.
+    pub fn at(self, k: usize, epoch: f64) -> f32 {
+        let k = k.max(1) as f64;
+        let a = match self {
+            AlphaRule::OneOverK => return 1.0 / k as f32,
+            AlphaRule::Fixed(a) => return a,
+            AlphaRule::OneOverSqrtK => 1.0 / k.sqrt(),
+            AlphaRule::Ramp { epochs } => 1.0 / k + (1.0 - 1.0 / k) * (1.0 - epoch / epochs).max(0.0),
+        };
+        a as f32
+    }
+}
+
+impl std::fmt::Display for AlphaRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AlphaRule::OneOverK => write!(f, "1/k"),
+            AlphaRule::Fixed(a) => write!(f, "{}", round6(*a)),
+            AlphaRule::OneOverSqrtK => write!(f, "1/sqrt(k)"),
+            AlphaRule::Ramp { epochs } => write!(f, "ramp:{epochs}"),
+        }
+    }
+}
+
+/// How the central model moves with the learners' differences `d_j = w_j − z`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CentralStep {
+    /// `z += Σ_j α d_j` (the paper's and the original code's): with `α = 1/k` the mean
+    /// difference; a larger `α` over-relaxes and is unstable above `α = 2/(k+1)`.
+    #[default]
+    Sum,
+    /// `z += (1/k) Σ_j d_j` whatever `α` is: `z` becomes the mean of the learners, and `α`
+    /// only sets how hard the learners are pulled towards it. Equal to `Sum` at `α = 1/k`.
+    Mean,
+}
+
+impl CentralStep {
+    /// Parses `sum` or `mean`.
+    pub fn parse(s: &str) -> std::result::Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "sum" => Ok(CentralStep::Sum),
+            "mean" => Ok(CentralStep::Mean),
+            _ => Err(format!("central step '{s}' must be 'sum' or 'mean'")),
+        }
+    }
+
+    /// The name `parse` accepts.
+    pub fn name(self) -> &'static str {
+        match self {
+            CentralStep::Sum => "sum",
+            CentralStep::Mean => "mean",
+        }
+    }
+}
+
+/// How SMA treats batch-norm scales and shifts (`γ`, `β`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum BnParams {
+    /// Like any other weight (the default).
+    #[default]
+    Average,
+    /// Each learner keeps its own: no pull towards `z`; `z`'s are the learners' mean.
+    Local,
+    /// Pulled with their own `α`; `z`'s are the learners' mean.
+    Alpha(f32),
+}
+
+impl BnParams {
+    /// Parses `average`, `local` or a number >= 0 (their own pull).
+    pub fn parse(s: &str) -> std::result::Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "average" | "averaged" => Ok(BnParams::Average),
+            "local" | "per-learner" => Ok(BnParams::Local),
+            t => match t.parse::<f32>() {
+                Ok(a) if a.is_finite() && a >= 0.0 => Ok(BnParams::Alpha(a)),
+                _ => Err(format!("bn-params '{s}' must be 'average', 'local' or a pull >= 0")),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for BnParams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BnParams::Average => write!(f, "average"),
+            BnParams::Local => write!(f, "local"),
+            BnParams::Alpha(a) => write!(f, "{}", round6(*a)),
+        }
+    }
+}
+
+/// Where SMA applies weight decay.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DecayOn {
+    /// In every learner's local step (the default).
+    #[default]
+    Learners,
+    /// Only on the central model: `z -= γ_t λ z` in the central update; the learners' steps
+    /// have none. One learner is plain momentum SGD with weight decay either way.
+    Central,
+}
+
+impl DecayOn {
+    /// Parses `learners` or `central`.
+    pub fn parse(s: &str) -> std::result::Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "learners" | "learner" => Ok(DecayOn::Learners),
+            "central" | "z" => Ok(DecayOn::Central),
+            _ => Err(format!("weight-decay-on '{s}' must be 'learners' or 'central'")),
+        }
+    }
+
+    /// The name `parse` accepts.
+    pub fn name(self) -> &'static str {
+        match self {
+            DecayOn::Learners => "learners",
+            DecayOn::Central => "central",
+        }
+    }
+}
+
 /// Synchronous model averaging. See the crate documentation for the exact update.
 #[derive(Clone, Debug)]
 pub struct Sma {
-    /// `None`: `1/k`.
-    alpha: Option<f32>,
+    alpha: AlphaRule,
     central_momentum: f32,
     form: SmaForm,
+    central_step: CentralStep,
+    bn_params: BnParams,
+    decay_on: DecayOn,
+    /// Batch-norm scales and shifts (`true`) and everything else, as runs of the buffer.
+    runs: Vec<(std::ops::Range<usize>, bool)>,
     k: usize,
 }
 
@@ -53,7 +217,40 @@ impl Sma {
     /// SMA (in the default, local-momentum form) with a fixed `alpha` (or `None` for `1/k`)
     /// and central momentum `μ_z`.
     pub fn new(alpha: Option<f32>, central_momentum: f32) -> Self {
-        Sma { alpha, central_momentum, form: SmaForm::default(), k: 1 }
+        Sma {
+            alpha: alpha.map_or(AlphaRule::OneOverK, AlphaRule::Fixed),
+            central_momentum,
+            form: SmaForm::default(),
+            central_step: CentralStep::Sum,
+            bn_params: BnParams::Average,
+            decay_on: DecayOn::Learners,
+            runs: vec![],
+            k: 1,
+        }
+    }
+
+    /// The same SMA with `α` chosen by `rule`.
+    pub fn with_alpha(mut self, rule: AlphaRule) -> Self {
+        self.alpha = rule;
+        self
+    }
+
+    /// The same SMA with the central model moving by `step`.
+    pub fn with_central_step(mut self, step: CentralStep) -> Self {
+        self.central_step = step;
+        self
+    }
+
+    /// The same SMA treating batch-norm scales and shifts as `bn`.
+    pub fn with_bn_params(mut self, bn: BnParams) -> Self {
+        self.bn_params = bn;
+        self
+    }
+
+    /// The same SMA with weight decay applied `on` the learners or the central model.
+    pub fn with_decay_on(mut self, on: DecayOn) -> Self {
+        self.decay_on = on;
+        self
     }
 
     /// The same SMA with learner update `form`.
@@ -62,9 +259,14 @@ impl Sma {
         self
     }
 
-    /// The α in use.
+    /// The α in use at the start of training (see [`Sma::alpha_at`]).
     pub fn alpha(&self) -> f32 {
-        self.alpha.unwrap_or(1.0 / self.k.max(1) as f32)
+        self.alpha.at(self.k, 0.0)
+    }
+
+    /// The α in use at `epoch`.
+    pub fn alpha_at(&self, epoch: f64) -> f32 {
+        self.alpha.at(self.k, epoch)
     }
 
     /// The learner update in use.
@@ -75,9 +277,39 @@ impl Sma {
     /// The local optimiser of a learner when `k > 1`: the schedule's learning rate and weight
     /// decay, and the learner momentum only in the local-momentum form.
     fn learner_sgd(&self, info: &StepInfo) -> SgdConfig {
-        match self.form {
+        let mut cfg = match self.form {
             SmaForm::LocalMomentum => info.sgd,
             SmaForm::Paper => SgdConfig { momentum: 0.0, nesterov: false, ..info.sgd },
+        };
+        if self.decay_on == DecayOn::Central {
+            cfg.weight_decay = 0.0;
+        }
+        cfg
+    }
+
+    /// Per run of the buffer: the pull on the learners and the central model's share of each
+    /// learner's difference `w_j − z` (both `α` in the paper's update). One run covering the
+    /// whole buffer when every parameter is treated alike.
+    fn segments(&self, alpha: f32, len: usize) -> Vec<(std::ops::Range<usize>, f32, f32)> {
+        let k = self.k.max(1) as f32;
+        let share = match self.central_step {
+            CentralStep::Sum => alpha,
+            CentralStep::Mean if self.alpha == AlphaRule::OneOverK => alpha,
+            CentralStep::Mean => 1.0 / k,
+        };
+        let bn = match self.bn_params {
+            BnParams::Average => None,
+            BnParams::Local => Some((0.0, 1.0 / k)),
+            BnParams::Alpha(a) => Some((a, 1.0 / k)),
+        };
+        match bn {
+            Some((pull, bn_share)) if !self.runs.is_empty() => self
+                .runs
+                .iter()
+                .filter(|(r, _)| r.end <= len)
+                .map(|(r, is_bn)| if *is_bn { (r.clone(), pull, bn_share) } else { (r.clone(), alpha, share) })
+                .collect(),
+            _ => vec![(0..len, alpha, share)],
         }
     }
 }
@@ -90,11 +322,26 @@ impl<B: Backend> Synchroniser<B> for Sma {
     }
 
     fn settings(&self) -> crossbow_replica::Settings {
-        crossbow_replica::Settings::new()
+        let mut s = crossbow_replica::Settings::new()
             .str("form", self.form.name())
             .num("alpha", round6(self.alpha()))
-            .bool("alpha_default_1_over_k", self.alpha.is_none())
-            .num("central_momentum", round6(self.central_momentum))
+            .bool("alpha_default_1_over_k", self.alpha == AlphaRule::OneOverK)
+            .num("central_momentum", round6(self.central_momentum));
+        // The options below are shown only when they differ from the default, so the
+        // settings of a default SMA read as before.
+        if !matches!(self.alpha, AlphaRule::OneOverK | AlphaRule::Fixed(_)) {
+            s = s.str("alpha_rule", self.alpha.to_string());
+        }
+        if self.central_step != CentralStep::Sum {
+            s = s.str("central_step", self.central_step.name());
+        }
+        if self.bn_params != BnParams::Average {
+            s = s.str("bn_params", self.bn_params.to_string());
+        }
+        if self.decay_on != DecayOn::Learners {
+            s = s.str("weight_decay_on", self.decay_on.name());
+        }
+        s
     }
 
     fn learner_buffers(&self) -> usize {
@@ -107,6 +354,10 @@ impl<B: Backend> Synchroniser<B> for Sma {
 
     fn set_learners(&mut self, k: usize) {
         self.k = k;
+    }
+
+    fn set_model(&mut self, layout: &crossbow_replica::sync::ModelLayout) {
+        self.runs = layout.runs(|kind| matches!(kind, ParamKind::BnScale | ParamKind::BnShift));
     }
 
     /// `z_prev = z` (no central momentum yet), and with one learner the learner is `z`
@@ -135,7 +386,14 @@ impl<B: Backend> Synchroniser<B> for Sma {
             be.copy(View::new(&*l.params, 0..len)?, ViewMut::new(&mut l.sync_state[0], 0..len)?)?;
             return Ok(());
         }
-        corrected_step(be, &self.learner_sgd(info), l, z, self.alpha(), false, len)
+        let alpha = self.alpha_at(info.epoch);
+        let segments = self.segments(alpha, len);
+        match segments.as_slice() {
+            [(r, pull, share)] if r.end == len && pull == share => {
+                corrected_step(be, &self.learner_sgd(info), l, z, alpha, false, len)
+            }
+            _ => split_step(be, &self.learner_sgd(info), l, z, &segments, len),
+        }
     }
 
     fn reduce_device(
@@ -166,6 +424,13 @@ impl<B: Backend> Synchroniser<B> for Sma {
             return Ok(());
         }
         let mu = self.central_momentum;
+        if self.decay_on == DecayOn::Central {
+            // total -= γ_t λ z: the decay the learners' steps left out, applied to z once.
+            let decay = info.sgd.lr * info.sgd.weight_decay;
+            if decay != 0.0 {
+                be.axpy(-decay, View::new(&central.z, 0..len)?, ViewMut::new(total, 0..len)?)?;
+            }
+        }
         if mu != 0.0 {
             // total += mu (z - z_prev)
             be.axpy(mu, View::new(&central.z, 0..len)?, ViewMut::new(total, 0..len)?)?;
@@ -214,6 +479,39 @@ pub(crate) fn corrected_step<B: Backend>(
     be.axpy(-1.0, View::new(&*c, 0..len)?, ViewMut::new(l.params, 0..len)?)?;
     if drop_momentum {
         be.fill(ViewMut::new(l.velocity, 0..len)?, 0.0)?;
+    }
+    Ok(())
+}
+
+/// SMA's learner side when parts of the buffer are treated differently: per segment
+/// `(range, pull, share)`, with `d = w − z` from the replica before its step, the learner takes
+/// its local step, then `w -= pull · d`, and hands `share · d` to the device reduction.
+/// Segments whose pull equals their share run exactly as [`corrected_step`] does.
+fn split_step<B: Backend>(
+    be: &B,
+    cfg: &SgdConfig,
+    l: LearnerBuffers<'_, B>,
+    z: &B::Buffer,
+    segments: &[(std::ops::Range<usize>, f32, f32)],
+    len: usize,
+) -> Result<()> {
+    let c = &mut l.sync_state[0];
+    be.sub(View::new(&*l.params, 0..len)?, View::new(z, 0..len)?, ViewMut::new(c, 0..len)?)?;
+    for (r, pull, share) in segments {
+        if pull == share {
+            be.scale(*pull, ViewMut::new(c, r.clone())?)?;
+        }
+    }
+    sgd(be, cfg, l.params, l.grads, l.velocity, len)?;
+    for (r, pull, share) in segments {
+        if pull == share {
+            be.axpy(-1.0, View::new(&*c, r.clone())?, ViewMut::new(l.params, r.clone())?)?;
+        } else {
+            if *pull != 0.0 {
+                be.axpy(-pull, View::new(&*c, r.clone())?, ViewMut::new(l.params, r.clone())?)?;
+            }
+            be.scale(*share, ViewMut::new(c, r.clone())?)?;
+        }
     }
     Ok(())
 }

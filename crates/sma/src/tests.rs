@@ -100,6 +100,26 @@ fn all_params(e: &Engine<CpuBackend>) -> Vec<Vec<f32>> {
     out
 }
 
+/// How many sets of SMA options [`with_options`] knows.
+const OPTION_SETS: usize = 7;
+
+/// SMA with option set `i`: the defaults, then every non-default option alone or combined.
+fn with_options(sma: Sma, i: usize) -> Sma {
+    match i {
+        0 => sma,
+        1 => sma.with_bn_params(BnParams::Local),
+        2 => sma.with_bn_params(BnParams::Alpha(0.5)).with_central_step(CentralStep::Mean),
+        3 => sma.with_alpha(AlphaRule::Ramp { epochs: 0.01 }).with_central_step(CentralStep::Mean),
+        4 => sma.with_alpha(AlphaRule::OneOverSqrtK).with_central_step(CentralStep::Mean),
+        5 => sma.with_decay_on(DecayOn::Central),
+        _ => sma
+            .with_alpha(AlphaRule::Fixed(0.6))
+            .with_central_step(CentralStep::Mean)
+            .with_bn_params(BnParams::Local)
+            .with_decay_on(DecayOn::Central),
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(6))]
 
@@ -188,13 +208,14 @@ proptest! {
     /// bit S-SGD with one learner and plain SGD (the independent synchroniser), replica and
     /// z, also across a learning-rate drop and with Nesterov momentum.
     #[test]
-    fn sma_one_learner_is_momentum_sgd(seed in any::<u64>(), nesterov in any::<bool>(), local in any::<bool>(), mu_z in 0.0f32..0.99, alpha in prop::option::of(0.0f32..1.0)) {
+    fn sma_one_learner_is_momentum_sgd(seed in any::<u64>(), nesterov in any::<bool>(), local in any::<bool>(), mu_z in 0.0f32..0.99, alpha in prop::option::of(0.0f32..1.0), options in 0usize..OPTION_SETS) {
         let g = small_resnet();
         let cfg = SgdConfig { nesterov, ..sgd() };
         // 4 samples per iteration, epoch of 12: the rate drops after 3 iterations.
         let sched = Schedule::MultiStep { milestones: vec![1.0], gamma: 0.1 };
         let form = if local { SmaForm::LocalMomentum } else { SmaForm::Paper };
-        let mut s = engine(&g, 4, &[1], Box::new(Sma::new(alpha, mu_z).with_form(form)), cfg, sched.clone());
+        let sma = with_options(Sma::new(alpha, mu_z).with_form(form), options);
+        let mut s = engine(&g, 4, &[1], Box::new(sma), cfg, sched.clone());
         let mut q = engine(&g, 4, &[1], Box::new(SSgd::default()), cfg, sched.clone());
         let mut p = engine(&g, 4, &[1], Box::new(Independent::default()), cfg, sched);
         for t in 0..6 {
@@ -211,20 +232,22 @@ proptest! {
 
     /// With learning rate 0 and weight decay 0 nothing moves: z and every replica stay bit
     /// for bit at the initial model for 100 iterations, for every synchroniser (both SMA
-    /// forms, S-SGD, EA-SGD, independent), every k in 1..=8 and any central momentum — also when the learner count changes on the way and when the
+    /// forms, each set of SMA options, S-SGD, EA-SGD, independent), every k in 1..=8 and any
+    /// central momentum — also when the learner count changes on the way and when the
     /// schedule "drops" (0 x 0.1).
     #[test]
     fn nothing_moves_at_learning_rate_zero(mu_z in 0.0f32..0.99, momentum in 0.0f32..0.99, split in any::<bool>(), seed in any::<u64>()) {
         let g = tiny_mlp();
         let cfg = SgdConfig { lr: 0.0, momentum, weight_decay: 0.0, nesterov: false };
         for k in 1usize..=8 {
-            for which in 0..5 {
+            for which in 0..5 + OPTION_SETS {
                 let sync: Box<dyn Synchroniser<CpuBackend>> = match which {
                     0 => Box::new(Sma::new(None, mu_z)),
                     1 => Box::new(Sma::new(None, mu_z).with_form(SmaForm::LocalMomentum)),
                     2 => Box::new(SSgd::default()),
                     3 => Box::new(EaSgd::new(None)),
-                    _ => Box::new(Independent::default()),
+                    4 => Box::new(Independent::default()),
+                    o => Box::new(with_options(Sma::new(None, mu_z), o - 5)),
                 };
                 let name = sync.name().to_string();
                 let layout = if k >= 2 && split { vec![k / 2, k - k / 2] } else { vec![k] };
@@ -267,6 +290,135 @@ proptest! {
             assert_same(x, y, "replicas");
         }
     }
+}
+
+/// The option values that equal the paper's update give its bits: `central-step mean` at
+/// α = 1/k, and `bn-params` at the weights' own pull with the sum step, run exactly the
+/// default path.
+#[test]
+fn sma_options_at_their_neutral_values_change_nothing() {
+    let g = small_resnet();
+    let mut base = engine(&g, 4, &[3], Box::new(Sma::new(None, 0.9)), sgd(), Schedule::Constant);
+    let mut mean = engine(
+        &g,
+        4,
+        &[3],
+        Box::new(Sma::new(None, 0.9).with_central_step(CentralStep::Mean)),
+        sgd(),
+        Schedule::Constant,
+    );
+    run(&mut base, &g, 4, 3, 4);
+    run(&mut mean, &g, 4, 3, 4);
+    assert_same(&base.central_to_host(0).unwrap(), &mean.central_to_host(0).unwrap(), "z");
+    for (x, y) in all_params(&base).iter().zip(&all_params(&mean)) {
+        assert_same(x, y, "replicas");
+    }
+}
+
+/// `central-step mean` with any α and μ_z = 0 moves z to the mean of the pre-step replicas;
+/// with `bn-params local` the learners' batch-norm scales and shifts are not pulled (each
+/// learner's equal its own step from where it was), and z's are their mean.
+#[test]
+fn sma_mean_step_and_local_bn_parameters() {
+    let g = small_resnet();
+    let layout = crossbow_replica::sync::ModelLayout::of(&g);
+    let bn: Vec<usize> = layout
+        .spans
+        .iter()
+        .filter(|s| {
+            matches!(s.kind, crossbow_replica::sync::ParamKind::BnScale | crossbow_replica::sync::ParamKind::BnShift)
+        })
+        .flat_map(|s| s.range.clone())
+        .collect();
+    assert!(!bn.is_empty());
+    let sma = Sma::new(Some(0.7), 0.0).with_central_step(CentralStep::Mean).with_bn_params(BnParams::Local);
+    // Plain SGD learners (no momentum, no decay) so that "its own step" is easy to state.
+    let cfg = SgdConfig { lr: 0.05, momentum: 0.0, weight_decay: 0.0, nesterov: false };
+    let mut e = engine(&g, 4, &[3], Box::new(sma), cfg, Schedule::Constant);
+    for t in 0..4 {
+        let before = all_params(&e);
+        let z_before = e.central_to_host(0).unwrap();
+        let mean: Vec<f32> =
+            (0..g.param_len).map(|i| before.iter().map(|w| w[i] as f64).sum::<f64>() as f32 / 3.0).collect();
+        let bs: Vec<Batch> = (0..3).map(|j| batch(&g, 4, 11, t, j)).collect();
+        e.step(bs, EPOCH).unwrap();
+        assert_close_f32(
+            &e.central_to_host(0).unwrap(),
+            &mean,
+            Tolerance::new(1e-5, 1e-6),
+            &format!("z, iteration {t}"),
+        );
+        let after = all_params(&e);
+        let mut pulled_would_differ = 0;
+        for j in 0..3 {
+            let grads = &e.learner(0, j).unwrap().replica().grads;
+            for i in 0..g.param_len {
+                // Its own step, w - γ g, and what the pull would add, 0.7 (w - z).
+                let own = before[j][i] - 0.05 * grads[i];
+                let pull = 0.7 * (before[j][i] - z_before[i]);
+                let want = if bn.contains(&i) { own } else { own - pull };
+                let tol = 1e-6 + 1e-5 * want.abs();
+                assert!(
+                    (after[j][i] - want).abs() <= tol,
+                    "t {t} learner {j} param {i} (bn: {}): {} vs {want}",
+                    bn.contains(&i),
+                    after[j][i]
+                );
+                if bn.contains(&i) && pull.abs() > 10.0 * tol {
+                    pulled_would_differ += 1;
+                }
+            }
+        }
+        if t > 0 {
+            assert!(pulled_would_differ > 0, "the test cannot tell pulled from not pulled at iteration {t}");
+        }
+    }
+}
+
+/// `weight-decay-on central`: the learners' steps have no decay, and z decays once:
+/// with α = 1/k and μ_z = 0, z = mean of the pre-step replicas − γ λ z.
+#[test]
+fn sma_weight_decay_on_the_central_model() {
+    let g = small_lenet();
+    let cfg = SgdConfig { lr: 0.05, momentum: 0.0, weight_decay: 0.01, nesterov: false };
+    let mut e =
+        engine(&g, 3, &[2], Box::new(Sma::new(None, 0.0).with_decay_on(DecayOn::Central)), cfg, Schedule::Constant);
+    for t in 0..3 {
+        let before = all_params(&e);
+        let z = e.central_to_host(0).unwrap();
+        let want: Vec<f32> = (0..g.param_len)
+            .map(|i| ((before[0][i] as f64 + before[1][i] as f64) / 2.0 - 0.05 * 0.01 * z[i] as f64) as f32)
+            .collect();
+        let bs = (0..2).map(|j| batch(&g, 3, 4, t, j)).collect();
+        e.step(bs, EPOCH).unwrap();
+        assert_close_f32(
+            &e.central_to_host(0).unwrap(),
+            &want,
+            Tolerance::new(1e-5, 1e-6),
+            &format!("z, iteration {t}"),
+        );
+    }
+}
+
+#[test]
+fn alpha_rules_parse_and_ramp_down_to_one_over_k() {
+    assert_eq!(AlphaRule::parse("1/k").unwrap(), AlphaRule::OneOverK);
+    assert_eq!(AlphaRule::parse("1/sqrt(k)").unwrap().at(4, 3.0), 0.5);
+    assert_eq!(AlphaRule::parse("0.3").unwrap().at(4, 0.0), 0.3);
+    let r = AlphaRule::parse("ramp:2").unwrap();
+    assert_eq!(r.at(4, 0.0), 1.0);
+    assert_eq!(r.at(4, 1.0), 0.625);
+    assert_eq!(r.at(4, 2.0), 0.25);
+    assert_eq!(r.at(4, 9.0), 0.25);
+    for bad in ["-1", "ramp:0", "ramp:x", "1/q", "nan", ""] {
+        assert!(AlphaRule::parse(bad).is_err(), "{bad}");
+    }
+    assert_eq!(BnParams::parse("local").unwrap(), BnParams::Local);
+    assert_eq!(BnParams::parse("0.1").unwrap(), BnParams::Alpha(0.1));
+    assert!(BnParams::parse("-0.1").is_err());
+    assert_eq!(CentralStep::parse("mean").unwrap(), CentralStep::Mean);
+    assert_eq!(DecayOn::parse("central").unwrap(), DecayOn::Central);
+    assert!(CentralStep::parse("avg").is_err() && DecayOn::parse("none").is_err());
 }
 
 /// When the schedule steps the rate down, every replica is reset to z and its momentum zeroed.

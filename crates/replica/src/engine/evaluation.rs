@@ -59,6 +59,37 @@ impl<B: Backend> Engine<B> {
         Ok(acc.into_iter().map(|a| (a / count.max(1) as f64) as f32).collect())
     }
 
+    /// Evaluate the central model with the first learner's own batch-norm running statistics
+    /// (`true`) instead of the mean over the learners (`false`, the default) when no
+    /// recalibrated statistics are current.
+    pub fn set_eval_first_learner_stats(&mut self, on: bool) {
+        self.eval_first_learner = on;
+    }
+
+    /// The running statistics of the first learner of the job (device 0 of rank 0); with
+    /// several ranks rank 0 sends them to every rank (a collective).
+    fn first_learner_state(&self) -> Result<Vec<f32>> {
+        let n = self.graph.stats_len;
+        let mut out = vec![0.0f32; n];
+        if self.world.rank() == 0
+            && n > 0
+            && let Some(l) = self.devices.first().and_then(|d| d.learners.first())
+        {
+            l.backend.download(View::new(&l.replica.state, 0..n)?, &mut out)?;
+        }
+        if self.world.size() > 1 {
+            let mut bytes: Vec<u8> = out.iter().flat_map(|v| v.to_le_bytes()).collect();
+            self.world.broadcast_bytes(0, &mut bytes)?;
+            if bytes.len() != 4 * n {
+                return Err(ReplicaError::Config("rank 0 sent batch-norm statistics of another size".into()));
+            }
+            for (o, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }
+        }
+        Ok(out)
+    }
+
     /// Recalibrates the batch-norm statistics for the central model: runs `batches` (training
     /// batches of the engine's batch size) through `z` (device 0's copy) in training mode,
     /// without gradients, and keeps the mean of their batch statistics (means and unbiased
@@ -123,6 +154,7 @@ impl<B: Backend> Engine<B> {
         self.ensure_evaluator()?;
         let state = match self.calibrated_state() {
             Some(st) => st.to_vec(),
+            None if self.eval_first_learner => self.first_learner_state()?,
             None => self.mean_state(None)?,
         };
         let dev = &self.devices[0];

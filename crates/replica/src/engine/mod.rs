@@ -115,6 +115,9 @@ pub struct Engine<B: Backend> {
     samples: u64,
     stage: usize,
     evaluator: Option<Evaluator<B>>,
+    /// Evaluate with the first learner's batch-norm statistics (see
+    /// [`Engine::set_eval_first_learner_stats`]).
+    eval_first_learner: bool,
 }
 
 impl<B: Backend> Engine<B> {
@@ -171,6 +174,8 @@ impl<B: Backend> Engine<B> {
         let world_counts = world.all_gather_u64(local as u64)?.into_iter().map(|c| c as usize).collect::<Vec<_>>();
         let offset = learner_offset(&world_counts, world.rank());
         let total: usize = world_counts.iter().sum();
+        let mut sync = sync;
+        sync.set_model(&crate::sync::ModelLayout::of(&graph));
         let mut engine = Engine {
             graph,
             program,
@@ -189,6 +194,7 @@ impl<B: Backend> Engine<B> {
             samples: 0,
             stage: 0,
             evaluator: None,
+            eval_first_learner: false,
         };
         for (d, dev) in devices.into_iter().enumerate() {
             let backend = engine.factory.device_backend(d)?;
