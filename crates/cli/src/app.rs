@@ -209,6 +209,14 @@ impl TrainArgs {
             max_learners: self.max_learners,
             tuner_threshold: self.tuner_threshold,
             all_reduce: self.all_reduce.clone(),
+            checkpoint_dir: self.checkpoint.checkpoint_dir.clone(),
+            checkpoint_every: self.checkpoint.checkpoint_every.clone(),
+            keep_checkpoints: self.checkpoint.keep_checkpoints,
+            checkpoint_errors: self.checkpoint.checkpoint_errors.clone(),
+            on_divergence: self.checkpoint.on_divergence.clone(),
+            max_rollbacks: self.checkpoint.max_rollbacks,
+            share_checkpoint_dir: self.checkpoint.share_checkpoint_dir.then_some(true),
+            mpi_timeout: self.mpi_timeout,
             sync_options: (!self.sync_opt.is_empty())
                 .then(|| self.sync_opt.iter().map(|(k, v)| (k.clone(), toml::Value::String(v.clone()))).collect()),
         }
@@ -284,11 +292,26 @@ fn run(cli: Cli, registry: &SyncRegistry) -> Result<(), CliError> {
                 Some(p) => Some((p.as_path(), TrainFile::read(p)?)),
                 None => None,
             };
+            // Signals are honoured from the start: a Ctrl-C while data load or the engine
+            // starts stops the run before its first iteration (nothing to save yet).
+            let interrupt = Interrupt::install()?;
             let flags = a.to_file();
             let metrics_given = flags.metrics.is_some() || file.as_ref().is_some_and(|(_, f)| f.metrics.is_some());
+            // The checkpoint settings and the MPI deadline may come from the file too (flags win).
+            let given = file.as_ref().map(|(_, f)| f.clone()).unwrap_or_default().overridden_by(flags.clone());
+            let ckpt_args = CheckpointArgs {
+                checkpoint_dir: given.checkpoint_dir.clone(),
+                checkpoint_every: given.checkpoint_every.clone(),
+                keep_checkpoints: given.keep_checkpoints,
+                checkpoint_errors: given.checkpoint_errors.clone(),
+                on_divergence: given.on_divergence.clone(),
+                max_rollbacks: given.max_rollbacks,
+                share_checkpoint_dir: given.share_checkpoint_dir.unwrap_or(false),
+                resume: a.checkpoint.resume.clone(),
+            };
             // With several ranks, rank 0 reads the checkpoint and broadcasts it.
-            let world = crate::processes::World::start(a.mpi_timeout)?;
-            let resume = match &a.checkpoint.resume {
+            let world = crate::processes::World::start(given.mpi_timeout)?;
+            let resume = match &ckpt_args.resume {
                 Some(p) => Some(checkpoint::load_in_world(p, &*world.group, &mut |w| eprintln!("warning: {w}"))?),
                 None => None,
             };
@@ -324,8 +347,7 @@ fn run(cli: Cli, registry: &SyncRegistry) -> Result<(), CliError> {
                     cfg
                 }
             };
-            let (policy, divergence) = a
-                .checkpoint
+            let (policy, divergence) = ckpt_args
                 .resolve(saved_policies.as_ref().map(|(c, d)| (c, d)), resume.as_ref().map(|(p, _)| p.as_path()))?;
             if a.dry_run {
                 println!("{}", serde_json::to_string_pretty(&cfg).map_err(CliError::run)?);
@@ -344,7 +366,8 @@ fn run(cli: Cli, registry: &SyncRegistry) -> Result<(), CliError> {
                 if world.size() > 1 {
                     cfg.metrics = cfg.metrics.as_deref().map(|p| world.metrics_path(p));
                 }
-                let mut reporter = Reporter::for_config(&cfg, a.quiet)?;
+                let fatal = policy.as_ref().is_some_and(|p| p.on_error == checkpoint::OnWriteError::Fatal);
+                let mut reporter = Reporter::for_config(&cfg, a.quiet)?.metrics_errors_fatal(fatal);
                 if world.size() > 1 {
                     reporter = reporter.for_rank(world.rank());
                 }
@@ -371,7 +394,7 @@ fn run(cli: Cli, registry: &SyncRegistry) -> Result<(), CliError> {
                     resume,
                     checkpoint: policy,
                     divergence,
-                    interrupt: Interrupt::install()?,
+                    interrupt,
                     world: std::sync::Arc::clone(&world.group),
                     line,
                 };
@@ -499,8 +522,41 @@ pub fn main_with(registry: SyncRegistry) -> ExitCode {
             ExitCode::from(e.exit_code() as u8)
         }
         Err(e) => {
-            eprintln!("{program}: error: {e}");
+            eprintln!("{program}: error: {}", shorten(&e.to_string()));
             ExitCode::from(e.exit_code() as u8)
         }
+    }
+}
+
+/// `msg` with every run of more than 200 characters without a space cut to its first 100
+/// and a count: a hostile value (a 1 MB string in a config file) is not echoed back whole.
+fn shorten(msg: &str) -> String {
+    const LONG: usize = 200;
+    let mut out = String::with_capacity(msg.len().min(4096));
+    for (i, word) in msg.split(' ').enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        let n = word.chars().count();
+        if n > LONG {
+            out.extend(word.chars().take(100));
+            out.push_str(&format!("… ({} more characters)", n - 100));
+        } else {
+            out.push_str(word);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shorten;
+
+    #[test]
+    fn long_words_are_cut_in_messages() {
+        assert_eq!(shorten("a b  c"), "a b  c");
+        let long = "x".repeat(1_000_000);
+        let s = shorten(&format!("unknown model '{long}' (known: lenet5)"));
+        assert!(s.len() < 300 && s.contains("more characters") && s.ends_with("(known: lenet5)"), "{s}");
     }
 }

@@ -70,6 +70,9 @@ pub enum Every {
     Seconds(f64),
 }
 
+/// The longest checkpoint interval in minutes (about two years).
+const MAX_MINUTES: f64 = 1e6;
+
 impl FromStr for Every {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
@@ -81,7 +84,10 @@ impl FromStr for Every {
         let t = s.trim();
         if let Some(m) = t.strip_suffix('m') {
             match m.trim().parse::<f64>() {
-                Ok(v) if v.is_finite() && v > 0.0 => Ok(Every::Seconds(v * 60.0)),
+                Ok(v) if v.is_finite() && v > 0.0 && v <= MAX_MINUTES => Ok(Every::Seconds(v * 60.0)),
+                Ok(v) if v > MAX_MINUTES => {
+                    Err(format!("--checkpoint-every '{s}': at most {MAX_MINUTES} minutes (about two years)"))
+                }
                 _ => Err(bad()),
             }
         } else {
@@ -170,6 +176,9 @@ impl CheckpointArgs {
             None => saved_ckpt.as_ref().map(|c| c.every).unwrap_or(Every::Seconds(600.0)),
         };
         let keep = self.keep_checkpoints.or(saved_ckpt.as_ref().map(|c| c.keep)).unwrap_or(3);
+        if keep > 1_000_000 {
+            return Err(CliError::usage(format!("--keep-checkpoints must be at most 1000000, got {keep}")));
+        }
         if keep == 0 {
             return Err(CliError::usage(
                 "--keep-checkpoints must be at least 1 (the last good checkpoint is always kept)",
@@ -189,6 +198,10 @@ impl CheckpointArgs {
             None => saved_div.map(|d| d.action).unwrap_or(OnDivergence::Stop),
         };
         let max_rollbacks = self.max_rollbacks.or(saved_div.map(|d| d.max_rollbacks)).unwrap_or(3);
+        if max_rollbacks > 100 {
+            // Each rollback halves the rate: after 100 it is 2^-100 of the base, zero in effect.
+            return Err(CliError::usage(format!("--max-rollbacks must be at most 100, got {max_rollbacks}")));
+        }
         if dir.is_none() {
             for (given, flag) in [
                 (self.checkpoint_every.is_some(), "--checkpoint-every"),
@@ -817,7 +830,7 @@ mod tests {
         assert_eq!("500".parse::<Every>().unwrap(), Every::Iterations(500));
         assert_eq!("10m".parse::<Every>().unwrap(), Every::Seconds(600.0));
         assert_eq!("0.5m".parse::<Every>().unwrap(), Every::Seconds(30.0));
-        for bad in ["0", "-3", "m", "1e400m", "10s", "", "0m"] {
+        for bad in ["0", "-3", "m", "1e400m", "10s", "", "0m", "1e18m"] {
             let e = bad.parse::<Every>().unwrap_err();
             assert!(e.contains("--checkpoint-every"), "{e}");
         }

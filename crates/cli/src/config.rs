@@ -153,6 +153,22 @@ pub struct TrainFile {
     pub tuner_threshold: Option<f64>,
     /// How GPU contributions are summed: `auto`, `host` or `nccl`.
     pub all_reduce: Option<String>,
+    /// Checkpoint folder (`--checkpoint-dir`).
+    pub checkpoint_dir: Option<PathBuf>,
+    /// How often checkpoints are written: `N` iterations or `Nm` minutes.
+    pub checkpoint_every: Option<String>,
+    /// How many checkpoints to keep, >= 1.
+    pub keep_checkpoints: Option<usize>,
+    /// What a failed checkpoint (or metrics) write does: `warn` or `fatal`.
+    pub checkpoint_errors: Option<String>,
+    /// What a diverged run does: `stop` or `rollback`.
+    pub on_divergence: Option<String>,
+    /// Most rollbacks before giving up.
+    pub max_rollbacks: Option<u32>,
+    /// The checkpoint folder may hold other runs' checkpoints.
+    pub share_checkpoint_dir: Option<bool>,
+    /// Seconds a collective between ranks may take (several processes).
+    pub mpi_timeout: Option<f64>,
     /// The synchroniser's generic options (`[sync-options]`; `--sync-opt KEY=VALUE`).
     pub sync_options: Option<BTreeMap<String, toml::Value>>,
 }
@@ -221,7 +237,15 @@ impl TrainFile {
             workers,
             max_learners,
             tuner_threshold,
-            all_reduce
+            all_reduce,
+            checkpoint_dir,
+            checkpoint_every,
+            keep_checkpoints,
+            checkpoint_errors,
+            on_divergence,
+            max_rollbacks,
+            share_checkpoint_dir,
+            mpi_timeout
         );
         keys
     }
@@ -268,7 +292,15 @@ impl TrainFile {
             workers,
             max_learners,
             tuner_threshold,
-            all_reduce
+            all_reduce,
+            checkpoint_dir,
+            checkpoint_every,
+            keep_checkpoints,
+            checkpoint_errors,
+            on_divergence,
+            max_rollbacks,
+            share_checkpoint_dir,
+            mpi_timeout
         )
     }
 }
@@ -496,6 +528,18 @@ fn as_f32(name: String, v: f64) -> Result<f64, CliError> {
     }
 }
 
+/// The smallest `--eval-every`, in epochs (below it, `--eval-every-iterations` says what is meant).
+pub const MIN_EVAL_EVERY: f64 = 1e-6;
+
+fn at_most(name: String, v: f64, most: f64) -> Result<f64, CliError> {
+    if v <= most { Ok(v) } else { Err(CliError::usage(format!("{name} must be at most {most}, got {}", num(v)))) }
+}
+
+/// A number as a reader wants it in a message: `1e-300`, not 300 zeros.
+fn num(v: f64) -> String {
+    if v != 0.0 && v.is_finite() && !(1e-4..1e15).contains(&v.abs()) { format!("{v:e}") } else { v.to_string() }
+}
+
 fn fraction(name: String, v: f64) -> Result<f64, CliError> {
     if (0.0..1.0).contains(&v) { Ok(v) } else { Err(CliError::usage(format!("{name} must be in [0, 1), got {v}"))) }
 }
@@ -575,6 +619,14 @@ impl TrainConfig {
             return Err(CliError::usage(format!("{} must be at least 1, got 0", o.name("batch-size"))));
         }
         let lr = as_f32(o.name("lr"), positive(o.name("lr"), f.lr.unwrap_or(0.01))?)?;
+        if !(lr as f32).is_normal() {
+            return Err(CliError::usage(format!(
+                "{} {} is too small (the kernels compute in 32-bit floats, whose smallest normal number is {:e})",
+                o.name("lr"),
+                num(lr),
+                f32::MIN_POSITIVE
+            )));
+        }
         let momentum = fraction(o.name("momentum"), f.momentum.unwrap_or(0.9))?;
         let weight_decay =
             as_f32(o.name("weight-decay"), non_negative(o.name("weight-decay"), f.weight_decay.unwrap_or(5e-4))?)?;
@@ -582,7 +634,7 @@ impl TrainConfig {
         if nesterov && momentum == 0.0 {
             return Err(CliError::usage(format!("{} needs momentum > 0 (momentum is 0)", o.name("nesterov"))));
         }
-        let epochs = positive(o.name("epochs"), f.epochs.unwrap_or(4.0))?;
+        let epochs = at_most(o.name("epochs"), positive(o.name("epochs"), f.epochs.unwrap_or(4.0))?, 1e6)?;
         let mut schedule: Schedule =
             f.schedule.as_deref().unwrap_or("constant").parse().map_err(|e: String| usage("schedule", &e))?;
         if let Schedule::Cosine { total, min_factor } = schedule
@@ -630,7 +682,15 @@ impl TrainConfig {
         let sync_name =
             registry.resolve(f.sync.as_deref().unwrap_or("sma")).map_err(|e| usage("sync", &e))?.to_string();
         let sync_options = sync_option_texts(f.sync_options.as_ref()).map_err(|e| o.sync_error(e))?;
-        let eval_every = positive(o.name("eval-every"), f.eval_every.unwrap_or(1.0))?;
+        let eval_every =
+            at_most(o.name("eval-every"), positive(o.name("eval-every"), f.eval_every.unwrap_or(1.0))?, 1e6)?;
+        if eval_every < MIN_EVAL_EVERY {
+            return Err(CliError::usage(format!(
+                "{} {} is below {MIN_EVAL_EVERY} epochs (use --eval-every-iterations 1 to evaluate after every iteration)",
+                o.name("eval-every"),
+                num(eval_every)
+            )));
+        }
         let bn_eval: BnEval = match &f.bn_eval {
             Some(t) => t.parse().map_err(|e: String| usage("bn-eval", &e))?,
             None => BnEval::default(),
@@ -650,7 +710,20 @@ impl TrainConfig {
         if max_learners == 0 {
             return Err(CliError::usage(format!("{} must be at least 1, got 0", o.name("max-learners"))));
         }
-        let tuner_threshold = non_negative(o.name("tuner-threshold"), f.tuner_threshold.unwrap_or(0.05))?;
+        // Upper bounds: far above any real use, low enough that a typo cannot make a run
+        // allocate or loop for hours before its first iteration.
+        // (Batch sizes and learner counts are checked against the data and the memory by the
+        // preflight, with the figures.)
+        for (key, value, most) in [("workers", workers, 1024usize), ("max-learners", max_learners, 1024)] {
+            if value > most {
+                return Err(CliError::usage(format!("{} must be at most {most}, got {value}", o.name(key))));
+            }
+        }
+        let tuner_threshold = at_most(
+            o.name("tuner-threshold"),
+            non_negative(o.name("tuner-threshold"), f.tuner_threshold.unwrap_or(0.05))?,
+            100.0,
+        )?;
         let all_reduce: AllReduceChoice =
             f.all_reduce.as_deref().unwrap_or("auto").parse().map_err(|e: String| usage("all-reduce", &e))?;
         if all_reduce == AllReduceChoice::Nccl && matches!(devices, DeviceSpec::Cpu(_)) {

@@ -890,9 +890,8 @@ fn run_groups(
             };
             let done = rec.epoch >= epochs - 1e-9;
             if due || done {
-                while groups[i].next_eval <= rec.epoch + 1e-9 {
-                    groups[i].next_eval += groups[i].conf.cfg.eval_every;
-                }
+                groups[i].next_eval =
+                    crate::limits::next_evaluation(groups[i].next_eval, rec.epoch, groups[i].conf.cfg.eval_every);
                 let acc = ctx.evaluate(&mut groups[i], &rec)?;
                 if select.target.is_some_and(|t| acc >= t) {
                     reached = Some(i);

@@ -2,10 +2,11 @@
 //! evaluated with) as a safetensors file whose names and shapes are those of the same
 //! architecture's PyTorch `state_dict` (see `docs/export.md` for the mapping).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 use crossbow_replica::ModelKind;
+use crossbow_replica::checkpoint::CheckpointFile;
 use crossbow_replica::export::{export_metadata, pytorch_tensors, write_safetensors};
 use crossbow_tensor::Shape;
 
@@ -23,19 +24,47 @@ pub struct ExportArgs {
     pub out: PathBuf,
 }
 
+/// Refuses an `--out` that would destroy something (exit 2, before anything is written): a
+/// folder, a device or any other non-regular file (the atomic rename would replace it), the
+/// checkpoint read or any other crossbow checkpoint, a missing or unwritable folder.
+fn check_out(out: &Path, checkpoint: &Path) -> Result<(), CliError> {
+    let bad = |what: String| CliError::usage(format!("--out {}: {what}", out.display()));
+    if out.canonicalize().ok().is_some_and(|o| checkpoint.canonicalize().ok() == Some(o)) {
+        return Err(bad("is the checkpoint itself; choose another file".into()));
+    }
+    if let Ok(m) = std::fs::symlink_metadata(out) {
+        if m.is_dir() {
+            return Err(bad("is a folder; give a file name".into()));
+        }
+        if m.file_type().is_symlink() {
+            return Err(bad("is a symbolic link; the export would replace the link, not its target".into()));
+        }
+        if !m.is_file() {
+            return Err(bad("is not a regular file (a device, FIFO or socket); it would be replaced".into()));
+        }
+        if CheckpointFile::read_state(out).is_ok() {
+            return Err(bad("is a crossbow checkpoint; export to another file".into()));
+        }
+    }
+    let dir = match out.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if !dir.is_dir() {
+        return Err(bad(format!("its folder {} does not exist", dir.display())));
+    }
+    let probe = dir.join(format!(".crossbow-export-probe-{}", std::process::id()));
+    std::fs::write(&probe, b"")
+        .and_then(|_| std::fs::remove_file(&probe))
+        .map_err(|e| bad(format!("cannot write in {}: {e}", dir.display())))?;
+    Ok(())
+}
+
 /// Runs `crossbow export`.
 pub fn run(a: &ExportArgs) -> Result<(), CliError> {
     let (path, file) = checkpoint::load(&a.checkpoint, &mut |w| eprintln!("warning: {w}"))
         .map_err(|e| CliError::usage(e.to_string().replace("--resume", "--checkpoint")))?;
-    if a.out.canonicalize().ok().is_some_and(|o| path.canonicalize().ok() == Some(o)) {
-        return Err(CliError::usage(format!(
-            "--out {} is the checkpoint itself; choose another file",
-            a.out.display()
-        )));
-    }
-    if a.out.is_dir() {
-        return Err(CliError::usage(format!("--out {} is a folder; give a file name", a.out.display())));
-    }
+    check_out(&a.out, &path)?;
     let bad = |what: &str| CliError::usage(format!("--checkpoint {}: {what}", path.display()));
     let st = &file.state;
     let model: ModelKind = st

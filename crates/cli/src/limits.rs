@@ -82,3 +82,30 @@ mod tests {
         assert!(short_limit_note(&cfg(2.0), 374, 11968, 5984).is_none());
     }
 }
+
+/// The epoch of the next evaluation after one at `epoch`, when evaluations are due every
+/// `every` epochs and the next was `next`: the first multiple of `every` after `epoch`,
+/// found in one step (a tiny `every` must not loop for ages).
+pub fn next_evaluation(next: f64, epoch: f64, every: f64) -> f64 {
+    if next > epoch + 1e-9 {
+        return next;
+    }
+    let k = ((epoch + 1e-9) / every).floor() + 1.0;
+    (k * every).max(next + every)
+}
+
+#[cfg(test)]
+mod next_evaluation_tests {
+    use super::next_evaluation;
+
+    #[test]
+    fn the_next_evaluation_is_the_next_multiple_in_one_step() {
+        assert_eq!(next_evaluation(0.5, 0.5, 0.5), 1.0);
+        assert_eq!(next_evaluation(0.5, 0.3, 0.5), 0.5);
+        assert!((next_evaluation(0.1, 0.55, 0.1) - 0.6).abs() < 1e-12);
+        // 1e-300 epochs: one step, no loop (the next evaluation is due at once).
+        let n = next_evaluation(1e-300, 0.01, 1e-300);
+        assert!(n.is_finite() && n >= 0.01, "{n}");
+        assert!(next_evaluation(1e-6, 0.01, 1e-6) > 0.01);
+    }
+}

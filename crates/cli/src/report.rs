@@ -86,25 +86,67 @@ struct MetricsFile {
     writer: BufWriter<File>,
     created: bool,
     started: bool,
+    /// Records written (or attempted).
+    writes: u64,
+}
+
+/// A test hook: `CROSSBOW_FAULT_METRICS_WRITE=N` makes the N-th and later writes to the
+/// metrics file fail as a full disk would (for the tests of the error policy).
+const METRICS_FAULT_ENV: &str = "CROSSBOW_FAULT_METRICS_WRITE";
+
+fn fault_from() -> Option<u64> {
+    std::env::var(METRICS_FAULT_ENV).ok().and_then(|v| v.parse().ok())
 }
 
 impl MetricsFile {
-    /// Opens `path` for writing without truncating it; `name` is the setting, for errors.
+    /// Opens `path` for writing without truncating it; `name` is the setting, for errors. A
+    /// regular file or a character device (`/dev/null`) is accepted; a folder, a FIFO or a
+    /// socket is refused here, before training (a FIFO with no reader would block the run).
     fn open(path: &Path, name: &str) -> Result<Self, CliError> {
         let existed = path.symlink_metadata().is_ok();
+        if let Ok(m) = std::fs::metadata(path) {
+            let ft = m.file_type();
+            #[cfg(unix)]
+            let device = std::os::unix::fs::FileTypeExt::is_char_device(&ft);
+            #[cfg(not(unix))]
+            let device = false;
+            if !(ft.is_file() || device) {
+                let what = if ft.is_dir() { "a folder" } else { "not a regular file" };
+                return Err(CliError::usage(format!(
+                    "{name} {}: cannot write: is {what} (the metrics go to a regular file, or a device such as /dev/null)",
+                    path.display()
+                )));
+            }
+        }
         let file = OpenOptions::new()
             .append(true)
             .create(true)
             .open(path)
             .map_err(|e| CliError::usage(format!("{name} {}: cannot write: {e}", path.display())))?;
-        Ok(MetricsFile { path: path.to_path_buf(), writer: BufWriter::new(file), created: !existed, started: false })
+        Ok(MetricsFile {
+            path: path.to_path_buf(),
+            writer: BufWriter::new(file),
+            created: !existed,
+            started: false,
+            writes: 0,
+        })
     }
 
     fn write_line(&mut self, line: &str) -> std::io::Result<()> {
         if !self.started {
-            self.writer.get_ref().set_len(0)?;
+            // Only a regular file is emptied (a device such as /dev/null cannot be).
+            if self.writer.get_ref().metadata().is_ok_and(|m| m.is_file()) {
+                self.writer.get_ref().set_len(0)?;
+            }
             self.started = true;
         }
+        if let Some(n) = fault_from()
+            && self.writes + 1 >= n
+        {
+            self.writes += 1;
+            return Err(std::io::Error::other(format!("No space left on device (injected by {METRICS_FAULT_ENV})")));
+        }
+        self.writes += 1;
         writeln!(self.writer, "{line}")?;
         self.writer.flush()
     }
@@ -130,6 +172,11 @@ pub struct Reporter {
     last_eval: Option<f64>,
     /// The rank written into every record (several processes only).
     rank: Option<usize>,
+    /// A failed write to the metrics file stops the run (`true`, `--checkpoint-errors
+    /// fatal`) or is reported once and training goes on (`false`, the default).
+    fatal_metrics_errors: bool,
+    /// The metrics file is failing now (warned once until a write succeeds again).
+    metrics_failing: bool,
 }
 
 impl Reporter {
@@ -159,7 +206,17 @@ impl Reporter {
         } else {
             ProgressBar::hidden()
         };
-        Ok(Reporter { bar, tty, quiet, summary: true, metrics, last_eval: None, rank: None })
+        Ok(Reporter {
+            bar,
+            tty,
+            quiet,
+            summary: true,
+            metrics,
+            last_eval: None,
+            rank: None,
+            fatal_metrics_errors: false,
+            metrics_failing: false,
+        })
     }
 
     /// Keeps what the metrics file already holds and appends to it (a resumed run: the
@@ -195,7 +252,16 @@ impl Reporter {
             metrics: None,
             last_eval: None,
             rank: None,
+            fatal_metrics_errors: false,
+            metrics_failing: false,
         }
+    }
+
+    /// What a failed write to the metrics file does: stop the run (`fatal`) or warn once and
+    /// train on (the default) — the same policy as checkpoints (`--checkpoint-errors`).
+    pub fn metrics_errors_fatal(mut self, fatal: bool) -> Self {
+        self.fatal_metrics_errors = fatal;
+        self
     }
 
     /// Prints a line (above the progress bar on a terminal).
@@ -229,8 +295,21 @@ impl Reporter {
             if let (Some(o), Value::Object(b)) = (obj.as_object_mut(), body) {
                 o.extend(b);
             }
-            m.write_line(&obj.to_string())
-                .map_err(|e| CliError::run(format!("metrics file {}: cannot write: {e}", m.path.display())))?;
+            match m.write_line(&obj.to_string()) {
+                Ok(()) => self.metrics_failing = false,
+                Err(e) => {
+                    let msg = format!("metrics file {}: cannot write: {e}", m.path.display());
+                    if self.fatal_metrics_errors {
+                        return Err(CliError::run(format!("{msg} (--checkpoint-errors fatal)")));
+                    }
+                    if !self.metrics_failing {
+                        self.metrics_failing = true;
+                        self.warn(&format!(
+                            "warning: {msg}; training continues, and records are written again once the file can take them"
+                        ));
+                    }
+                }
+            }
         }
         Ok(())
     }

@@ -27,6 +27,14 @@ const CHANGEABLE: &[&str] = &[
     "eval-every-iterations",
     "eval-batch-size",
     "data-dir",
+    "checkpoint-dir",
+    "checkpoint-every",
+    "keep-checkpoints",
+    "checkpoint-errors",
+    "on-divergence",
+    "max-rollbacks",
+    "share-checkpoint-dir",
+    "mpi-timeout",
 ];
 
 /// Every setting of `cfg` as a config file would write it (`crossbow train --config` reads
@@ -66,6 +74,15 @@ pub fn config_to_file(cfg: &TrainConfig) -> TrainFile {
         max_learners: Some(cfg.max_learners),
         tuner_threshold: Some(cfg.tuner_threshold),
         all_reduce: Some(cfg.all_reduce.to_string()),
+        // Checkpoint and divergence settings are saved as policies of their own.
+        checkpoint_dir: None,
+        checkpoint_every: None,
+        keep_checkpoints: None,
+        checkpoint_errors: None,
+        on_divergence: None,
+        max_rollbacks: None,
+        share_checkpoint_dir: None,
+        mpi_timeout: None,
         sync_options: (!cfg.sync_options.is_empty()).then(|| {
             cfg.sync_options
                 .iter()

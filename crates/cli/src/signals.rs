@@ -50,6 +50,21 @@ impl Interrupt {
         Interrupt { signal: Arc::new(AtomicUsize::new(0)), test_at: None }
     }
 
+    /// An error to stop with when a signal arrived during start-up (before any iteration:
+    /// there is nothing to save).
+    pub fn during_startup(&self, stage: &str) -> Result<(), CliError> {
+        match self.signal.load(Ordering::SeqCst) {
+            0 => Ok(()),
+            s => Err(CliError::Interrupted {
+                code: exit_code(s as i32),
+                msg: format!(
+                    "stopped by {} while {stage}, before the first iteration; nothing to save",
+                    name(s as i32)
+                ),
+            }),
+        }
+    }
+
     /// The signal that asked to stop, checked after `iteration` iterations.
     pub fn requested(&self, iteration: u64) -> Option<i32> {
         match self.signal.load(Ordering::SeqCst) {

@@ -134,6 +134,7 @@ pub fn train_with_opts(
 ) -> Result<Summary, CliError> {
     let sync = registry.build_for(cfg)?;
     let data = load_data(cfg)?;
+    opts.interrupt.during_startup("loading the data")?;
     let graph = build_graph(cfg, &data)?;
     let hw = resolve_hardware(&cfg.devices, cfg.threads, &mut |l| reporter.say(&l))?;
     match hw {
@@ -326,6 +327,10 @@ pub fn train_with_options<B: Backend>(
         if let Some(c) = ckpt.as_mut() {
             report_written(c.flush(), c, reporter)?;
         }
+    }
+    if !multi {
+        // (Several ranks agree on a signal after the first iteration instead.)
+        opts.interrupt.during_startup("starting the engine")?;
     }
     let mut last = None;
     while !run.finished(&engine) {
@@ -1406,9 +1411,7 @@ impl Run {
             None => rec.epoch >= self.next_eval - 1e-9,
         };
         if due || done {
-            while self.next_eval <= rec.epoch + 1e-9 {
-                self.next_eval += self.eval_every;
-            }
+            self.next_eval = crate::limits::next_evaluation(self.next_eval, rec.epoch, self.eval_every);
         }
         due || done
     }

@@ -287,3 +287,149 @@ fn cpu_runs_say_one_short_line_about_the_gpu_and_the_tuner_one_line_per_decision
     assert_eq!(code, 0, "{err}");
     assert!(!err.contains("GPU") && !err.contains("CUDA"), "--devices cpu says nothing about GPUs: {err}");
 }
+
+/// Issue 26, items 6 and 13: settings out of any sane range are refused up front, quickly,
+/// naming the flag; nothing hangs or panics.
+#[test]
+fn out_of_range_settings_are_refused_at_once() {
+    let t0 = Instant::now();
+    refused(&tiny(&["--eval-every", "1e-300"]), "--eval-every 1e-300 is below 0.000001 epochs");
+    refused(&tiny(&["--lr", "1e-50"]), "--lr 1e-50 is too small");
+    refused(&["train", "--epochs", "1e300"].map(String::from), "--epochs must be at most 1000000, got 1e300");
+    let dir = temp_dir("ranges");
+    let ck = dir.join("ck").display().to_string();
+    refused(&tiny(&["--checkpoint-dir", &ck, "--checkpoint-every", "1e18m"]), "at most 1000000 minutes");
+    refused(&tiny(&["--checkpoint-dir", &ck, "--max-rollbacks", "100000"]), "--max-rollbacks must be at most 100");
+    refused(&["train", "--model", "resnet20000", "--dry-run"].map(String::from), "go up to depth 1202");
+    assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", t0.elapsed());
+    // A 1 MB value is not echoed back whole.
+    let long = "x".repeat(1 << 20);
+    let cfg = write(&dir, "long.toml", &format!("model = \"{long}\"\n"));
+    let err = refused(&["train", "--config", &cfg].map(String::from), "unknown model");
+    assert!(err.len() < 2000, "{} bytes of error", err.len());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Issue 26, item 13: a config file may hold any setting the flags take, the checkpoint and
+/// divergence ones included.
+#[test]
+fn config_files_take_the_checkpoint_settings() {
+    let dir = temp_dir("ckpt-toml");
+    let ck = dir.join("ck");
+    let cfg = write(
+        &dir,
+        "run.toml",
+        &format!(
+            "checkpoint-dir = {:?}\ncheckpoint-every = \"3\"\nkeep-checkpoints = 2\non-divergence = \"rollback\"\nmax-rollbacks = 2\ncheckpoint-errors = \"warn\"\n",
+            ck.display().to_string()
+        ),
+    );
+    let mut args = tiny(&["--config", &cfg, "--learners-per-device", "1"]);
+    args.push("-q".into());
+    let (code, _out, err) = crossbow(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(code, 0, "{err}");
+    let n = std::fs::read_dir(&ck)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("ckpt-"))
+        .count();
+    assert_eq!(n, 2, "keep-checkpoints = 2 from the file");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Issue 26, item 13: a checkpoint whose iteration was forged to 2^64 - 1 (checksum and all)
+/// is refused by name instead of wrapping round.
+#[test]
+fn a_forged_iteration_count_is_refused() {
+    use crossbow_replica::checkpoint::CheckpointFile;
+    let dir = temp_dir("forged");
+    let ck = dir.join("ck").display().to_string();
+    let args = tiny(&["--checkpoint-dir", &ck, "--learners-per-device", "1", "-q"]);
+    let (code, _out, err) = crossbow(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(code, 0, "{err}");
+    let file = std::fs::read_dir(&ck).unwrap().flatten().map(|e| e.path()).next().unwrap();
+    let mut f = CheckpointFile::read(&file).unwrap();
+    f.state["engine"]["iteration"] = serde_json::json!(u64::MAX);
+    f.write_atomic(&file).unwrap();
+    let err = refused(&["train", "--resume", &file.display().to_string()].map(String::from), "out of range");
+    assert!(err.contains("18446744073709551615") && err.contains(&file.display().to_string()), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Issue 26, item 6: a signal during start-up (here while a large synthetic set is being
+/// generated) stops the run promptly with 130, before or right after the first iteration.
+#[test]
+fn a_signal_during_start_up_is_honoured() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_crossbow"))
+        .args(["train", "--devices", "cpu", "--train-size", "300000", "--test-size", "100", "--epochs", "5"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let t0 = Instant::now();
+    assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
+    let out = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "the run ignored SIGINT during start-up");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(out.code(), Some(130));
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(err.contains("stopped by SIGINT"), "{err}");
+}
+
+/// Issue 26, item 7: export never replaces a device, a checkpoint or anything else it should
+/// not; a bad output path is exit 2; the same checkpoint gives the same bytes.
+#[test]
+fn export_refuses_destructive_targets_and_is_deterministic() {
+    let dir = temp_dir("export-targets");
+    let ck = dir.join("ck").display().to_string();
+    let mut args = tiny(&[
+        "--checkpoint-dir",
+        &ck,
+        "--learners-per-device",
+        "1",
+        "-q",
+        "--keep-checkpoints",
+        "3",
+        "--checkpoint-every",
+        "2",
+    ]);
+    let i = args.iter().position(|s| s == "--epochs").unwrap();
+    args[i + 1] = "0.3".into();
+    let (code, _out, err) = crossbow(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(code, 0, "{err}");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&ck).unwrap().flatten().map(|e| e.path()).collect();
+    files.sort();
+    assert!(files.len() >= 2);
+    let export = |out: &str| -> Vec<String> {
+        ["export", "--checkpoint", &files[files.len() - 1].display().to_string(), "--out", out]
+            .map(String::from)
+            .to_vec()
+    };
+    // Onto another checkpoint of the folder: refused, the checkpoint intact.
+    let other = files[0].display().to_string();
+    let before = std::fs::read(&files[0]).unwrap();
+    refused(&export(&other), "is a crossbow checkpoint");
+    assert!(std::fs::read(&files[0]).unwrap() == before);
+    if Path::new("/dev/null").exists() {
+        refused(&export("/dev/null"), "is not a regular file");
+        let m = std::fs::metadata("/dev/null").unwrap();
+        assert!(!m.is_file(), "/dev/null was replaced by a file");
+    }
+    refused(&export(&dir.join("no/such/dir/m.safetensors").display().to_string()), "does not exist");
+    refused(&export(&dir.display().to_string()), "is a folder");
+    // Twice the same bytes.
+    let a = dir.join("a.safetensors").display().to_string();
+    let b = dir.join("b.safetensors").display().to_string();
+    for out in [&a, &b] {
+        let (code, _out, err) = crossbow(&export(out).iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(code, 0, "{err}");
+    }
+    assert!(std::fs::read(&a).unwrap() == std::fs::read(&b).unwrap(), "two exports of one checkpoint differ");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -775,3 +775,54 @@ fn a_finished_run_resumed_writes_nothing_and_messages_tell_the_truth() {
     std::fs::remove_dir_all(&d).unwrap();
     std::fs::remove_dir_all(&d2).unwrap();
 }
+
+/// Issue 26, item 4: a metrics file that cannot be written (a full disk: /dev/full) does not
+/// stop a run under the default policy (it warns once, and the checkpoints are written);
+/// under `--checkpoint-errors fatal` it stops it; /dev/null works; a FIFO is refused before
+/// training.
+#[test]
+fn a_failing_metrics_file_follows_the_checkpoint_error_policy() {
+    let d = tmp("metrics-full");
+    let with_metrics = |m: &str, extra: &[&str]| {
+        let mut a = base(&d);
+        let i = a.iter().position(|s| s == "--metrics").unwrap();
+        a[i + 1] = m.into();
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    if Path::new("/dev/full").exists() {
+        let o = run(&with_metrics("/dev/full", &[]), &[]);
+        let t = text(&o);
+        assert!(o.status.success(), "{t}");
+        assert_eq!(t.matches("warning: metrics file /dev/full: cannot write").count(), 1, "{t}");
+        newest(&d.join("ckpt"));
+        let _ = std::fs::remove_dir_all(d.join("ckpt"));
+        let o = run(&with_metrics("/dev/full", &["--checkpoint-errors", "fatal"]), &[]);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        assert!(text(&o).contains("/dev/full") && text(&o).contains("--checkpoint-errors fatal"), "{}", text(&o));
+    }
+    // The same with an injected failure from the 5th record on, on a regular file.
+    let _ = std::fs::remove_dir_all(d.join("ckpt"));
+    let o = run(&base(&d), &[("CROSSBOW_FAULT_METRICS_WRITE", "5".into())]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("injected by CROSSBOW_FAULT_METRICS_WRITE"), "{}", text(&o));
+    let m = std::fs::read_to_string(d.join("m.jsonl")).unwrap();
+    assert_eq!(m.lines().count(), 4, "{m}");
+    let _ = std::fs::remove_dir_all(d.join("ckpt"));
+    let mut a = base(&d);
+    a.extend(["--checkpoint-errors".into(), "fatal".into()]);
+    let o = run(&a, &[("CROSSBOW_FAULT_METRICS_WRITE", "5".into())]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("--checkpoint-errors fatal"), "{}", text(&o));
+    // /dev/null takes the records.
+    let _ = std::fs::remove_dir_all(d.join("ckpt"));
+    ok(&run(&with_metrics("/dev/null", &[]), &[]));
+    // A FIFO is refused before training.
+    let fifo = d.join("fifo");
+    if Command::new("mkfifo").arg(&fifo).status().is_ok_and(|s| s.success()) {
+        let o = run(&with_metrics(&fifo.display().to_string(), &[]), &[]);
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        assert!(text(&o).contains("not a regular file") && !text(&o).contains("best test accuracy"), "{}", text(&o));
+    }
+    std::fs::remove_dir_all(&d).unwrap();
+}

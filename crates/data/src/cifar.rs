@@ -50,6 +50,7 @@ impl CifarVariant {
 }
 
 /// Reads one CIFAR binary file, appending its images and labels.
+#[cfg(test)]
 pub(crate) fn read_cifar(
     path: &Path,
     variant: CifarVariant,
@@ -59,15 +60,59 @@ pub(crate) fn read_cifar(
     parse_cifar(open(path)?, variant, pixels, labels)
 }
 
+/// Reads the first `keep` records of one CIFAR binary file (all when `None`), appending them;
+/// returns the records the file holds (for a raw file, from its size, unread records
+/// included; for gzip, those read). Before anything is allocated, the bytes to hold are checked
+/// against the memory available.
+pub(crate) fn read_cifar_first(
+    path: &Path,
+    variant: CifarVariant,
+    pixels: &mut Vec<u8>,
+    labels: &mut Vec<u32>,
+    keep: Option<usize>,
+) -> Result<usize, DataError> {
+    let input = open(path)?;
+    let rec = variant.record_bytes() as u64;
+    if !input.is_gzip() && !input.misnamed_gz() {
+        let len = input.bound();
+        if len > 0 && len.is_multiple_of(rec) {
+            let records = (len / rec) as usize;
+            let take = keep.map_or(records, |k| k.min(records));
+            crate::file::check_memory(path, take as u64 * rec, &format!("{take} CIFAR records"))?;
+            if take < records {
+                let before = labels.len();
+                parse_cifar_limited(input, variant, pixels, labels, Some(take))?;
+                debug_assert_eq!(labels.len() - before, take);
+                return Ok(records);
+            }
+        }
+    }
+    let before = labels.len();
+    parse_cifar_limited(input, variant, pixels, labels, keep)?;
+    Ok(labels.len() - before)
+}
+
 /// Parses the content of a CIFAR binary file, appending its images and labels. A raw file's size
 /// is checked to be a whole number of records before anything is read or allocated; a gzip
 /// stream is read record by record and refused once it exceeds what its compressed size (and
 /// [`crate::file::MAX_DECOMPRESSED`]) allows.
+#[cfg(test)]
 pub(crate) fn parse_cifar(
+    input: Input<'_>,
+    variant: CifarVariant,
+    pixels: &mut Vec<u8>,
+    labels: &mut Vec<u32>,
+) -> Result<(), DataError> {
+    parse_cifar_limited(input, variant, pixels, labels, None)
+}
+
+/// [`parse_cifar`] stopping after `keep` records (the rest is not read).
+fn parse_cifar_limited(
     mut input: Input<'_>,
     variant: CifarVariant,
     pixels: &mut Vec<u8>,
     labels: &mut Vec<u32>,
+    keep: Option<usize>,
 ) -> Result<(), DataError> {
     let path = input.path();
     let rec = variant.record_bytes();
@@ -102,12 +147,17 @@ pub(crate) fn parse_cifar(
             .ok()
             .filter(|n| n.checked_mul(CIFAR_IMAGE_BYTES).is_some())
             .ok_or_else(|| DataError::malformed(path, format!("{len} bytes is too large to load")))?;
+        let n = keep.map_or(n, |k| k.min(n));
         pixels.reserve(n * CIFAR_IMAGE_BYTES);
         labels.reserve(n);
     }
     let mut record = vec![0u8; rec];
     let mut index: u64 = 0;
     loop {
+        if keep.is_some_and(|k| index >= k as u64) {
+            // The records asked for are read; the rest of the file is not.
+            return Ok(());
+        }
         let got = input.read_full(&mut record)?;
         if got == 0 {
             break;

@@ -21,6 +21,36 @@ pub(crate) const MAX_DECOMPRESSED: u64 = 2 << 30;
 /// gzip file of `n` bytes never legitimately decompresses to more than `1032 n` bytes.
 pub(crate) const MAX_DEFLATE_RATIO: u64 = 1032;
 
+/// Refuses to load `bytes` of `what` from `path` when the machine has less memory available
+/// (Linux's `MemAvailable`, less a 256 MiB margin); elsewhere, or when it cannot be read, no
+/// check. The error gives both figures and says how to load less.
+pub(crate) fn check_memory(path: &Path, bytes: u64, what: &str) -> Result<(), DataError> {
+    let Some(available) = available_memory() else { return Ok(()) };
+    let margin = 256u64 << 20;
+    if bytes.saturating_add(margin) > available {
+        let gb = |b: u64| b as f64 / 1e9;
+        return Err(DataError::config(format!(
+            "{}: holding {what} needs {:.2} GB, but this machine has {:.2} GB of memory available; load fewer images (--train-size / --test-size read only the first N)",
+            path.display(),
+            gb(bytes),
+            gb(available)
+        )));
+    }
+    Ok(())
+}
+
+/// `MemAvailable` of `/proc/meminfo`, in bytes (`CROSSBOW_TEST_MEM_AVAILABLE` overrides it,
+/// for tests).
+pub(crate) fn available_memory() -> Option<u64> {
+    if let Some(v) = std::env::var("CROSSBOW_TEST_MEM_AVAILABLE").ok().and_then(|v| v.parse().ok()) {
+        return Some(v);
+    }
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb.saturating_mul(1024))
+}
+
 /// What kind of non-regular file `meta` describes, or `None` for a regular file.
 fn not_regular(meta: &Metadata) -> Option<&'static str> {
     if meta.is_file() {

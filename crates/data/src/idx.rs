@@ -32,15 +32,32 @@ fn dims_text(dims: &[usize]) -> String {
 }
 
 /// Reads an IDX file whose magic must be `magic` (unsigned bytes, `magic & 0xff` dimensions).
+#[cfg(test)]
 pub(crate) fn read_idx(path: &Path, magic: u32, what: &'static str) -> Result<Idx, DataError> {
     parse_idx(open(path)?, magic, what)
+}
+
+/// Parses an IDX file completely (see [`parse_idx_first`]).
+#[cfg(test)]
+pub(crate) fn parse_idx(input: Input<'_>, magic: u32, what: &'static str) -> Result<Idx, DataError> {
+    parse_idx_first(input, magic, what, None)
 }
 
 /// Parses the content of an IDX file whose magic must be `magic`. The header is read and checked
 /// first (a sane shape, a size that fits the file) so that nothing is allocated or decompressed
 /// on the word of a header that the file cannot back; then exactly the payload the header
 /// declares is read, plus one byte to detect trailing data.
-pub(crate) fn parse_idx(mut input: Input<'_>, magic: u32, what: &'static str) -> Result<Idx, DataError> {
+///
+/// With `keep`, only the first `keep` records (rows of the first dimension) are read: the rest
+/// of the file is neither read nor decompressed (the header's sizes are still checked against
+/// the file's), and `dims[0]` stays the count the header declares. Before anything is
+/// allocated, the bytes to hold are checked against the memory available.
+pub(crate) fn parse_idx_first(
+    mut input: Input<'_>,
+    magic: u32,
+    what: &'static str,
+    keep: Option<usize>,
+) -> Result<Idx, DataError> {
     let path = input.path();
     let mut head = [0u8; 4];
     let got = input.read_full(&mut head)?;
@@ -94,6 +111,21 @@ pub(crate) fn parse_idx(mut input: Input<'_>, magic: u32, what: &'static str) ->
             ),
         ));
     }
+    // The records to read: all, or the first `keep`.
+    let per_record = dims[1..].iter().product::<usize>();
+    let partial = keep.filter(|&k| k < dims[0]);
+    let wanted = partial.map_or(expected, |k| k * per_record);
+    crate::file::check_memory(path, wanted as u64, &format!("{} of {text}", partial.map_or(dims[0], |k| k)))?;
+    if partial.is_some() {
+        let data = input.read_up_to(wanted)?;
+        if data.len() < wanted {
+            return Err(DataError::truncated(
+                path,
+                format!("the first {wanted} data bytes of {text} end after {}", data.len()),
+            ));
+        }
+        return Ok(Idx { dims, data });
+    }
     let data = input.read_up_to(expected)?;
     if data.len() < expected {
         return Err(DataError::truncated(
@@ -142,12 +174,26 @@ pub(crate) struct IdxPair {
     pub cols: usize,
     pub pixels: Vec<u8>,
     pub labels: Vec<u32>,
+    /// Images the files declare (the pair may hold only the first of them).
+    pub declared: usize,
 }
 
 /// Reads and cross-checks an IDX3 image file and its IDX1 label file.
+#[cfg(test)]
 pub(crate) fn read_pair(images_path: &Path, labels_path: &Path, num_classes: usize) -> Result<IdxPair, DataError> {
-    let images = read_idx(images_path, IDX3_MAGIC, "IDX3 images")?;
-    let labels = read_idx(labels_path, IDX1_MAGIC, "IDX1 labels")?;
+    read_pair_first(images_path, labels_path, num_classes, None)
+}
+
+/// [`read_pair`] keeping only the first `keep` images and labels (see [`parse_idx_first`]);
+/// `IdxPair::declared` is the count the files declare.
+pub(crate) fn read_pair_first(
+    images_path: &Path,
+    labels_path: &Path,
+    num_classes: usize,
+    keep: Option<usize>,
+) -> Result<IdxPair, DataError> {
+    let images = parse_idx_first(open(images_path)?, IDX3_MAGIC, "IDX3 images", keep)?;
+    let labels = parse_idx_first(open(labels_path)?, IDX1_MAGIC, "IDX1 labels", keep)?;
     pair(images_path, images, labels_path, labels, num_classes)
 }
 
@@ -184,7 +230,13 @@ pub(crate) fn pair(
             classes: num_classes,
         });
     }
-    Ok(IdxPair { rows, cols, pixels: images.data, labels: labels.data.iter().map(|&l| l as u32).collect() })
+    Ok(IdxPair {
+        rows,
+        cols,
+        pixels: images.data,
+        labels: labels.data.iter().map(|&l| l as u32).collect(),
+        declared: n,
+    })
 }
 
 /// Creates `path` for writing; gzip-compressed when the name ends in `.gz`.

@@ -1,9 +1,9 @@
 use std::path::{Path, PathBuf};
 
-use crate::cifar::{CifarVariant, read_cifar, write_cifar};
+use crate::cifar::{CifarVariant, read_cifar_first, write_cifar};
 use crate::dataset::shape_text;
 use crate::file::is_regular_file;
-use crate::idx::{self, read_pair};
+use crate::idx::{self, read_pair_first};
 use crate::synthetic;
 use crate::{DataError, Dataset, DatasetKind, Split};
 
@@ -45,7 +45,7 @@ pub fn load(
     opts: &LoadOptions,
 ) -> Result<(Dataset, Dataset), DataError> {
     let dir = data_dir.as_ref();
-    if kind.is_synthetic() {
+    let synthetic = |kind: DatasetKind| -> Result<(Dataset, Dataset), DataError> {
         let train_n = opts.train_size.unwrap_or(DEFAULT_SYNTHETIC_TRAIN);
         let test_n = opts.test_size.unwrap_or(DEFAULT_SYNTHETIC_TEST);
         if train_n == 0 || test_n == 0 {
@@ -55,25 +55,26 @@ pub fn load(
         }
         let train = synthetic::generate(kind, Split::Train, train_n, opts.seed)?;
         let test = synthetic::generate(kind, Split::Test, test_n, opts.seed)?;
-        return Ok((train, test));
-    }
-    let (train, test) = match kind {
-        DatasetKind::Mnist => load_mnist(dir)?,
-        DatasetKind::Cifar10 => load_cifar10(dir)?,
-        _ => load_cifar100(dir)?,
+        Ok((train, test))
     };
-    Ok((limit(train, opts.train_size)?, limit(test, opts.test_size)?))
+    // File datasets read only the images asked for (the first N); each loader returns the
+    // counts the files declare, so that asking for more than they hold is an error.
+    let ((train, train_declared), (test, test_declared)) = match kind {
+        DatasetKind::SyntheticDigits | DatasetKind::SyntheticShapes => return synthetic(kind),
+        DatasetKind::Mnist => load_mnist(dir, opts)?,
+        DatasetKind::Cifar10 => load_cifar10(dir, opts)?,
+        DatasetKind::Cifar100 => load_cifar100(dir, opts)?,
+    };
+    Ok((limit(train, train_declared, opts.train_size)?, limit(test, test_declared, opts.test_size)?))
 }
 
-fn limit(ds: Dataset, n: Option<usize>) -> Result<Dataset, DataError> {
+fn limit(ds: Dataset, declared: usize, n: Option<usize>) -> Result<Dataset, DataError> {
     match n {
         None => Ok(ds),
-        Some(n) if n == 0 || n > ds.len() => Err(DataError::config(format!(
-            "{} {} set: asked for {n} images, it holds {} (need 1..={})",
+        Some(n) if n == 0 || n > declared => Err(DataError::config(format!(
+            "{} {} set: asked for {n} images, it holds {declared} (need 1..={declared})",
             ds.name(),
             ds.split(),
-            ds.len(),
-            ds.len()
         ))),
         Some(n) => Ok(ds.truncated(n)),
     }
@@ -112,7 +113,10 @@ fn find(dir: &Path, what: &str, candidates: Vec<PathBuf>) -> Result<PathBuf, Dat
 const MNIST_FILES: [&str; 4] =
     ["train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"];
 
-fn load_mnist(dir: &Path) -> Result<(Dataset, Dataset), DataError> {
+/// A loaded split and the number of images its files declare.
+type Loaded = (Dataset, usize);
+
+fn load_mnist(dir: &Path, opts: &LoadOptions) -> Result<(Loaded, Loaded), DataError> {
     check_dir(dir, &MNIST_FILES)?;
     let dirs = [dir.to_path_buf(), dir.join("mnist"), dir.join("MNIST").join("raw")];
     let what = ["MNIST training images", "MNIST training labels", "MNIST test images", "MNIST test labels"];
@@ -120,8 +124,8 @@ fn load_mnist(dir: &Path) -> Result<(Dataset, Dataset), DataError> {
     for (base, what) in MNIST_FILES.iter().zip(what) {
         paths.push(find(dir, what, idx::candidates(&dirs, base))?);
     }
-    let train = read_pair(&paths[0], &paths[1], 10)?;
-    let test = read_pair(&paths[2], &paths[3], 10)?;
+    let train = read_pair_first(&paths[0], &paths[1], 10, opts.train_size)?;
+    let test = read_pair_first(&paths[2], &paths[3], 10, opts.test_size)?;
     if (test.rows, test.cols) != (train.rows, train.cols) {
         return Err(DataError::malformed(
             &paths[2],
@@ -137,8 +141,8 @@ fn load_mnist(dir: &Path) -> Result<(Dataset, Dataset), DataError> {
     }
     let shape = [1, train.rows, train.cols];
     Ok((
-        Dataset::new("mnist", Split::Train, shape, 10, train.pixels, train.labels)?,
-        Dataset::new("mnist", Split::Test, shape, 10, test.pixels, test.labels)?,
+        (Dataset::new("mnist", Split::Train, shape, 10, train.pixels, train.labels)?, train.declared),
+        (Dataset::new("mnist", Split::Test, shape, 10, test.pixels, test.labels)?, test.declared),
     ))
 }
 
@@ -148,7 +152,8 @@ fn load_cifar_files(
     variant: CifarVariant,
     train_files: &[&str],
     test_file: &str,
-) -> Result<(Dataset, Dataset), DataError> {
+    opts: &LoadOptions,
+) -> Result<(Loaded, Loaded), DataError> {
     let mut all: Vec<&str> = train_files.to_vec();
     all.push(test_file);
     check_dir(dir, &all)?;
@@ -160,29 +165,32 @@ fn load_cifar_files(
     let locate = |file: &str, what: &str| {
         find(dir, &format!("{name} {what} file {file}"), dirs.iter().map(|d| d.join(file)).collect())
     };
+    // Every file must be there; only the records asked for are read, in file order.
+    let train_paths = train_files.iter().map(|f| locate(f, "training")).collect::<Result<Vec<_>, _>>()?;
+    let test_path = locate(test_file, "test")?;
     let mut pixels = Vec::new();
     let mut labels = Vec::new();
-    for file in train_files {
-        let path = locate(file, "training")?;
-        read_cifar(&path, variant, &mut pixels, &mut labels)?;
+    let mut declared = 0usize;
+    for path in &train_paths {
+        let left = opts.train_size.map(|n| n.saturating_sub(labels.len()));
+        declared += read_cifar_first(path, variant, &mut pixels, &mut labels, left)?;
     }
     let train = Dataset::new(name, Split::Train, [3, 32, 32], classes, pixels, labels)?;
     let (mut pixels, mut labels) = (Vec::new(), Vec::new());
-    let path = locate(test_file, "test")?;
-    read_cifar(&path, variant, &mut pixels, &mut labels)?;
+    let test_declared = read_cifar_first(&test_path, variant, &mut pixels, &mut labels, opts.test_size)?;
     let test = Dataset::new(name, Split::Test, [3, 32, 32], classes, pixels, labels)?;
-    Ok((train, test))
+    Ok(((train, declared), (test, test_declared)))
 }
 
 const CIFAR10_TRAIN: [&str; 5] =
     ["data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin", "data_batch_5.bin"];
 
-fn load_cifar10(dir: &Path) -> Result<(Dataset, Dataset), DataError> {
-    load_cifar_files(dir, "cifar-10-batches-bin", CifarVariant::Cifar10, &CIFAR10_TRAIN, "test_batch.bin")
+fn load_cifar10(dir: &Path, opts: &LoadOptions) -> Result<(Loaded, Loaded), DataError> {
+    load_cifar_files(dir, "cifar-10-batches-bin", CifarVariant::Cifar10, &CIFAR10_TRAIN, "test_batch.bin", opts)
 }
 
-fn load_cifar100(dir: &Path) -> Result<(Dataset, Dataset), DataError> {
-    load_cifar_files(dir, "cifar-100-binary", CifarVariant::Cifar100, &["train.bin"], "test.bin")
+fn load_cifar100(dir: &Path, opts: &LoadOptions) -> Result<(Loaded, Loaded), DataError> {
+    load_cifar_files(dir, "cifar-100-binary", CifarVariant::Cifar100, &["train.bin"], "test.bin", opts)
 }
 
 /// Writes a training and a test set to `dir` (created if needed) in a standard file format, so

@@ -132,8 +132,9 @@ impl CheckpointFile {
         ]
         .into_iter()
         .collect();
-        safetensors::serialize(views, Some(meta))
-            .map_err(|e| CheckpointError::invalid(Path::new("(in memory)"), format!("cannot serialise: {e}")))
+        let bytes = safetensors::serialize(views, Some(meta))
+            .map_err(|e| CheckpointError::invalid(Path::new("(in memory)"), format!("cannot serialise: {e}")))?;
+        canonical_header(bytes).map_err(|e| CheckpointError::invalid(Path::new("(in memory)"), e))
     }
 
     /// Parses a checkpoint from `bytes` (the contents of `path`, named in errors). Checks the
@@ -240,6 +241,28 @@ impl CheckpointFile {
     }
 }
 
+/// A safetensors file's bytes with its JSON header rewritten with keys in sorted order (the
+/// `safetensors` crate writes the metadata from a hash map, in an order that changes from run
+/// to run), so that the same contents always give the same bytes. The tensors' data and their
+/// offsets (relative to the end of the header) are unchanged; the header is padded with
+/// spaces to a multiple of 8 bytes, as the format asks.
+pub fn canonical_header(bytes: Vec<u8>) -> Result<Vec<u8>, String> {
+    let len = bytes.get(..8).map(|b| u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]));
+    let n = len.and_then(|n| usize::try_from(n).ok()).filter(|n| 8 + n <= bytes.len()).ok_or("bad header length")?;
+    let header: serde_json::Value =
+        serde_json::from_slice(&bytes[8..8 + n]).map_err(|e| format!("header is not JSON: {e}"))?;
+    // serde_json's map is ordered by key (the crate's `preserve_order` is off).
+    let mut text = serde_json::to_vec(&header).map_err(|e| e.to_string())?;
+    while text.len() % 8 != 0 {
+        text.push(b' ');
+    }
+    let mut out = Vec::with_capacity(8 + text.len() + bytes.len() - 8 - n);
+    out.extend_from_slice(&(text.len() as u64).to_le_bytes());
+    out.extend_from_slice(&text);
+    out.extend_from_slice(&bytes[8 + n..]);
+    Ok(out)
+}
+
 /// The temporary file [`write_atomic`] uses for `path`.
 pub fn temp_path(path: &Path) -> PathBuf {
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -298,6 +321,15 @@ mod tests {
         let st = SafeTensors::deserialize(&raw).unwrap();
         assert_eq!(st.tensor("a/b").unwrap().shape(), &[2, 3]);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_same_contents_give_the_same_bytes() {
+        let a = sample().to_bytes().unwrap();
+        for _ in 0..20 {
+            assert!(sample().to_bytes().unwrap() == a, "the header order changed between two serialisations");
+        }
+        assert_eq!(CheckpointFile::from_bytes(Path::new("m"), &a).unwrap(), sample());
     }
 
     #[test]

@@ -309,6 +309,8 @@ pub fn write_safetensors(path: &Path, tensors: &[ExportTensor], metadata: &BTree
     header.entry("format".into()).or_insert_with(|| "pt".into());
     let buffer = safetensors::serialize(views, Some(header))
         .map_err(|e| ReplicaError::Config(format!("safetensors export: {e}")))?;
+    let buffer = crate::checkpoint::canonical_header(buffer)
+        .map_err(|e| ReplicaError::Config(format!("safetensors export: {e}")))?;
     write_atomically(path, &buffer)
 }
 

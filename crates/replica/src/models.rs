@@ -72,10 +72,17 @@ impl FromStr for ModelKind {
                     && d >= 8
                     && (d - 2) % 6 == 0
                 {
+                    if d > MAX_CIFAR_RESNET_DEPTH {
+                        return Err(format!(
+                            "model '{s}': CIFAR ResNets go up to depth {MAX_CIFAR_RESNET_DEPTH} (the deepest of He et al.)"
+                        ));
+                    }
                     return Ok(ModelKind::ResNetCifar(d));
                 }
+                let shown: String = s.chars().take(60).collect();
                 Err(format!(
-                    "unknown model '{s}' (known: {}; CIFAR ResNets take any depth 6n+2)",
+                    "unknown model '{shown}{}' (known: {}; CIFAR ResNets take any depth 6n+2 up to {MAX_CIFAR_RESNET_DEPTH})",
+                    if shown.len() < s.len() { "…" } else { "" },
                     Self::NAMES.join(", ")
                 ))
             }
@@ -133,9 +140,17 @@ fn basic_block(b: &mut GraphBuilder, name: &str, x: NodeId, out: usize, stride: 
     b.relu(&format!("{name}.relu2"), s)
 }
 
+/// The deepest CIFAR ResNet built: ResNet-1202, the deepest of He et al. (2016, §4.2).
+pub const MAX_CIFAR_RESNET_DEPTH: usize = 1202;
+
 fn resnet_cifar(depth: usize, input: &Shape, classes: usize) -> Result<Graph> {
     if depth < 8 || !(depth - 2).is_multiple_of(6) {
         return Err(ReplicaError::Model(format!("CIFAR ResNet depth must be 6n+2 (20, 32, 44, 56, 110), got {depth}")));
+    }
+    if depth > MAX_CIFAR_RESNET_DEPTH {
+        return Err(ReplicaError::Model(format!(
+            "CIFAR ResNet depth must be at most {MAX_CIFAR_RESNET_DEPTH} (the deepest of He et al.), got {depth}"
+        )));
     }
     let n = (depth - 2) / 6;
     let mut b = GraphBuilder::new(format!("resnet{depth}"), input.clone())?;

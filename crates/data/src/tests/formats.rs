@@ -312,7 +312,7 @@ fn written_idx_gz_reads_back() {
     let px = pixels(2, 12 * 13, 5);
     write_idx(&images, &[2, 12, 13], &px).unwrap();
     write_idx(&labels, &[2], &[4, 2]).unwrap();
-    let IdxPair { rows, cols, pixels, labels } = read_pair(&images, &labels, 10).unwrap();
+    let IdxPair { rows, cols, pixels, labels, .. } = read_pair(&images, &labels, 10).unwrap();
     assert_eq!((rows, cols, pixels, labels), (12, 13, px, vec![4, 2]));
 }
 

@@ -298,3 +298,69 @@ fn every_hostile_file_error_names_the_file_and_the_problem() {
         assert!(m.len() > path.display().to_string().len() + 10, "{name}: says what is wrong: {m}");
     }
 }
+
+/// A consistent MNIST pair whose header declares `n` images of 28x28, as sparse files (the
+/// size is real, the disk use is not), and a small test pair, in `dir`.
+fn sparse_mnist(dir: &Path, n: u32) {
+    let write = |name: &str, head: Vec<u8>, payload: u64| {
+        let p = dir.join(name);
+        let mut f = std::fs::File::create(&p).unwrap();
+        f.write_all(&head).unwrap();
+        f.set_len(head.len() as u64 + payload).unwrap();
+    };
+    write("train-images-idx3-ubyte", header(IDX3_MAGIC, &[n, 28, 28]), n as u64 * 784);
+    write("train-labels-idx1-ubyte", header(IDX1_MAGIC, &[n]), n as u64);
+    write("t10k-images-idx3-ubyte", header(IDX3_MAGIC, &[100, 28, 28]), 100 * 784);
+    write("t10k-labels-idx1-ubyte", header(IDX1_MAGIC, &[100]), 100);
+}
+
+/// Issue 26, item 5: a consistent raw IDX file larger than the memory available is refused
+/// with both figures before anything is allocated; with a training size only those images
+/// are read (fast, and little memory).
+#[test]
+fn files_larger_than_memory_are_refused_and_a_train_size_reads_only_its_images() {
+    let tmp = TempDir::new("sparse");
+    // Two billion images of 28x28: a 1.6 TB file that takes no disk space.
+    sparse_mnist(tmp.path(), 2_000_000_000);
+    let t0 = std::time::Instant::now();
+    let (r, peak) = peak_bytes(|| load(DatasetKind::Mnist, tmp.path(), &LoadOptions::default()));
+    let m = r.err().unwrap().to_string();
+    assert!(m.contains("train-images-idx3-ubyte") && m.contains("needs 1568.00 GB") && m.contains("available"), "{m}");
+    assert!(peak < 1 << 20, "{peak} bytes allocated");
+    let opts = LoadOptions { train_size: Some(1000), ..LoadOptions::default() };
+    let (r, peak) = peak_bytes(|| load(DatasetKind::Mnist, tmp.path(), &opts));
+    let (train, test) = r.unwrap();
+    assert_eq!((train.len(), test.len()), (1000, 100));
+    assert!(peak < 16 << 20, "{peak} bytes allocated for 1000 images");
+    assert!(t0.elapsed() < Duration::from_secs(20), "took {:?}", t0.elapsed());
+    // Asking for more than the files declare is still an error.
+    let opts = LoadOptions { test_size: Some(101), ..opts };
+    let m = load(DatasetKind::Mnist, tmp.path(), &opts).err().unwrap().to_string();
+    assert!(m.contains("asked for 101 images, it holds 100"), "{m}");
+}
+
+/// The same for CIFAR: a training size reads only the first files' records.
+#[test]
+fn cifar_reads_only_the_records_asked_for() {
+    let tmp = TempDir::new("cifar-partial");
+    let rec = 3073usize;
+    for (i, name) in
+        ["data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin", "data_batch_5.bin"]
+            .iter()
+            .enumerate()
+    {
+        let mut bytes = vec![0u8; 100 * rec];
+        for r in 0..100 {
+            bytes[r * rec] = ((i + r) % 10) as u8;
+        }
+        std::fs::write(tmp.path().join(name), &bytes).unwrap();
+    }
+    std::fs::write(tmp.path().join("test_batch.bin"), vec![0u8; 50 * rec]).unwrap();
+    let opts = LoadOptions { train_size: Some(150), test_size: Some(10), ..LoadOptions::default() };
+    let (train, test) = load(DatasetKind::Cifar10, tmp.path(), &opts).unwrap();
+    assert_eq!((train.len(), test.len()), (150, 10));
+    assert_eq!(train.label(100), Some(1), "the 101st image is the first of data_batch_2.bin");
+    let opts = LoadOptions { train_size: Some(501), ..LoadOptions::default() };
+    let m = load(DatasetKind::Cifar10, tmp.path(), &opts).err().unwrap().to_string();
+    assert!(m.contains("asked for 501 images, it holds 500"), "{m}");
+}

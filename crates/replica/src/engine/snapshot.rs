@@ -263,6 +263,19 @@ impl EngineSnapshot {
         if devices.is_empty() || devices.iter().any(|d| d.learners.is_empty()) {
             return Err(bad("has no learners".into()));
         }
+        // Counters a run can reach (2^53 iterations would take longer than the age of the
+        // universe); beyond, a forged or damaged value would wrap round when counting on.
+        const MOST: u64 = 1 << 53;
+        for (what, v) in
+            [("iteration", header.iteration), ("samples", header.samples), ("next_id", header.next_id as u64)]
+        {
+            if v > MOST {
+                return Err(bad(format!("{what} {v} is out of range (at most 2^53)")));
+            }
+        }
+        if !(header.base_lr.is_finite() && header.base_lr >= 0.0) {
+            return Err(bad(format!("base learning rate {} is not a rate", header.base_lr)));
+        }
         Ok(EngineSnapshot {
             model: header.model,
             iteration: header.iteration,
