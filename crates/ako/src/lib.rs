@@ -89,8 +89,12 @@
 //! [`DEFAULT_BANDWIDTH_GB_S`]) and `T` the measured iteration time: the median of the times
 //! between consecutive central updates over the first [`AUTO_WARMUP_ITERATIONS`] iterations
 //! (the synchroniser's own clock; it sees no other). Until then, and again for that long after
-//! every change of the learner count, the previous `p` stays (1 at the start); each decision
-//! is printed on stderr. Changing `p` between iterations loses nothing: unsent gradients stay
+//! every change of the learner count, the previous `p` stays (1 at the start). A decision is a
+//! [`Synchroniser::proposal`]: the engine applies rank 0's on every rank from the same
+//! iteration on (each rank measures its own clock, and they must not differ), and the `p` in
+//! force is the setting `p` (`crossbow train` prints and records each change). Any fixed `p`
+//! above the parameter count is refused when the engine starts. Changing `p` between
+//! iterations loses nothing: unsent gradients stay
 //! in the accumulators and go out when their new partition's turn comes. With the default
 //! host-memory bandwidth and the small models of a CPU run, the exchange is cheap and `auto`
 //! picks `p = 1`, i.e. S-SGD — correctly so: partial exchange only pays where the link is
@@ -198,8 +202,11 @@ struct AutoState {
     iteration: Option<u64>,
     /// The `p` in force.
     p: usize,
-    /// Decided, in force from the next iteration.
+    /// Agreed by every rank ([`Synchroniser::agree`]), in force from the next iteration.
     pending: Option<usize>,
+    /// Decided from this process's measurements, not yet agreed: with several ranks, rank
+    /// 0's decision is every rank's.
+    proposal: Option<usize>,
     /// Iteration and time of the last first central update of an iteration.
     last_update: Option<(u64, Instant)>,
     /// Iteration periods measured since the start or the last change of the learner count.
@@ -307,13 +314,9 @@ impl Ako {
         let t = periods[periods.len() / 2];
         let bytes = 4.0 * len as f64;
         let p = auto_partitions(bytes, info.learners, bandwidth_gb_s * 1e9, t);
-        eprintln!(
-            "ako: partitions=auto picked p = {p} for {} learners ({:.3} MB model, {:.2} ms per iteration, {bandwidth_gb_s} GB/s)",
-            info.learners,
-            bytes / 1e6,
-            t * 1e3
-        );
-        s.pending = Some(p);
+        // Proposed to the engine, which has every rank apply rank 0's decision from the same
+        // iteration on; the `p` in force shows in the settings (the trainer reports it).
+        s.proposal = Some(p);
         s.decided = true;
     }
 }
@@ -338,9 +341,10 @@ impl<B: Backend> Synchroniser<B> for Ako {
                     }
                 }
             }
-            Partitions::Auto { bandwidth_gb_s } => {
-                Settings::new().str("partitions", "auto").num("bandwidth_gb_s", bandwidth_gb_s)
-            }
+            Partitions::Auto { bandwidth_gb_s } => Settings::new()
+                .str("partitions", "auto")
+                .num("bandwidth_gb_s", bandwidth_gb_s)
+                .int("p", self.current_partitions() as i64),
         }
     }
 
@@ -352,12 +356,37 @@ impl<B: Backend> Synchroniser<B> for Ako {
         1
     }
 
+    /// A fixed `p` above the parameter count is refused (it would leave partitions empty);
+    /// `auto` never picks more than [`AUTO_MAX_PARTITIONS`] nor more than the parameters.
+    fn set_model(&mut self, layout: &crossbow_replica::sync::ModelLayout) -> Result<()> {
+        if let Partitions::Fixed(p) = self.partitions
+            && p > layout.len.max(1)
+        {
+            return Err(crossbow_replica::ReplicaError::Config(format!(
+                "option partitions={p}: the model has only {} parameters, so at most {} partitions",
+                layout.len, layout.len
+            )));
+        }
+        Ok(())
+    }
+
+    fn proposal(&self) -> Option<u64> {
+        self.auto.lock().unwrap_or_else(|e| e.into_inner()).proposal.map(|p| p as u64)
+    }
+
+    fn agree(&mut self, value: u64) {
+        let s = self.auto.get_mut().unwrap_or_else(|e| e.into_inner());
+        s.proposal = None;
+        s.pending = Some(usize::try_from(value).unwrap_or(AUTO_MAX_PARTITIONS).clamp(1, AUTO_MAX_PARTITIONS));
+    }
+
     fn set_learners(&mut self, k: usize) {
         self.k = k;
         let s = self.auto.get_mut().unwrap_or_else(|e| e.into_inner());
         s.periods.clear();
         s.last_update = None;
         s.decided = false;
+        s.proposal = None;
     }
 
     /// With one learner left, `z` becomes its replica and its accumulators are emptied (its

@@ -186,7 +186,7 @@ fn options() {
     let a = Ako::from_options(Some("4"), None).unwrap();
     assert_eq!(Synchroniser::<CpuBackend>::settings(&a).to_string(), "partitions=4");
     let a = Ako::from_options(None, Some("1.25")).unwrap();
-    assert_eq!(Synchroniser::<CpuBackend>::settings(&a).to_string(), "partitions=auto bandwidth_gb_s=1.25");
+    assert_eq!(Synchroniser::<CpuBackend>::settings(&a).to_string(), "partitions=auto bandwidth_gb_s=1.25 p=1");
     assert_eq!(a.current_partitions(), 1);
 }
 
@@ -730,4 +730,65 @@ fn ako_on_every_backend<B: crossbow_kernels::testing::TestBackend>(be: &B) {
             assert_same(&l.params, &zd, "p = 3: w = z + d");
         }
     }
+}
+
+/// Issue 26, item 12: with several ranks, `partitions=auto` is decided by rank 0 and applied
+/// by every rank from the same iteration: here rank 0's declared bandwidth makes it pick a
+/// large `p` and rank 1's a `p` of 1, yet both run rank 0's, and their central models stay
+/// bit-identical. A fixed `p` above the parameter count is refused when the engine starts.
+#[test]
+fn ranks_apply_rank_0s_automatic_partitions() {
+    use crossbow_replica::testing::ThreadGroup;
+    let g = small_lenet();
+    let groups = ThreadGroup::group(2);
+    let handles: Vec<_> = groups
+        .into_iter()
+        .map(|world| {
+            let g = g.clone();
+            std::thread::spawn(move || {
+                let bandwidth = if crossbow_replica::ProcessGroup::rank(&world) == 0 { 1e-9 } else { 1e9 };
+                let cfg = EngineConfig {
+                    batch_size: 3,
+                    sgd: sgd(),
+                    schedule: Schedule::Constant,
+                    seed: 5,
+                    eval_batch_size: 8,
+                };
+                let mut e = Engine::in_world(
+                    g.clone(),
+                    cfg,
+                    Box::new(CpuDevices { count: 1, threads: 1 }),
+                    Box::new(Ako::new(Partitions::Auto { bandwidth_gb_s: bandwidth })),
+                    Box::new(HostAllReduce),
+                    &[2],
+                    std::sync::Arc::new(world),
+                )
+                .unwrap();
+                let mut ps = vec![];
+                for t in 0..AUTO_WARMUP_ITERATIONS as u64 + 4 {
+                    let offset = e.learner_offset();
+                    let bs = (0..e.learners()).map(|j| batch(&g, 3, 4, t, offset + j)).collect();
+                    e.step(bs, EPOCH).unwrap();
+                    ps.push(e.synchroniser().1.get("p").map(|v| v.to_string()).unwrap_or_default());
+                }
+                (ps, e.central_to_host(0).unwrap())
+            })
+        })
+        .collect();
+    let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(results[0].0, results[1].0, "the ranks ran different p");
+    assert_ne!(results[0].0.last().map(String::as_str), Some("1"), "rank 0's tiny bandwidth picks p > 1");
+    assert_same(&results[0].1, &results[1].1, "z of rank 0 vs rank 1");
+    // Refused, not clamped.
+    let cfg = EngineConfig { batch_size: 3, sgd: sgd(), schedule: Schedule::Constant, seed: 5, eval_batch_size: 8 };
+    let e = Engine::new(
+        g.clone(),
+        cfg,
+        Box::new(CpuDevices { count: 1, threads: 1 }),
+        ako(g.param_len + 1),
+        Box::new(HostAllReduce),
+        &[2],
+    );
+    let msg = e.err().unwrap().to_string();
+    assert!(msg.contains(&format!("partitions={}", g.param_len + 1)) && msg.contains("parameters"), "{msg}");
 }

@@ -515,14 +515,24 @@ pub fn main_with(registry: SyncRegistry) -> ExitCode {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
+    // Under a launcher the rank says who speaks (lines of several ranks share a terminal).
+    let who = match crossbow_dist::detect() {
+        Ok(Some(l)) if l.size > 1 => format!("{program} (rank {})", l.rank),
+        _ => program,
+    };
+    // One write per message, so that lines of several ranks never run together.
+    let say = |line: String| {
+        use std::io::Write;
+        let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+    };
     match run(cli, &registry) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e @ CliError::Interrupted { .. }) => {
-            eprintln!("{program}: {e}");
+            say(format!("{who}: {e}"));
             ExitCode::from(e.exit_code() as u8)
         }
         Err(e) => {
-            eprintln!("{program}: error: {}", shorten(&e.to_string()));
+            say(format!("{who}: error: {}", shorten(&e.to_string())));
             ExitCode::from(e.exit_code() as u8)
         }
     }

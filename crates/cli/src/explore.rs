@@ -464,6 +464,9 @@ impl TrainBatch for OwnedBatch {
 enum Status {
     Running,
     Pruned(usize),
+    /// Diverged at this epoch (NaN or exploded loss, or a non-finite central model): stopped
+    /// and ranked last; the others go on.
+    Diverged(f64),
     ReachedTarget,
     Stopped,
     Finished,
@@ -475,6 +478,7 @@ impl std::fmt::Display for Status {
         match self {
             Status::Running => write!(f, "running"),
             Status::Pruned(r) => write!(f, "pruned at rung {}", r + 1),
+            Status::Diverged(e) => write!(f, "diverged at epoch {e:.2}"),
             Status::ReachedTarget => write!(f, "reached target"),
             Status::Stopped => write!(f, "stopped (another reached the target)"),
             Status::Finished => write!(f, "finished"),
@@ -506,6 +510,8 @@ struct Group {
     calibration_samples: u64,
     /// Samples of one epoch of the unit stream.
     per_epoch: usize,
+    /// The first iteration's loss (an exploded loss is measured against it).
+    first_loss: Option<f64>,
 }
 
 impl Group {
@@ -754,16 +760,12 @@ impl Ctx<'_> {
             iterations: 0,
             calibration_samples: 0,
             per_epoch,
+            first_loss: None,
         })
     }
 
     /// One iteration of group `g`.
-    fn step(
-        &mut self,
-        g: &mut Group,
-        stream: &mut SharedStream,
-        per_epoch: usize,
-    ) -> Result<IterationRecord, CliError> {
+    fn step(&mut self, g: &mut Group, stream: &mut SharedStream, per_epoch: usize) -> Result<Stepped, CliError> {
         let Some(engine) = g.engine.as_mut() else { return Err(CliError::run("stepping a stopped configuration")) };
         let t0 = Instant::now();
         let mut batches = Vec::with_capacity(engine.learners());
@@ -771,9 +773,29 @@ impl Ctx<'_> {
             batches.push(stream.batch(g.next_unit, g.units)?);
             g.next_unit += g.units as u64;
         }
-        let rec = engine
-            .step(batches, per_epoch)
-            .map_err(|e| CliError::run(format!("configuration #{} ({}): {e}", g.conf.id, g.conf.label())))?;
+        let rec = match engine.step(batches, per_epoch) {
+            Ok(r) => r,
+            Err(crossbow_replica::ReplicaError::Diverged(why)) => return Ok(Stepped::Diverged(why)),
+            Err(e) => return Err(CliError::run(format!("configuration #{} ({}): {e}", g.conf.id, g.conf.label()))),
+        };
+        // The divergence watch of `crossbow train`: a loss far above the first, or a
+        // non-finite central model.
+        let first = *g.first_loss.get_or_insert(rec.loss);
+        let limit = crate::train::EXPLODED_LOSS_FACTOR * first.max((self.data.train.num_classes().max(2) as f64).ln());
+        if rec.loss.is_nan() || rec.loss > limit {
+            return Ok(Stepped::Diverged(format!(
+                "loss {:.4e} at iteration {}, more than {} times the first iteration's {first:.4}",
+                rec.loss,
+                rec.iteration,
+                crate::train::EXPLODED_LOSS_FACTOR
+            )));
+        }
+        if !engine.central_is_finite()? {
+            return Ok(Stepped::Diverged(format!(
+                "the central model has a NaN or infinite value after iteration {}",
+                rec.iteration
+            )));
+        }
         let secs = t0.elapsed().as_secs_f64();
         g.train_secs += secs;
         g.window.0 += rec.loss * rec.images as f64;
@@ -789,7 +811,7 @@ impl Ctx<'_> {
             }
         }
         g.learners = engine.layout();
-        Ok(rec)
+        Ok(Stepped::Ok(rec))
     }
 
     /// Evaluates group `g`'s central model as `crossbow train` does (recalibrating batch-norm
@@ -834,6 +856,23 @@ impl Ctx<'_> {
         g.evals.push(line);
         Ok(ev.accuracy)
     }
+}
+
+/// What one iteration of a configuration gave.
+enum Stepped {
+    Ok(IterationRecord),
+    /// The configuration diverged (why).
+    Diverged(String),
+}
+
+/// Marks group `g` diverged and frees its engine; the others go on.
+fn mark_diverged(ctx: &mut Ctx<'_>, g: &mut Group, why: &str) -> Result<(), CliError> {
+    g.status = Status::Diverged(g.epoch());
+    g.engine = None;
+    g.tuner = None;
+    g.calibration = None;
+    ctx.say(&format!("#{} {}: diverged ({why}); stopped, the others go on", g.conf.id, g.conf.label()));
+    ctx.reporter.record("diverged", json!({ "id": g.conf.id, "epoch": g.epoch(), "why": why }))
 }
 
 /// Runs `confs` together from one stream, with rungs at `fractions` of the budget.
@@ -883,7 +922,16 @@ fn run_groups(
             .min_by(|a, b| a.1.samples.cmp(&b.1.samples).then(a.0.cmp(&b.0)))
             .map(|(i, _)| i);
         if let Some(i) = next {
-            let rec = ctx.step(&mut groups[i], &mut stream, per_epoch)?;
+            let rec = match ctx.step(&mut groups[i], &mut stream, per_epoch)? {
+                Stepped::Ok(rec) => rec,
+                Stepped::Diverged(why) => {
+                    mark_diverged(ctx, &mut groups[i], &why)?;
+                    if let Some(low) = groups.iter().filter(|gr| gr.live()).map(|gr| gr.next_unit).min() {
+                        stream.release(low);
+                    }
+                    continue;
+                }
+            };
             let due = match groups[i].conf.cfg.eval_every_iterations {
                 Some(n) => rec.iteration.is_multiple_of(n),
                 None => rec.epoch >= groups[i].next_eval - 1e-9,
@@ -914,6 +962,16 @@ fn run_groups(
                 groups[i].last_accuracy()
             } else {
                 let acc = ctx.evaluate(&mut groups[i], &rec)?;
+                // The rung stops a group at the iteration nearest to it, which may fall just
+                // short of an evaluation that is due there: this evaluation stands for it (not
+                // a second one an iteration later at the "same" epoch).
+                let k = groups[i].engine.as_ref().map(|e| e.learners()).unwrap_or(1);
+                let step_epochs = (k * groups[i].conf.cfg.batch_size) as f64 / per_epoch.max(1) as f64;
+                if groups[i].conf.cfg.eval_every_iterations.is_none() && groups[i].next_eval - rec.epoch < step_epochs {
+                    let every = groups[i].conf.cfg.eval_every;
+                    let next = groups[i].next_eval;
+                    groups[i].next_eval = crate::limits::next_evaluation(next, next, every);
+                }
                 if select.target.is_some_and(|t| acc >= t) {
                     reached = Some(i);
                     groups[i].status = Status::ReachedTarget;
@@ -1053,8 +1111,9 @@ fn ranking(o: &Outcome) -> Vec<usize> {
     let key = |g: &Group| -> (usize, f64) {
         let depth = match g.status {
             Status::ReachedTarget => usize::MAX,
-            Status::Pruned(r) => r,
-            _ => g.rungs.len(),
+            Status::Pruned(r) => r + 1,
+            Status::Diverged(_) => 0,
+            _ => g.rungs.len() + 1,
         };
         let acc = if g.rungs.len() == o.rung_fractions.len() || g.rungs.is_empty() {
             g.last_accuracy()
@@ -1076,7 +1135,8 @@ fn finish(ctx: &mut Ctx<'_>, args: &ExploreArgs, mut o: Outcome) -> Result<(), C
     let order = ranking(&o);
     let budget = o.groups.first().map(|g| g.conf.cfg.epochs).unwrap_or(0.0);
     let winner = order[0];
-    if o.reached.is_none() {
+    let all_diverged = o.groups.iter().all(|g| matches!(g.status, Status::Diverged(_)));
+    if o.reached.is_none() && !all_diverged {
         o.groups[winner].status = Status::Winner;
     }
     let consumed: u64 = o.groups.iter().map(|g| g.samples).sum();
@@ -1102,6 +1162,20 @@ fn finish(ctx: &mut Ctx<'_>, args: &ExploreArgs, mut o: Outcome) -> Result<(), C
     }
     let w = &o.groups[winner];
     let best_path = args.out.join("best.toml");
+    if all_diverged {
+        // Nothing to recommend: the ranking and the plot say what happened.
+        let text = text + "\nevery configuration diverged: no best.toml; lower the learning rates of the search\n";
+        print!("{text}");
+        let rank_path = args.out.join("ranking.txt");
+        std::fs::write(&rank_path, &text)
+            .map_err(|e| CliError::run(format!("{}: cannot write: {e}", rank_path.display())))?;
+        plot(&args.out.join("accuracy.svg"), &o.groups)?;
+        ctx.reporter.record("end", json!({ "winner": null, "all_diverged": true }))?;
+        return Err(CliError::run(format!(
+            "every configuration diverged (ranking in {}); lower the learning rates of the search",
+            rank_path.display()
+        )));
+    }
     let best = toml::to_string(&crate::resume::config_to_file(&w.conf.cfg)).map_err(CliError::run)?;
     let header = format!(
         "# The best of {} configurations explored from {} (#{}: {}), test accuracy {:.2}%.\n# crossbow train --config {}\n",
@@ -1161,13 +1235,18 @@ fn finish(ctx: &mut Ctx<'_>, args: &ExploreArgs, mut o: Outcome) -> Result<(), C
     Ok(())
 }
 
-/// Test accuracy against wall time of the exploration, one line per configuration.
+/// Test accuracy against wall time of the exploration, one line per configuration with a
+/// marker at every evaluation (so a configuration evaluated once still shows), and the legend
+/// in a panel of its own beside the chart (it never covers a curve).
 fn plot(path: &Path, groups: &[Group]) -> Result<(), CliError> {
     let err = |e: &dyn std::fmt::Display| CliError::run(format!("{}: {e}", path.display()));
-    let root = SVGBackend::new(path, (720, 480)).into_drawing_area();
+    let legend_rows = groups.len().max(1) as u32;
+    let height = (480u32).max(40 + 18 * legend_rows);
+    let root = SVGBackend::new(path, (1000, height)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
+    let (left, right) = root.split_horizontally(640);
     let xmax = groups.iter().flat_map(|g| g.evals.iter().map(|e| e.wall_seconds)).fold(1e-3f64, f64::max);
-    let mut chart = ChartBuilder::on(&root)
+    let mut chart = ChartBuilder::on(&left)
         .caption("test accuracy of each configuration", ("sans-serif", 16))
         .margin(8)
         .x_label_area_size(32)
@@ -1184,18 +1263,26 @@ fn plot(path: &Path, groups: &[Group]) -> Result<(), CliError> {
         let color = Palette99::pick(i).to_rgba();
         let pts: Vec<(f64, f64)> = g.evals.iter().map(|e| (e.wall_seconds, e.test_accuracy)).collect();
         chart
-            .draw_series(LineSeries::new(pts, ShapeStyle::from(&color).stroke_width(2)))
-            .map_err(|e| err(&e))?
-            .label(format!("#{} {} ({})", g.conf.id, g.conf.label(), g.status))
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
+            .draw_series(LineSeries::new(pts.clone(), ShapeStyle::from(&color).stroke_width(2)))
+            .map_err(|e| err(&e))?;
+        chart
+            .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, ShapeStyle::from(&color).filled())))
+            .map_err(|e| err(&e))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(&e))?;
+    for (i, g) in groups.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let y = 30 + 18 * i as i32;
+        right
+            .draw(&PathElement::new(vec![(4, y), (24, y)], ShapeStyle::from(&color).stroke_width(3)))
+            .map_err(|e| err(&e))?;
+        right
+            .draw(&Text::new(
+                format!("#{} {} ({})", g.conf.id, g.conf.label(), g.status),
+                (30, y - 6),
+                ("sans-serif", 12),
+            ))
+            .map_err(|e| err(&e))?;
+    }
     root.present().map_err(|e| err(&e))?;
     Ok(())
 }

@@ -333,6 +333,7 @@ pub fn train_with_options<B: Backend>(
         opts.interrupt.during_startup("starting the engine")?;
     }
     let mut last = None;
+    let mut sync_settings = engine.synchroniser().1;
     while !run.finished(&engine) {
         let stepped = run.step(&mut engine, reporter);
         let diverged = match &stepped {
@@ -364,6 +365,15 @@ pub fn train_with_options<B: Backend>(
                 reporter.say(&ev.line());
                 reporter.record("tuner", json!(ev))?;
             }
+        }
+        // A synchroniser that decides something as it runs (Ako's automatic partitions): each
+        // change is said and recorded (the same on every rank: they agree on it).
+        let (name, now) = engine.synchroniser();
+        if now != sync_settings {
+            reporter.say(&format!("synchroniser {name} now: {now} (from iteration {})", engine.iteration()));
+            reporter
+                .record("sync", json!({ "iteration": engine.iteration(), "name": name, "settings": now.to_json() }))?;
+            sync_settings = now;
         }
         if run.evaluation_due(&rec) {
             run.evaluate(&mut engine, &rec, reporter)?;
@@ -1142,7 +1152,6 @@ fn announce<B: Backend>(
     let sync_line =
         if sync_settings.is_empty() { sync_name.to_string() } else { format!("{sync_name} ({sync_settings})") };
     let dev_names: Vec<String> = engine.devices().iter().map(|d| d.to_string()).collect();
-    let n_dev = dev_names.len();
     reporter.say(&format!(
         "{} ({} parameters, {:.1} MFLOP/image) on {} ({} train / {} test images, {} classes)",
         cfg.model,
@@ -1155,7 +1164,7 @@ fn announce<B: Backend>(
     ));
     let learners = match cfg.learners_per_device {
         LearnersPerDevice::Auto => format!("auto (starting at 1, tuner picks up to {})", cfg.max_learners),
-        LearnersPerDevice::Fixed(m) => format!("{m} ({} learners in all)", m * n_dev),
+        LearnersPerDevice::Fixed(m) => format!("{m} ({} learners in all)", engine.world_learners()),
     };
     reporter.say(&format!(
         "devices {} x learners {learners}, batch {} per learner, sync {sync_line}, lr {} {}, momentum {}, weight decay {}, batch-norm evaluation {}",
@@ -1459,11 +1468,19 @@ impl Run {
 
     fn summary<B: Backend>(&self, cfg: &TrainConfig, engine: &Engine<B>) -> Summary {
         let (sync_name, _) = engine.synchroniser();
+        let world = engine.world();
+        // With several ranks the job's learners (by rank), not only this rank's.
+        let (devices, learners) = if world.size() > 1 {
+            let local: Vec<String> = engine.devices().iter().map(|d| d.to_string()).collect();
+            (vec![format!("{} ranks (this one: {})", world.size(), local.join(","))], engine.world_layout().to_vec())
+        } else {
+            (engine.devices().iter().map(|d| d.to_string()).collect(), engine.layout())
+        };
         Summary {
             model: cfg.model.to_string(),
             dataset: cfg.dataset.to_string(),
-            devices: engine.devices().iter().map(|d| d.to_string()).collect(),
-            learners: engine.layout(),
+            devices,
+            learners,
             sync: sync_name.to_string(),
             target_accuracy: cfg.target_accuracy,
             reached_target: self.reached.is_some(),

@@ -301,3 +301,44 @@ fn too_many_configurations_are_refused_with_the_count() {
 fn a_repeated_value_is_refused() {
     refused("repeat", "[space]\nbatch-size = [16, 32, 16]\n", &["[space] batch-size", "16 appears twice"]);
 }
+
+/// Issue 26, item 11: a configuration that diverges (learning rate 100, or α 2.0) is marked
+/// diverged and dropped; the others finish, the ranking lists it last, best.toml is written;
+/// the plot shows every configuration (a marker per evaluation) with the legend beside it;
+/// no configuration is evaluated twice at the same rung epoch.
+#[test]
+fn a_diverging_configuration_is_dropped_and_the_search_goes_on() {
+    let d = dir("diverge");
+    let text =
+        format!("{BASE}learners-per-device = 2\n[space]\nlr = [0.01, 100.0]\nalpha = [0.5, 2.0]\n[select]\neta = 2\n")
+            .replace("learners-per-device = 1\n", "");
+    let (out, records) = explore(&d, &text, &[]);
+    ok(&out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("diverged at epoch"), "{stdout}");
+    let diverged = events(&records, "diverged");
+    assert!(diverged.len() >= 2, "lr 100 diverges with either alpha: {diverged:?}");
+    let end = events(&records, "end");
+    let ranking = end[0]["ranking"].as_array().unwrap();
+    let last = ranking.last().unwrap()["status"].as_str().unwrap();
+    assert!(last.starts_with("diverged"), "{ranking:?}");
+    assert!(ranking[0]["status"] == "winner", "{ranking:?}");
+    assert!(d.join("out/best.toml").exists());
+    // Every configuration is in the plot, evaluated ones with a marker.
+    let svg = std::fs::read_to_string(d.join("out/accuracy.svg")).unwrap();
+    for i in 0..4 {
+        assert!(svg.contains(&format!("#{i} ")), "configuration #{i} missing from the legend");
+    }
+    assert!(svg.contains("<circle"), "no evaluation markers");
+    // No two evaluations of one configuration at the same (rounded) epoch.
+    for id in 0..4 {
+        let epochs: Vec<String> = events(&records, "eval")
+            .iter()
+            .filter(|e| e["id"] == id)
+            .map(|e| format!("{:.2}", e["epoch"].as_f64().unwrap()))
+            .collect();
+        let mut uniq = epochs.clone();
+        uniq.dedup();
+        assert_eq!(epochs, uniq, "configuration #{id} evaluated twice at one epoch");
+    }
+}

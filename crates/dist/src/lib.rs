@@ -103,6 +103,26 @@ pub fn timeout_message(
     silent_limit: f64,
     peers: &[Option<Peer>],
 ) -> String {
+    timeout_message_after(rank, what, seq, timeout, silent_limit, peers, 0.0)
+}
+
+/// [`timeout_message`] for a rank that was itself suspended (`SIGSTOP`, or starved of the
+/// CPU) for `suspended` seconds while it waited: then it is the rank that hung, and the
+/// others will have stopped waiting for it; it says so instead of blaming them.
+pub fn timeout_message_after(
+    rank: usize,
+    what: &str,
+    seq: u64,
+    timeout: Duration,
+    silent_limit: f64,
+    peers: &[Option<Peer>],
+    suspended: f64,
+) -> String {
+    if suspended >= silent_limit {
+        return format!(
+            "rank {rank}: {what} (collective #{seq}) did not complete: this rank itself was suspended for {suspended:.1} s while it waited (stopped, or starved of the CPU), longer than the others wait for a silent rank, so they will have given up on it; stopping (MPI_Abort). Raise --mpi-timeout SECONDS if ranks are only slow"
+        );
+    }
     let missing: Vec<String> = peers
         .iter()
         .enumerate()
@@ -197,5 +217,8 @@ mod tests {
         assert!(m.contains("rank 1 (reached it, then silent for 4.5 s)"), "{m}");
         let m = timeout_message(1, "all-reduce", 3, Duration::from_secs(5), 2.0, &[p(3, 0.2), None]);
         assert!(m.contains("every rank reached it and is alive"), "{m}");
+        // A rank that was itself stopped does not blame the others.
+        let m = timeout_message_after(0, "all-reduce", 3, Duration::from_secs(5), 2.0, &[None, p(2, 30.0)], 30.0);
+        assert!(m.contains("this rank itself was suspended for 30.0 s") && !m.contains("rank 1 ("), "{m}");
     }
 }

@@ -12,7 +12,7 @@ use mpi::request::{Request, Scope};
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 
-use crate::{Peer, timeout_message};
+use crate::Peer;
 
 /// Tag of the small "I am at collective #n" messages each rank sends every other rank before
 /// a collective and, while it waits in one, a few times per deadline: a rank whose deadline
@@ -332,6 +332,10 @@ fn wait<'a, D: ?Sized, S: Scope<'a>>(
     let beat = timeout / 8;
     let mut last_beat = start;
     let mut polls = 0u64;
+    // Time this rank spent suspended (a gap between two polls longer than a beat: it was
+    // stopped or starved, not waiting): it must not then blame the others for its own hang.
+    let mut last_poll = start;
+    let mut suspended = Duration::ZERO;
     loop {
         drain(world, seen);
         match req.test() {
@@ -339,6 +343,11 @@ fn wait<'a, D: ?Sized, S: Scope<'a>>(
             Err(r) => req = r,
         }
         let now = Instant::now();
+        let gap = now.duration_since(last_poll);
+        if gap > beat {
+            suspended += gap;
+        }
+        last_poll = now;
         if now.duration_since(last_beat) >= beat {
             tell(world, n, me);
             last_beat = now;
@@ -352,7 +361,9 @@ fn wait<'a, D: ?Sized, S: Scope<'a>>(
                 })
                 .collect();
             let limit = 3.0 * beat.as_secs_f64();
-            eprintln!("crossbow: error: {}", timeout_message(me, what, n, timeout, limit, &peers));
+            let msg = crate::timeout_message_after(me, what, n, timeout, limit, &peers, suspended.as_secs_f64());
+            // One write, so that lines of several ranks do not run together.
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("crossbow: error: {msg}\n").as_bytes());
             world.abort(TIMEOUT_EXIT_CODE);
         }
         polls += 1;

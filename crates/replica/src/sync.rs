@@ -334,8 +334,25 @@ pub trait Synchroniser<B: Backend>: Send + Sync {
     fn set_learners(&mut self, _k: usize) {}
 
     /// Told where each layer's parameters lie, once, before [`Synchroniser::set_learners`]
-    /// is first called. Default: nothing (most synchronisers treat the buffer as a whole).
-    fn set_model(&mut self, _layout: &ModelLayout) {}
+    /// is first called; an error refuses the model (e.g. more partitions than parameters),
+    /// before training starts. Default: nothing (most synchronisers treat the buffer as a
+    /// whole).
+    fn set_model(&mut self, _layout: &ModelLayout) -> Result<()> {
+        Ok(())
+    }
+
+    /// A value every rank must agree on before the next iteration (a decision the
+    /// synchroniser made from what it measured, e.g. Ako's automatic partition count), or
+    /// `None`. Before every iteration the engine takes rank 0's value (with one process: this
+    /// one's) and, when there is one, calls [`Synchroniser::agree`] with it on every rank, so
+    /// that ranks whose own measurements differ still apply the same value from the same
+    /// iteration on. Values must be below `u32::MAX`. Default: `None`.
+    fn proposal(&self) -> Option<u64> {
+        None
+    }
+
+    /// Applies the value agreed from rank 0's [`Synchroniser::proposal`] (see there).
+    fn agree(&mut self, _value: u64) {}
 
     /// Called on every device when the central model's history starts anew: at the start of
     /// a run, whenever the learner count changes (after [`Synchroniser::set_learners`]), and

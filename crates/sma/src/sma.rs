@@ -356,8 +356,9 @@ impl<B: Backend> Synchroniser<B> for Sma {
         self.k = k;
     }
 
-    fn set_model(&mut self, layout: &crossbow_replica::sync::ModelLayout) {
+    fn set_model(&mut self, layout: &crossbow_replica::sync::ModelLayout) -> Result<()> {
         self.runs = layout.runs(|kind| matches!(kind, ParamKind::BnScale | ParamKind::BnShift));
+        Ok(())
     }
 
     /// `z_prev = z` (no central momentum yet), and with one learner the learner is `z`

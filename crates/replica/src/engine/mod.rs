@@ -175,7 +175,7 @@ impl<B: Backend> Engine<B> {
         let offset = learner_offset(&world_counts, world.rank());
         let total: usize = world_counts.iter().sum();
         let mut sync = sync;
-        sync.set_model(&crate::sync::ModelLayout::of(&graph));
+        sync.set_model(&crate::sync::ModelLayout::of(&graph))?;
         let mut engine = Engine {
             graph,
             program,
@@ -268,13 +268,29 @@ impl<B: Backend> Engine<B> {
     /// resets, so all ranks apply the same `alpha` from the same iteration on. Called by
     /// [`Engine::step`]; call it yourself before drawing an iteration's batches, so that the
     /// offset and count you slice them with are the agreed ones.
+    ///
+    /// The same exchange carries the synchroniser's [`Synchroniser::proposal`]: rank 0's is
+    /// applied on every rank ([`Synchroniser::agree`]); with one process, its own is.
     pub fn sync_layout(&mut self) -> Result<()> {
-        if self.world.size() <= 1 || self.layout_agreed_at == Some(self.iteration) {
+        if self.layout_agreed_at == Some(self.iteration) {
             return Ok(());
         }
-        let counts: Vec<usize> =
-            self.world.all_gather_u64(self.learners() as u64)?.into_iter().map(|c| c as usize).collect();
+        if self.world.size() <= 1 {
+            self.layout_agreed_at = Some(self.iteration);
+            if let Some(v) = self.sync.proposal() {
+                self.sync.agree(v);
+            }
+            return Ok(());
+        }
+        // One word per rank: its learner count (low 32 bits) and its synchroniser's
+        // proposal plus one (high 32 bits; 0 for none).
+        let mine = self.sync.proposal().map_or(0, |v| (v.min(u32::MAX as u64 - 1) + 1) << 32);
+        let words = self.world.all_gather_u64(mine | self.learners() as u64)?;
+        let counts: Vec<usize> = words.iter().map(|w| (w & 0xFFFF_FFFF) as usize).collect();
         self.layout_agreed_at = Some(self.iteration);
+        if let Some(v) = words.first().map(|w| w >> 32).filter(|&v| v > 0) {
+            self.sync.agree(v - 1);
+        }
         if counts != self.world_counts {
             self.world_counts = counts;
             self.learners_changed()?;

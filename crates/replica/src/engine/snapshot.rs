@@ -485,6 +485,7 @@ impl<B: Backend> Engine<B> {
             notes.push(format!("{} learner(s) of the checkpoint are dropped", saved.len() - next));
         }
         self.iteration = snap.iteration;
+        self.layout_agreed_at = None;
         self.samples = snap.samples;
         self.stage = snap.stage;
         self.evaluator = None;
