@@ -347,23 +347,30 @@ impl LineHead {
     }
 }
 
-/// Every line of `dir`: its newest file and its header (untagged files: each its own line).
+/// Every line of `dir`: its newest file, and what the newest readable header of the line says
+/// (a damaged newest file does not hide whose line it is). Untagged files: each its own line.
 pub fn lines_in(dir: &Path) -> Result<Vec<LineHead>, CliError> {
+    let all = list(dir)?;
     let mut heads: Vec<LineHead> = vec![];
-    for e in list(dir)? {
+    for e in &all {
         if e.tag.is_some() && heads.iter().any(|h| h.tag == e.tag) {
             continue;
         }
-        let state = CheckpointFile::read_state(&e.path).ok();
+        // This line's files, newest first: the first whose header reads tells the run.
+        let line_files: Vec<&Entry> = match &e.tag {
+            Some(t) => all.iter().filter(|x| x.tag.as_deref() == Some(t.as_str())).collect(),
+            None => vec![e],
+        };
+        let read = line_files.iter().find_map(|x| CheckpointFile::read_state(&x.path).ok());
         let mtime = std::fs::metadata(&e.path)
             .and_then(|m| m.modified())
             .ok()
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
             .map_or(0.0, |d| d.as_secs_f64());
-        let written = state.as_ref().and_then(|s| s.get("written_at")).and_then(|v| v.as_f64()).unwrap_or(mtime);
-        let line = state.as_ref().and_then(Line::of_state);
-        let what = state.as_ref().map_or_else(
-            || "header unreadable".to_string(),
+        let written = read.as_ref().and_then(|s| s.get("written_at")).and_then(|v| v.as_f64()).unwrap_or(mtime);
+        let line = read.as_ref().and_then(Line::of_state);
+        let what = read.as_ref().map_or_else(
+            || "no readable header".to_string(),
             |s| {
                 let c = s.get("config");
                 let get = |k: &str| c.and_then(|c| c.get(k)).map(|v| v.to_string().trim_matches('"').to_string());
@@ -375,20 +382,24 @@ pub fn lines_in(dir: &Path) -> Result<Vec<LineHead>, CliError> {
                 )
             },
         );
-        heads.push(LineHead { tag: e.tag.clone(), run: line.map(|l| l.run), head: e, written, what });
+        heads.push(LineHead { tag: e.tag.clone(), run: line.map(|l| l.run), head: e.clone(), written, what });
     }
     Ok(heads)
 }
 
 /// Refuses to write `line`'s checkpoints into `dir` when `dir` holds checkpoints of another
 /// run, unless `share` (each run rotates only its own files, so sharing is safe when asked
-/// for). Untagged files of older versions name no run and are never counted (nor rotated).
+/// for). Untagged files of older versions, and files whose header cannot be read, name no
+/// run and are never counted (nor rotated, unless they carry this line's tag).
 pub fn check_owner(dir: &Path, line: &Line, share: bool, flag: &str) -> Result<(), CliError> {
     if share || !dir.is_dir() {
         return Ok(());
     }
-    let others: Vec<LineHead> =
-        lines_in(dir)?.into_iter().filter(|h| h.tag.is_some() && h.run.as_deref() != Some(line.run.as_str())).collect();
+    // (A file whose header cannot be read names no run: it is not counted either.)
+    let others: Vec<LineHead> = lines_in(dir)?
+        .into_iter()
+        .filter(|h| h.tag.is_some() && h.run.as_ref().is_some_and(|r| *r != line.run))
+        .collect();
     if let Some(o) = others.first() {
         return Err(CliError::usage(format!(
             "{flag} {}: holds the checkpoints of another run ({}{}); this run is {}: use another folder, or --share-checkpoint-dir to keep both runs' checkpoints there (each run rotates only its own files)",
@@ -946,5 +957,112 @@ mod tests {
             CheckpointArgs::default().resolve(None, Some(Path::new("/runs/a/ckpt-0000000010.safetensors"))).unwrap();
         assert_eq!(p.unwrap().dir, PathBuf::from("/runs/a"));
         assert_eq!(d.action, OnDivergence::Stop);
+    }
+}
+
+/// Fuzzing the resume paths (issue 26): random folder contents — this run's checkpoints on
+/// several lines, another run's, files of an older version, junk named like checkpoints,
+/// folders named like checkpoints — never make listing, loading, the ownership check or
+/// rotation panic, and rotation never deletes a file of another line.
+#[cfg(test)]
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Clone, Debug)]
+    enum Item {
+        /// A checkpoint of run `run` (0 or 1), line `tag` (0..3), at `iteration`.
+        Ckpt { run: u8, tag: u8, iteration: u64 },
+        /// An untagged checkpoint of an older version.
+        Legacy { iteration: u64 },
+        /// Junk bytes under a checkpoint's name.
+        Junk { tag: u8, iteration: u64, bytes: Vec<u8> },
+        /// A folder under a checkpoint's name.
+        Folder { iteration: u64 },
+    }
+
+    fn line_of(run: u8, tag: u8) -> Line {
+        Line { run: format!("{:016x}", run as u64 + 1), tag: format!("{:08x}", 16 * run as u64 + tag as u64 + 0xa0) }
+    }
+
+    fn item() -> impl Strategy<Value = Item> {
+        prop_oneof![
+            4 => (0u8..2, 0u8..3, 0u64..50).prop_map(|(run, tag, iteration)| Item::Ckpt { run, tag, iteration }),
+            1 => (0u64..50).prop_map(|iteration| Item::Legacy { iteration }),
+            1 => (0u8..3, 0u64..50, prop::collection::vec(any::<u8>(), 0..40))
+                .prop_map(|(tag, iteration, bytes)| Item::Junk { tag, iteration, bytes }),
+            1 => (0u64..50).prop_map(|iteration| Item::Folder { iteration }),
+        ]
+    }
+
+    fn make(dir: &Path, items: &[Item]) {
+        for it in items {
+            match it {
+                Item::Ckpt { run, tag, iteration } => {
+                    let l = line_of(*run, *tag);
+                    let mut f = CheckpointFile::new(serde_json::json!({
+                        "iteration": iteration, "line": l, "written_at": *iteration as f64,
+                        "config": { "model": "lenet5", "dataset": "synthetic-digits", "seed": run },
+                    }));
+                    f.tensors.insert("w".into(), crossbow_replica::checkpoint::Tensor::vector(vec![1.0; 3]));
+                    f.write_atomic(&dir.join(file_name(*iteration, &l.tag))).unwrap();
+                }
+                Item::Legacy { iteration } => {
+                    let f = CheckpointFile::new(serde_json::json!({ "iteration": iteration }));
+                    f.write_atomic(&dir.join(format!("ckpt-{iteration:010}.safetensors"))).unwrap();
+                }
+                Item::Junk { tag, iteration, bytes } => {
+                    std::fs::write(dir.join(file_name(*iteration, &line_of(0, *tag).tag)), bytes).unwrap();
+                }
+                Item::Folder { iteration } => {
+                    let _ = std::fs::create_dir_all(dir.join(file_name(*iteration, "ffffffff")));
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn resume_paths_survive_any_folder(items in prop::collection::vec(item(), 0..12), case in any::<u32>()) {
+            let dir = std::env::temp_dir().join(format!("crossbow-ckpt-fuzz-{}-{case}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            make(&dir, &items);
+            let before: Vec<Entry> = list(&dir).unwrap();
+            let runs: std::collections::BTreeSet<u8> = items.iter().filter_map(|i| match i {
+                Item::Ckpt { run, .. } => Some(*run),
+                _ => None,
+            }).collect();
+            // Loading: never a panic; a folder of two runs is refused by name.
+            match load(&dir, &mut |_| {}) {
+                Ok((p, f)) => {
+                    prop_assert!(runs.len() <= 1, "resumed {} from a folder of {} runs", p.display(), runs.len());
+                    prop_assert!(f.state.get("iteration").is_some());
+                }
+                Err(e) => prop_assert!(e.to_string().contains(&dir.display().to_string()), "{e}"),
+            }
+            // The ownership check refuses a new run exactly when another run's file is there.
+            let mine = line_of(0, 0);
+            let refused = check_owner(&dir, &mine, false, "--checkpoint-dir").is_err();
+            prop_assert_eq!(refused, runs.contains(&1));
+            prop_assert!(check_owner(&dir, &mine, true, "--checkpoint-dir").is_ok());
+            // Line decisions never panic, whatever the state says.
+            for e in &before {
+                if let Ok(state) = CheckpointFile::read_state(&e.path) {
+                    let _ = line_for_resume(&state, &e.path, &dir);
+                }
+            }
+            // Rotation by line (run 0, tag 0) removes only that line's files.
+            rotate(&dir, 1, &mine.tag, u64::MAX);
+            let after: Vec<Entry> = list(&dir).unwrap();
+            for e in &before {
+                if e.tag.as_deref() != Some(mine.tag.as_str()) {
+                    prop_assert!(after.contains(e), "rotation of line {} deleted {}", mine.tag, e.path.display());
+                }
+            }
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
     }
 }

@@ -361,8 +361,16 @@ fn engine_tensors(path: &Path) -> std::collections::BTreeMap<String, Vec<u32>> {
         .collect()
 }
 
+/// The checkpoint of `iteration` in `dir` (`ckpt-<iteration>-<line tag>.safetensors`; one line
+/// per folder in these tests).
 fn ckpt_file(dir: &Path, iteration: u64) -> PathBuf {
-    dir.join(format!("ckpt-{iteration:010}.safetensors"))
+    let prefix = format!("ckpt-{iteration:010}-");
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&prefix)))
+        .unwrap_or_else(|| dir.join(format!("{prefix}(missing).safetensors")))
 }
 
 /// A checkpoint of 2 ranks x 1 device is the checkpoint of 1 process with both devices
@@ -391,8 +399,12 @@ fn checkpoints_of_ranks_resume_with_the_same_or_other_ranks() {
     let mut names: Vec<String> =
         std::fs::read_dir(&c2).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
     names.sort();
-    let want_names: Vec<String> = [3u64, 6, 9, 12].iter().map(|&i| format!("ckpt-{i:010}.safetensors")).collect();
+    let want_names: Vec<String> = [3u64, 6, 9, 12]
+        .iter()
+        .map(|&i| ckpt_file(&c2, i).file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
     assert_eq!(names, want_names);
+    assert!(names.iter().all(|n| !n.contains("(missing)")), "{names:?}");
     let state = crossbow_replica::checkpoint::CheckpointFile::read(&ckpt_file(&c2, 3)).unwrap().state;
     assert_eq!(state["layout"], serde_json::json!([2, 2]));
     assert_eq!(state["ranks"].as_array().map(Vec::len), Some(2));
@@ -501,6 +513,10 @@ fn a_signal_to_one_rank_checkpoints_the_job_and_a_failed_write_stops_it() {
     let (code, text) = ends_within(job, Duration::from_secs(60));
     assert_eq!(code, Some(143), "{text}");
     assert!(text.contains("rank 0 wrote the checkpoint"), "{text}");
+    // Issue 26, item 12: the resume hint says how to relaunch, and each rank's line is whole
+    // and names the rank.
+    assert!(text.contains("resume with: mpirun -np 2 crossbow train --resume"), "{text}");
+    assert!(!text.contains("crossbowcrossbow") && text.contains("crossbow (rank 1)"), "{text}");
     let saved = crossbow_replica::checkpoint::CheckpointFile::read(
         &std::fs::read_dir(&ck)
             .unwrap()
