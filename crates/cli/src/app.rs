@@ -132,6 +132,11 @@ struct TrainArgs {
     /// time) [default: recalibrate:20]
     #[arg(long)]
     bn_eval: Option<String>,
+    /// Whose batch statistics batch norm uses in training: learner (each learner its own
+    /// batch) or device (the learners of a device together, k·b images, as synchronised
+    /// batch norm) [default: learner]
+    #[arg(long, value_name = "learner|device")]
+    bn_group: Option<String>,
     /// Evaluate the central model every this many epochs (fractions allowed) [default: 1]
     #[arg(long)]
     eval_every: Option<f64>,
@@ -200,6 +205,7 @@ impl TrainArgs {
             central_momentum: self.central_momentum,
             sma_form: self.sma_form.clone(),
             bn_eval: self.bn_eval.clone(),
+            bn_group: self.bn_group.clone(),
             eval_every: self.eval_every,
             eval_every_iterations: self.eval_every_iterations,
             eval_batch_size: self.eval_batch_size,

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use crossbow_data::DatasetKind;
-use crossbow_replica::engine::AllReduceChoice;
+use crossbow_replica::engine::{AllReduceChoice, BnGroup};
 use crossbow_replica::{ModelKind, Schedule};
 use crossbow_sma::{SmaForm, SyncKind};
 use crossbow_tensor::DeviceSpec;
@@ -133,8 +133,10 @@ pub struct TrainFile {
     pub central_momentum: Option<f64>,
     /// SMA learner update: `paper` or `local-momentum`.
     pub sma_form: Option<String>,
-    /// Batch-norm statistics for evaluation: `mean`, `recalibrate` or `recalibrate:N`.
+    /// Batch-norm statistics for evaluation: `mean`, `learner`, `recalibrate` or `recalibrate:N`.
     pub bn_eval: Option<String>,
+    /// Whose batch statistics batch norm uses in training: `learner` or `device`.
+    pub bn_group: Option<String>,
     /// Evaluate the central model every this many epochs, > 0.
     pub eval_every: Option<f64>,
     /// Evaluate every this many iterations instead of by epochs, >= 1.
@@ -229,6 +231,7 @@ impl TrainFile {
             central_momentum,
             sma_form,
             bn_eval,
+            bn_group,
             eval_every,
             eval_every_iterations,
             eval_batch_size,
@@ -284,6 +287,7 @@ impl TrainFile {
             central_momentum,
             sma_form,
             bn_eval,
+            bn_group,
             eval_every,
             eval_every_iterations,
             eval_batch_size,
@@ -356,6 +360,9 @@ pub struct TrainConfig {
     /// Batch-norm statistics the central model is evaluated with.
     #[serde(serialize_with = "ser_display_bn")]
     pub bn_eval: BnEval,
+    /// Whose batch statistics batch norm uses in training.
+    #[serde(serialize_with = "ser_display")]
+    pub bn_group: BnGroup,
     /// Evaluate every this many epochs.
     pub eval_every: f64,
     /// Evaluate every this many iterations instead (when set).
@@ -695,6 +702,10 @@ impl TrainConfig {
             Some(t) => t.parse().map_err(|e: String| usage("bn-eval", &e))?,
             None => BnEval::default(),
         };
+        let bn_group: BnGroup = match &f.bn_group {
+            Some(t) => t.parse().map_err(|e: String| usage("bn-group", &e))?,
+            None => BnGroup::default(),
+        };
         if f.eval_every_iterations == Some(0) {
             return Err(CliError::usage(format!("{} must be at least 1, got 0", o.name("eval-every-iterations"))));
         }
@@ -774,6 +785,7 @@ impl TrainConfig {
             central_momentum,
             sma_form: f.sma_form,
             bn_eval,
+            bn_group,
             sync_options,
             eval_every,
             eval_every_iterations: f.eval_every_iterations,

@@ -173,7 +173,7 @@ struct Variant {
 }
 
 /// SMA's own settings: with one learner SMA is momentum SGD whatever they are.
-const SMA_KEYS: &[&str] = &["alpha", "central-momentum", "sma-form"];
+const SMA_KEYS: &[&str] = &["alpha", "central-momentum", "sma-form", "bn-group"];
 
 fn parse_variant(s: &str) -> Result<Variant, CliError> {
     let mut parts = s.split('/');

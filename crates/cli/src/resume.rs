@@ -65,6 +65,7 @@ pub fn config_to_file(cfg: &TrainConfig) -> TrainFile {
         central_momentum: Some(cfg.central_momentum),
         sma_form: cfg.sma_form.clone(),
         bn_eval: Some(cfg.bn_eval.to_string()),
+        bn_group: Some(cfg.bn_group.to_string()),
         eval_every: Some(cfg.eval_every),
         eval_every_iterations: cfg.eval_every_iterations,
         eval_batch_size: Some(cfg.eval_batch_size),

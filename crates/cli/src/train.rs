@@ -1136,6 +1136,7 @@ pub(crate) fn start_engine_in<B: Backend>(
     };
     let mut engine = Engine::in_world(graph, ecfg, factory, sync, Box::new(HostAllReduce), layout, world)?;
     engine.set_eval_first_learner_stats(cfg.bn_eval == BnEval::FirstLearner);
+    engine.set_bn_group(cfg.bn_group);
     Ok(engine)
 }
 
@@ -1167,7 +1168,7 @@ fn announce<B: Backend>(
         LearnersPerDevice::Fixed(m) => format!("{m} ({} learners in all)", engine.world_learners()),
     };
     reporter.say(&format!(
-        "devices {} x learners {learners}, batch {} per learner, sync {sync_line}, lr {} {}, momentum {}, weight decay {}, batch-norm evaluation {}",
+        "devices {} x learners {learners}, batch {} per learner, sync {sync_line}, lr {} {}, momentum {}, weight decay {}, batch-norm evaluation {}{}",
         dev_names.join(","),
         cfg.batch_size,
         cfg.lr,
@@ -1175,6 +1176,7 @@ fn announce<B: Backend>(
         cfg.momentum,
         cfg.weight_decay,
         cfg.bn_eval,
+        if cfg.bn_group == crossbow_replica::engine::BnGroup::Device { ", batch norm over each device's learners" } else { "" },
     ));
     let world = engine.world();
     if world.size() > 1 {

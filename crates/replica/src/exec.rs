@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use crossbow_kernels::batch_norm::BatchNormGeom;
 use crossbow_kernels::dropout::DropoutConfig;
 use crossbow_kernels::{Backend, View, ViewMut};
 
@@ -20,6 +21,10 @@ pub struct Executor<B: Backend> {
     labels: B::Buffer,
     stats: B::Buffer,
     saved: B::Buffer,
+    /// Grouped batch norm's scratch: one activation (allocated on first use).
+    scratch: Option<B::Buffer>,
+    /// Grouped batch norm's per-channel scratch: `[params(2C) | running(2C)]`.
+    scratch_small: Option<B::Buffer>,
 }
 
 /// Sizes of what an executor allocates, in `f32` elements.
@@ -53,6 +58,8 @@ impl<B: Backend> Executor<B> {
             labels: be.alloc(program.batch)?,
             stats: be.alloc(2)?,
             saved: be.alloc(graph.stats_len.max(1))?,
+            scratch: None,
+            scratch_small: None,
             slots,
             program,
             plan,
@@ -145,6 +152,44 @@ impl<B: Backend> Executor<B> {
         }
         for ins in &program.instrs {
             self.exec(be, ins, params, grads.as_deref_mut(), state, seed)?;
+        }
+        Ok(())
+    }
+
+    /// Runs the training program from instruction `from` up to the first batch-norm
+    /// instruction of training (`BnTrain` or `BnBwd`), which it leaves for
+    /// [`group_batch_norm`]; returns that instruction's index, or the program's length when it
+    /// ran to the end. Learners that normalise together run their programs this way, in
+    /// lockstep from one batch-norm layer to the next.
+    pub fn run_until_batch_norm(
+        &mut self,
+        be: &B,
+        params: &B::Buffer,
+        mut grads: Option<&mut B::Buffer>,
+        state: &mut B::Buffer,
+        seed: u64,
+        from: usize,
+    ) -> Result<usize> {
+        let program = Arc::clone(&self.program);
+        if program.mode != Mode::Train || grads.is_none() {
+            return Err(ReplicaError::Config("grouped batch norm runs training programs only".into()));
+        }
+        for (i, ins) in program.instrs.iter().enumerate().skip(from) {
+            if matches!(ins, Instr::BnTrain { .. } | Instr::BnBwd { .. }) {
+                return Ok(i);
+            }
+            self.exec(be, ins, params, grads.as_deref_mut(), state, seed)?;
+        }
+        Ok(program.instrs.len())
+    }
+
+    /// Grows grouped batch norm's scratch buffers to `big` and `small` elements.
+    fn scratch_buffers(&mut self, be: &B, big: usize, small: usize) -> Result<()> {
+        if big > 0 && self.scratch.as_ref().is_none_or(|b| B::buffer_len(b) < big) {
+            self.scratch = Some(be.alloc(big)?);
+        }
+        if self.scratch_small.as_ref().is_none_or(|b| B::buffer_len(b) < small) {
+            self.scratch_small = Some(be.alloc(small.max(1))?);
         }
         Ok(())
     }
@@ -317,6 +362,238 @@ impl<'a, B: Backend> SlotSplit<'a, B> {
 fn grad_view<B: Backend>(g: Option<&mut B::Buffer>, r: std::ops::Range<usize>) -> Result<ViewMut<'_, B>> {
     let g = g.ok_or_else(|| ReplicaError::Config("gradient buffer missing".into()))?;
     Ok(ViewMut::new(g, r)?)
+}
+
+/// One learner's part in [`group_batch_norm`]: its backend, executor (paused at the same
+/// batch-norm instruction as the others'), parameters, gradients and running statistics.
+pub struct GroupMember<'a, B: Backend> {
+    /// The learner's backend.
+    pub be: &'a B,
+    /// Its executor, paused by [`Executor::run_until_batch_norm`].
+    pub exec: &'a mut Executor<B>,
+    /// Its parameters.
+    pub params: &'a B::Buffer,
+    /// Its gradients.
+    pub grads: &'a mut B::Buffer,
+    /// Its batch-norm running statistics.
+    pub state: &'a mut B::Buffer,
+}
+
+/// Runs batch-norm instruction `at` of every member's training program with statistics over
+/// all their batches together (the learners of a device normalising as one batch of `k·b`,
+/// like synchronised batch norm; each keeps its own `γ`, `β` and running statistics):
+///
+/// * forward: every member's channel mean and variance (its own batch), combined in f64
+///   into the group's (Chan et al.'s parallel formula); each member normalises with the
+///   group's, saves them for the backward pass, and moves its running statistics towards
+///   them (unbiased variance over the group, PyTorch's convention);
+/// * backward: the exact gradient of the sum of the members' losses through the shared
+///   statistics: `dx = γ·inv·(dy − ΣΣdy/N − x̂·ΣΣdy·x̂/N)` with the sums over the whole group,
+///   and each member's `dγ = Σ dy·x̂`, `dβ = Σ dy` over its own samples.
+///
+/// Built from the backends' batch-norm kernels and per-channel host arithmetic (the
+/// statistics travel through the host: a few hundred floats per layer), so it runs on every
+/// backend. One member is plain batch norm: the caller then runs the program as usual.
+pub fn group_batch_norm<B: Backend>(members: &mut [GroupMember<'_, B>], at: usize) -> Result<()> {
+    let Some(first) = members.first() else { return Ok(()) };
+    let ins = first
+        .exec
+        .program
+        .instrs
+        .get(at)
+        .cloned()
+        .ok_or_else(|| ReplicaError::Config(format!("grouped batch norm: no instruction {at}")))?;
+    for m in members.iter() {
+        if !Arc::ptr_eq(&m.exec.program, &first.exec.program)
+            && m.exec.program.instrs.len() != first.exec.program.instrs.len()
+        {
+            return Err(ReplicaError::Config("grouped batch norm: the learners run different programs".into()));
+        }
+    }
+    match ins {
+        Instr::BnTrain { g, x, y, p, stats } => group_forward(members, &g, x, y, &p, stats),
+        Instr::BnBwd { g, x, dy, dx, p, stats } => group_backward(members, &g, x, dy, dx, &p, stats),
+        other => Err(ReplicaError::Config(format!("grouped batch norm: instruction {at} is {other:?}"))),
+    }
+}
+
+fn group_forward<B: Backend>(
+    members: &mut [GroupMember<'_, B>],
+    g: &BatchNormGeom,
+    x: TensorId,
+    y: TensorId,
+    p: &std::ops::Range<usize>,
+    stats: usize,
+) -> Result<()> {
+    let c = g.channels;
+    let region = stats..stats + g.stats_len();
+    // Each member's own batch statistics: a training-mode pass with momentum 1 into a scratch
+    // "running" buffer gives [mean(C), unbiased var(C)] (its output is overwritten below).
+    let own = BatchNormGeom { momentum: 1.0, ..*g };
+    let n_own = g.count() as f64;
+    let mut parts: Vec<(Vec<f64>, Vec<f64>)> = Vec::with_capacity(members.len());
+    for m in members.iter_mut() {
+        let mut host = vec![0.0f32; 2 * c];
+        {
+            let ex = &mut *m.exec;
+            let (sy, sx) = (ex.plan.slot_of[y], ex.plan.slot_of[x]);
+            let (ylen, xlen) = (ex.program.tensors[y].len, ex.program.tensors[x].len);
+            ex.scratch_buffers(m.be, 0, 4 * c)?;
+            let scratch = ex.scratch_small.as_mut().ok_or_else(|| ReplicaError::Config("scratch".into()))?;
+            let [bx, by] = ex
+                .slots
+                .get_disjoint_mut([sx, sy])
+                .map_err(|_| ReplicaError::Model("grouped batch norm: input and output share a slot".into()))?;
+            m.be.batch_norm_forward_train(
+                &own,
+                View::new(&*bx, 0..xlen)?,
+                View::new(m.params, p.clone())?,
+                ViewMut::new(by, 0..ylen)?,
+                ViewMut::new(&mut ex.saved, region.clone())?,
+                ViewMut::new(scratch, 0..2 * c)?,
+            )?;
+            m.be.download(View::new(&*scratch, 0..2 * c)?, &mut host)?;
+        }
+        let mean: Vec<f64> = host[..c].iter().map(|&v| v as f64).collect();
+        // Back from the unbiased variance to the sum of squared deviations.
+        let m2: Vec<f64> = host[c..].iter().map(|&v| v as f64 * (n_own - 1.0).max(0.0)).collect();
+        parts.push((mean, m2));
+    }
+    // Combine (Chan et al.): N = k·n, mean = Σ n·mean_j / N, M2 = Σ M2_j + Σ n (mean_j − mean)².
+    let n_all = n_own * parts.len() as f64;
+    let mut mean = vec![0.0f64; c];
+    for (mj, _) in &parts {
+        for (a, &v) in mean.iter_mut().zip(mj) {
+            *a += v * n_own / n_all;
+        }
+    }
+    let mut m2 = vec![0.0f64; c];
+    for (mj, m2j) in &parts {
+        for ch in 0..c {
+            m2[ch] += m2j[ch] + n_own * (mj[ch] - mean[ch]).powi(2);
+        }
+    }
+    let var: Vec<f64> = m2.iter().map(|v| v / n_all).collect();
+    let unbias = if n_all > 1.0 { n_all / (n_all - 1.0) } else { 1.0 };
+    let group_running: Vec<f32> = mean.iter().chain(var.iter()).map(|&v| v as f32).collect();
+    let saved: Vec<f32> =
+        mean.iter().map(|&v| v as f32).chain(var.iter().map(|&v| (1.0 / (v + g.eps as f64).sqrt()) as f32)).collect();
+    let mom = g.momentum as f64;
+    for m in members.iter_mut() {
+        let ex = &mut *m.exec;
+        let (sy, sx) = (ex.plan.slot_of[y], ex.plan.slot_of[x]);
+        let (ylen, xlen) = (ex.program.tensors[y].len, ex.program.tensors[x].len);
+        let scratch = ex.scratch_small.as_mut().ok_or_else(|| ReplicaError::Config("scratch".into()))?;
+        m.be.upload(&group_running, ViewMut::new(scratch, 0..2 * c)?)?;
+        let [bx, by] = ex
+            .slots
+            .get_disjoint_mut([sx, sy])
+            .map_err(|_| ReplicaError::Model("grouped batch norm: input and output share a slot".into()))?;
+        // y = γ (x − mean) / sqrt(var + eps) + β with the group's statistics.
+        m.be.batch_norm_forward_infer(
+            g,
+            View::new(&*bx, 0..xlen)?,
+            View::new(m.params, p.clone())?,
+            View::new(&*scratch, 0..2 * c)?,
+            ViewMut::new(by, 0..ylen)?,
+        )?;
+        m.be.upload(&saved, ViewMut::new(&mut ex.saved, region.clone())?)?;
+        let mut running = vec![0.0f32; 2 * c];
+        m.be.download(View::new(&*m.state, region.clone())?, &mut running)?;
+        for ch in 0..c {
+            running[ch] = ((1.0 - mom) * running[ch] as f64 + mom * mean[ch]) as f32;
+            running[c + ch] = ((1.0 - mom) * running[c + ch] as f64 + mom * var[ch] * unbias) as f32;
+        }
+        m.be.upload(&running, ViewMut::new(m.state, region.clone())?)?;
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn group_backward<B: Backend>(
+    members: &mut [GroupMember<'_, B>],
+    g: &BatchNormGeom,
+    x: TensorId,
+    dy: TensorId,
+    dx: TensorId,
+    p: &std::ops::Range<usize>,
+    stats: usize,
+) -> Result<()> {
+    let c = g.channels;
+    let region = stats..stats + g.stats_len();
+    // Each member's backward with the group's saved statistics: its dγ = Σ dy·x̂ and
+    // dβ = Σ dy over its own samples are right as they are; its dx is corrected below.
+    let mut sums: Vec<Vec<f32>> = Vec::with_capacity(members.len());
+    for m in members.iter_mut() {
+        let ex = &mut *m.exec;
+        let (sx, sdy, sdx) = (ex.plan.slot_of[x], ex.plan.slot_of[dy], ex.plan.slot_of[dx]);
+        let (xlen, dylen, dxlen) = (ex.program.tensors[x].len, ex.program.tensors[dy].len, ex.program.tensors[dx].len);
+        let [bx, bdy, bdx] = ex
+            .slots
+            .get_disjoint_mut([sx, sdy, sdx])
+            .map_err(|_| ReplicaError::Model("grouped batch norm: backward tensors share a slot".into()))?;
+        m.be.batch_norm_backward(
+            g,
+            View::new(&*bx, 0..xlen)?,
+            View::new(&*bdy, 0..dylen)?,
+            View::new(m.params, p.clone())?,
+            View::new(&ex.saved, region.clone())?,
+            ViewMut::new(bdx, 0..dxlen)?,
+            ViewMut::new(m.grads, p.clone())?,
+        )?;
+        let mut d = vec![0.0f32; 2 * c];
+        m.be.download(View::new(&*m.grads, p.clone())?, &mut d)?;
+        sums.push(d);
+    }
+    let k = members.len() as f64;
+    let n = g.count() as f64;
+    let mut total = vec![0.0f64; 2 * c];
+    for d in &sums {
+        for (t, &v) in total.iter_mut().zip(d) {
+            *t += v as f64;
+        }
+    }
+    // dx_group − dx_own = γ·inv·[(Σdy_own/n − ΣΣdy/(k n)) + x̂ (Σdyx̂_own/n − ΣΣdyx̂/(k n))]
+    //                   = B·x + A per channel, x̂ = (x − mean)·inv.
+    // dparams holds [dγ(C), dβ(C)] = [Σ dy·x̂, Σ dy].
+    let mut saved = vec![0.0f32; 2 * c];
+    members[0].be.download(View::new(&members[0].exec.saved, region.clone())?, &mut saved)?;
+    for (m, d) in members.iter_mut().zip(&sums) {
+        let mut gamma = vec![0.0f32; c];
+        m.be.download(View::new(m.params, p.start..p.start + c)?, &mut gamma)?;
+        // An affine map per channel, t = B·x + A, through the inference kernel: with running
+        // mean 0 and variance 1 it computes x·γ'·r + β' with r = 1/sqrt(1 + eps).
+        let r = 1.0 / (1.0 + g.eps as f64).sqrt();
+        let mut aff = vec![0.0f32; 2 * c];
+        for ch in 0..c {
+            let (mean, inv, gm) = (saved[ch] as f64, saved[c + ch] as f64, gamma[ch] as f64);
+            let ddy = d[c + ch] as f64 / n - total[c + ch] / (k * n);
+            let ddyx = d[ch] as f64 / n - total[ch] / (k * n);
+            let b = gm * inv * inv * ddyx;
+            let a = gm * inv * ddy - b * mean;
+            aff[ch] = (b / r) as f32;
+            aff[c + ch] = a as f32;
+        }
+        let ex = &mut *m.exec;
+        let (xlen, dxlen) = (ex.program.tensors[x].len, ex.program.tensors[dx].len);
+        let (sx, sdx) = (ex.plan.slot_of[x], ex.plan.slot_of[dx]);
+        let unit: Vec<f32> = std::iter::repeat_n(0.0f32, c).chain(std::iter::repeat_n(1.0f32, c)).collect();
+        ex.scratch_buffers(m.be, xlen, 4 * c)?;
+        let (Some(t), Some(small)) = (ex.scratch.as_mut(), ex.scratch_small.as_mut()) else {
+            return Err(ReplicaError::Config("grouped batch norm: scratch buffers".into()));
+        };
+        m.be.upload(&aff, ViewMut::new(small, 0..2 * c)?)?;
+        m.be.upload(&unit, ViewMut::new(small, 2 * c..4 * c)?)?;
+        m.be.batch_norm_forward_infer(
+            g,
+            View::new(&ex.slots[sx], 0..xlen)?,
+            View::new(&*small, 0..2 * c)?,
+            View::new(&*small, 2 * c..4 * c)?,
+            ViewMut::new(t, 0..xlen)?,
+        )?;
+        m.be.axpy(1.0, View::new(&*t, 0..xlen)?, ViewMut::new(&mut ex.slots[sdx], 0..dxlen)?)?;
+    }
+    Ok(())
 }
 
 /// Mixes two words into a seed (SplitMix64 finaliser).

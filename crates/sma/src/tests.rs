@@ -728,3 +728,59 @@ fn tuner_adds_and_removes_learners<B: crossbow_kernels::testing::TestBackend>(be
     }
     assert_eq!(e.learners(), 1);
 }
+
+/// Learners that normalise together (`BnGroup::Device`): with S-SGD (every replica is `z`
+/// after each step), k learners of batch b are one learner of batch k·b on the same samples,
+/// batch norm included — the group's statistics are those of the joined batch, and the
+/// gradient of the summed losses through them is the large batch's. Bound 1e-4 rel + 1e-6
+/// abs after 4 steps (sums in another order). With one learner per device the grouping
+/// changes nothing, bit for bit. A negative control: per-learner statistics differ.
+#[test]
+fn learners_normalising_together_are_one_large_batch() {
+    use crossbow_replica::engine::BnGroup;
+    let g = small_resnet();
+    assert!(g.stats_len > 0);
+    let (k, b) = (3, 4);
+    let run_pair = |group: BnGroup, seed: u64| {
+        let mut many = engine(&g, b, &[k], Box::new(SSgd::default()), sgd(), Schedule::Constant);
+        many.set_bn_group(group);
+        let mut one = engine(&g, k * b, &[1], Box::new(Independent::default()), sgd(), Schedule::Constant);
+        for t in 0..4 {
+            let parts: Vec<Batch> = (0..k).map(|j| batch(&g, b, seed, t, j)).collect();
+            let joined = Batch {
+                x: parts.iter().flat_map(|p| p.x.clone()).collect(),
+                y: parts.iter().flat_map(|p| p.y.clone()).collect(),
+            };
+            many.step(parts, EPOCH).unwrap();
+            one.step(vec![joined], EPOCH).unwrap();
+        }
+        (many, one)
+    };
+    for seed in [1u64, 2, 3] {
+        let (many, one) = run_pair(BnGroup::Device, seed);
+        assert_close_f32(
+            &many.central_to_host(0).unwrap(),
+            &one.central_to_host(0).unwrap(),
+            Tolerance::new(1e-4, 1e-6),
+            "grouped S-SGD vs one large batch",
+        );
+        // Running statistics: every learner's equal the large-batch learner's.
+        let want = &one.learner(0, 0).unwrap().replica().state;
+        for j in 0..k {
+            let got = &many.learner(0, j).unwrap().replica().state;
+            assert_close_f32(got, want, Tolerance::new(1e-4, 1e-6), &format!("running statistics of learner {j}"));
+        }
+    }
+    // Negative control: each learner's own statistics are not the large batch's.
+    let (many, one) = run_pair(BnGroup::Learner, 1);
+    let (a, b2) = (many.central_to_host(0).unwrap(), one.central_to_host(0).unwrap());
+    let worst = a.iter().zip(&b2).map(|(x, y)| (x - y).abs() / (1e-6 + y.abs())).fold(0.0f32, f32::max);
+    assert!(worst > 1e-3, "per-learner batch norm should differ from the joined batch ({worst})");
+    // One learner per device: grouping is plain batch norm, bit for bit.
+    let mut plain = engine(&g, b, &[1, 1], Box::new(Sma::new(None, 0.9)), sgd(), Schedule::Constant);
+    let mut grouped = engine(&g, b, &[1, 1], Box::new(Sma::new(None, 0.9)), sgd(), Schedule::Constant);
+    grouped.set_bn_group(BnGroup::Device);
+    run(&mut plain, &g, b, 7, 3);
+    run(&mut grouped, &g, b, 7, 3);
+    assert_same(&plain.central_to_host(0).unwrap(), &grouped.central_to_host(0).unwrap(), "k = 1 per device");
+}

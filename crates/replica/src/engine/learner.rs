@@ -85,6 +85,19 @@ impl<B: Backend> Learner<B> {
             &mut self.replica.state,
             mix(seed, self.id as u64),
         )?;
+        self.finish_step(sync, info, z, z_ready, len)
+    }
+
+    /// The end of the learner's part of an iteration, after its forward and backward: wait
+    /// for `z`, then the synchroniser's learner step. Returns an event that marks its end.
+    pub(super) fn finish_step(
+        &mut self,
+        sync: &dyn Synchroniser<B>,
+        info: &StepInfo,
+        z: &B::Buffer,
+        z_ready: &B::Event,
+        len: usize,
+    ) -> Result<B::Event> {
         self.backend.wait(z_ready)?;
         let (be, lb) = self.sync_view();
         sync.learner_step(be, info, lb, z, len)?;

@@ -118,6 +118,42 @@ pub struct Engine<B: Backend> {
     /// Evaluate with the first learner's batch-norm statistics (see
     /// [`Engine::set_eval_first_learner_stats`]).
     eval_first_learner: bool,
+    /// Whose batch statistics batch norm uses in training ([`Engine::set_bn_group`]).
+    bn_group: BnGroup,
+}
+
+/// Whose batch statistics a learner's batch-norm layers normalise with in training.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BnGroup {
+    /// Its own batch's (`b` images): every learner is an ordinary batch-normalised model.
+    #[default]
+    Learner,
+    /// The batches of all the learners of its device together (`k·b` images), as
+    /// synchronised batch norm does across GPUs; each learner keeps its own `γ`, `β` and
+    /// running statistics. With one learner on a device this is plain batch norm, bit for
+    /// bit. The statistics travel through the host (a few hundred floats per layer).
+    Device,
+}
+
+impl std::str::FromStr for BnGroup {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "learner" => Ok(BnGroup::Learner),
+            "device" => Ok(BnGroup::Device),
+            _ => Err(format!("must be 'learner' or 'device', got '{s}'")),
+        }
+    }
+}
+
+impl std::fmt::Display for BnGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            BnGroup::Learner => "learner",
+            BnGroup::Device => "device",
+        })
+    }
 }
 
 impl<B: Backend> Engine<B> {
@@ -195,6 +231,7 @@ impl<B: Backend> Engine<B> {
             stage: 0,
             evaluator: None,
             eval_first_learner: false,
+            bn_group: BnGroup::Learner,
         };
         for (d, dev) in devices.into_iter().enumerate() {
             let backend = engine.factory.device_backend(d)?;
@@ -237,6 +274,17 @@ impl<B: Backend> Engine<B> {
         engine.choose_all_reduce()?;
         engine.learners_changed()?;
         Ok(engine)
+    }
+
+    /// Whose batch statistics batch norm uses in training from the next iteration on (see
+    /// [`BnGroup`]).
+    pub fn set_bn_group(&mut self, group: BnGroup) {
+        self.bn_group = group;
+    }
+
+    /// The batch-norm grouping in use.
+    pub fn bn_group(&self) -> BnGroup {
+        self.bn_group
     }
 
     /// The processes this engine is one of.

@@ -8,9 +8,9 @@ use crossbow_kernels::{Backend, View, ViewMut};
 use rayon::prelude::*;
 use serde::Serialize;
 
-use super::{DeviceState, Engine, Learner, TrainBatch};
+use super::{BnGroup, DeviceState, Engine, Learner, TrainBatch};
 use crate::error::{ReplicaError, Result};
-use crate::exec::mix;
+use crate::exec::{GroupMember, group_batch_norm, mix};
 use crate::sync::{LearnerRef, StepInfo, Synchroniser};
 
 /// What one iteration did.
@@ -76,10 +76,11 @@ impl<B: Backend> Engine<B> {
 
         // Phase A: every learner computes and steps; every device reduces.
         let sync = &*self.sync;
+        let group_bn = self.bn_group == BnGroup::Device && self.graph.stats_len > 0;
         let results: Vec<Result<f64>> = if self.devices.len() == 1 {
             // One device: run it on this thread.
             let bs = per_device.pop().unwrap_or_default();
-            vec![self.devices[0].run_learners(sync, &info, bs, seed, len)]
+            vec![self.devices[0].run_learners(sync, &info, bs, seed, len, group_bn)]
         } else {
             std::thread::scope(|s| {
                 let handles: Vec<_> = self
@@ -90,7 +91,7 @@ impl<B: Backend> Engine<B> {
                         let name = format!("crossbow-{}", dev.device);
                         std::thread::Builder::new()
                             .name(name)
-                            .spawn_scoped(s, move || dev.run_learners(sync, &info, bs, seed, len))
+                            .spawn_scoped(s, move || dev.run_learners(sync, &info, bs, seed, len, group_bn))
                     })
                     .collect();
                 // A thread that could not be started is an error, not a panic; the threads that
@@ -207,6 +208,7 @@ impl<B: Backend> Engine<B> {
 impl<B: Backend> DeviceState<B> {
     /// The device's part of an iteration: every learner's forward, backward and local step
     /// (concurrently), then the device reduction. Returns its host time.
+    #[allow(clippy::too_many_arguments)]
     fn run_learners<T: TrainBatch>(
         &mut self,
         sync: &dyn Synchroniser<B>,
@@ -214,6 +216,7 @@ impl<B: Backend> DeviceState<B> {
         batches: Vec<T>,
         seed: u64,
         len: usize,
+        group_bn: bool,
     ) -> Result<f64> {
         let start = Instant::now();
         let z = &self.central.z;
@@ -223,13 +226,19 @@ impl<B: Backend> DeviceState<B> {
         // reads what the learner steps wrote. Events order exactly that.
         let z_ready = self.backend.record()?;
         let reduced = self.reduced.take();
-        let work = |(l, b): (&mut Learner<B>, T)| -> Result<B::Event> {
-            l.train_step(sync, info, &b, z, &z_ready, reduced.as_ref(), seed, len)
-        };
-        let items: Vec<(&mut Learner<B>, T)> = self.learners.iter_mut().zip(batches).collect();
-        let done = match &self.pool {
-            Some(p) if items.len() > 1 => p.install(|| items.into_par_iter().map(work).collect::<Result<Vec<_>>>())?,
-            _ => items.into_iter().map(work).collect::<Result<Vec<_>>>()?,
+        let done = if group_bn && self.learners.len() > 1 {
+            self.run_grouped(sync, info, batches, seed, len, &z_ready, reduced.as_ref())?
+        } else {
+            let work = |(l, b): (&mut Learner<B>, T)| -> Result<B::Event> {
+                l.train_step(sync, info, &b, z, &z_ready, reduced.as_ref(), seed, len)
+            };
+            let items: Vec<(&mut Learner<B>, T)> = self.learners.iter_mut().zip(batches).collect();
+            match &self.pool {
+                Some(p) if items.len() > 1 => {
+                    p.install(|| items.into_par_iter().map(work).collect::<Result<Vec<_>>>())?
+                }
+                _ => items.into_iter().map(work).collect::<Result<Vec<_>>>()?,
+            }
         };
         for e in &done {
             self.backend.wait(e)?;
@@ -247,5 +256,69 @@ impl<B: Backend> DeviceState<B> {
         sync.reduce_device(&self.backend, info, &refs, &self.central, &mut self.contribution, len)?;
         self.reduced = Some(self.backend.record()?);
         Ok(start.elapsed().as_secs_f64())
+    }
+
+    /// The learners' forward and backward passes when they normalise together
+    /// ([`crate::engine::BnGroup::Device`]): in lockstep from one batch-norm layer to the
+    /// next (each segment concurrently, as usual), each batch-norm layer over all their
+    /// batches at once ([`crate::exec::group_batch_norm`]); then each learner's step.
+    #[allow(clippy::too_many_arguments)]
+    fn run_grouped<T: TrainBatch>(
+        &mut self,
+        sync: &dyn Synchroniser<B>,
+        info: &StepInfo,
+        batches: Vec<T>,
+        seed: u64,
+        len: usize,
+        z_ready: &B::Event,
+        reduced: Option<&B::Event>,
+    ) -> Result<Vec<B::Event>> {
+        for (l, b) in self.learners.iter_mut().zip(&batches) {
+            if let Some(r) = reduced {
+                l.backend.wait(r)?;
+            }
+            l.exec.upload_batch(&l.backend, b.images(), b.labels())?;
+        }
+        let end = self.learners.first().map_or(0, |l| l.exec.program().instrs.len());
+        let mut at = 0usize;
+        loop {
+            let segment = |l: &mut Learner<B>| -> Result<usize> {
+                let s = mix(seed, l.id as u64);
+                l.exec.run_until_batch_norm(
+                    &l.backend,
+                    &l.replica.params,
+                    Some(&mut l.replica.grads),
+                    &mut l.replica.state,
+                    s,
+                    at,
+                )
+            };
+            let stops: Vec<usize> = match &self.pool {
+                Some(p) => p.install(|| self.learners.par_iter_mut().map(segment).collect::<Result<Vec<_>>>())?,
+                None => self.learners.iter_mut().map(segment).collect::<Result<Vec<_>>>()?,
+            };
+            let stop = stops.first().copied().unwrap_or(end);
+            if stops.iter().any(|&s| s != stop) {
+                return Err(ReplicaError::Config(format!("grouped batch norm: learners stopped at {stops:?}")));
+            }
+            if stop >= end {
+                break;
+            }
+            let mut members: Vec<GroupMember<'_, B>> = self
+                .learners
+                .iter_mut()
+                .map(|l| GroupMember {
+                    be: &l.backend,
+                    exec: &mut l.exec,
+                    params: &l.replica.params,
+                    grads: &mut l.replica.grads,
+                    state: &mut l.replica.state,
+                })
+                .collect();
+            group_batch_norm(&mut members, stop)?;
+            at = stop + 1;
+        }
+        let z = &self.central.z;
+        self.learners.iter_mut().map(|l| l.finish_step(sync, info, z, z_ready, len)).collect()
     }
 }
