@@ -55,178 +55,65 @@ enum ExperimentCmd {
     Tta(experiment::TtaArgs),
 }
 
+/// The flags of `crossbow train` that are not settings of the run; every setting of the
+/// table in [`crate::settings`] is a flag too (added from the table, see [`command`]).
 #[derive(Args, Debug, Default)]
 struct TrainArgs {
     /// A TOML file with any of these settings (keys as the flag names, e.g. `batch-size = 64`);
     /// flags override it.
     #[arg(long)]
     config: Option<PathBuf>,
-    /// lenet5, resnet20/32/44/56/110 (any 6n+2), vgg16, resnet50 [default: lenet5 for 1-channel data, resnet20 otherwise]
-    #[arg(long)]
-    model: Option<String>,
-    /// mnist, cifar10, cifar100, synthetic-digits, synthetic-shapes [default: synthetic-digits]
-    #[arg(long)]
-    dataset: Option<String>,
-    /// Directory of the dataset files (mnist, cifar10, cifar100) [default: data]
-    #[arg(long)]
-    data_dir: Option<PathBuf>,
-    /// Images per learner per iteration [default: 32]
-    #[arg(long)]
-    batch_size: Option<usize>,
-    /// Base learning rate [default: 0.01]
-    #[arg(long)]
-    lr: Option<f64>,
-    /// Momentum of each learner's SGD [default: 0.9]
-    #[arg(long)]
-    momentum: Option<f64>,
-    /// L2 weight decay [default: 5e-4]
-    #[arg(long)]
-    weight_decay: Option<f64>,
-    /// Nesterov momentum
-    #[arg(long)]
-    nesterov: bool,
-    /// constant | multistep:E1,E2[:GAMMA] | warmup:W[:START]:E1,E2[:GAMMA] | cosine[:TOTAL[:MIN]] (epochs) [default: constant]
-    #[arg(long)]
-    schedule: Option<String>,
-    /// Epoch limit (fractions allowed) [default: 4]
-    #[arg(long)]
-    epochs: Option<f64>,
-    /// Stop when the central model's test accuracy reaches this (0.95 or 95)
-    #[arg(long)]
-    target_accuracy: Option<f64>,
-    /// Seed of initialisation, data order, augmentation and dropout [default: 1]
-    #[arg(long)]
-    seed: Option<u64>,
-    /// Threads per CPU device [default: all cores, shared among the CPU devices]
-    #[arg(long)]
-    threads: Option<usize>,
-    /// Write one JSON object per evaluation (and start, tuner decisions, end) to this file
-    #[arg(long)]
-    metrics: Option<PathBuf>,
-    /// auto | cpu | cpu:N | cuda | cuda:0,1 [default: auto = every GPU, else the CPU]
-    #[arg(long)]
-    devices: Option<String>,
-    /// Learners per device: a number, or auto (chosen by the auto-tuner) [default: auto]
-    #[arg(long)]
-    learners_per_device: Option<String>,
-    /// The synchroniser, by name [default: sma] (the list is filled in from the registry)
-    #[arg(long)]
-    sync: Option<String>,
     /// A synchroniser option KEY=VALUE (repeatable), e.g. `--sync-opt period=4`; in a config
     /// file, a `[sync-options]` table. Flags replace the file's value of the same key.
     #[arg(long = "sync-opt", value_name = "KEY=VALUE", value_parser = parse_sync_opt)]
     sync_opt: Vec<(String, String)>,
-    /// SMA/EA-SGD pull towards the central model [default: 1/k for SMA, 0.9/k for EA-SGD]
-    #[arg(long)]
-    alpha: Option<f64>,
-    /// SMA central momentum [default: 0.9]
-    #[arg(long)]
-    central_momentum: Option<f64>,
-    /// SMA learner update: paper (plain SGD steps, momentum only on the central model) or
-    /// local-momentum (learners keep momentum too, as the original code) [default: local-momentum]
-    #[arg(long)]
-    sma_form: Option<String>,
-    /// Batch-norm statistics for evaluating the central model: mean (of the learners' running
-    /// statistics), learner (the first learner's own) or recalibrate[:N] (measured on the
-    /// central model over N training batches before each evaluation, counted as training
-    /// time) [default: recalibrate:20]
-    #[arg(long)]
-    bn_eval: Option<String>,
-    /// Whose batch statistics batch norm uses in training: learner (each learner its own
-    /// batch) or device (the learners of a device together, k·b images, as synchronised
-    /// batch norm) [default: learner]
-    #[arg(long, value_name = "learner|device")]
-    bn_group: Option<String>,
-    /// Evaluate the central model every this many epochs (fractions allowed) [default: 1]
-    #[arg(long)]
-    eval_every: Option<f64>,
-    /// Evaluate every this many iterations instead of by epochs
-    #[arg(long)]
-    eval_every_iterations: Option<u64>,
-    /// Batch size of evaluation [default: 500]
-    #[arg(long)]
-    eval_batch_size: Option<usize>,
-    /// Training images to use (synthetic: generate; files: the first N) [default: synthetic 20000, files all]
-    #[arg(long)]
-    train_size: Option<usize>,
-    /// Test images to use [default: synthetic 4000, files all]
-    #[arg(long)]
-    test_size: Option<usize>,
-    /// Data pipeline worker threads [default: 2]
-    #[arg(long)]
-    workers: Option<usize>,
-    /// Most learners per device the auto-tuner may use [default: 8]
-    #[arg(long)]
-    max_learners: Option<usize>,
-    /// Relative throughput gain the tuner needs to keep an added learner [default: 0.05]
-    #[arg(long)]
-    tuner_threshold: Option<f64>,
+    /// Continue the run saved in this checkpoint file, or in the newest good checkpoint of
+    /// this folder (a folder holding several lines of one run: the line written last);
+    /// checkpoints are then written into the folder resumed from (or --checkpoint-dir).
+    /// Other flags given override the saved ones where that is possible (epochs, target,
+    /// devices, threads, learners, metrics, checkpoints, a lower --lr)
+    #[arg(long, value_name = "DIR|FILE")]
+    resume: Option<PathBuf>,
     /// Print only the final summary
     #[arg(long, short)]
     quiet: bool,
     /// Print the resolved configuration and the model's memory plan, then exit
     #[arg(long)]
     dry_run: bool,
-    /// How GPU contributions are summed: nccl (one NCCL all-reduce over every GPU of every
-    /// rank), host (through host memory, and MPI across ranks), or auto (nccl when every
-    /// device is a GPU, NCCL loads (libnccl.so, see the README) and there are 2+ GPUs)
-    /// [default: auto]
-    #[arg(long, value_name = "auto|host|nccl")]
-    all_reduce: Option<String>,
-    /// Under mpirun/srun: seconds a collective between ranks may take before the job stops,
-    /// naming the ranks that never reached it [default: 60]
-    #[arg(long, value_name = "SECONDS")]
-    mpi_timeout: Option<f64>,
-    #[command(flatten)]
-    checkpoint: CheckpointArgs,
 }
 
-impl TrainArgs {
-    fn to_file(&self) -> TrainFile {
-        TrainFile {
-            model: self.model.clone(),
-            dataset: self.dataset.clone(),
-            data_dir: self.data_dir.clone(),
-            batch_size: self.batch_size,
-            lr: self.lr,
-            momentum: self.momentum,
-            weight_decay: self.weight_decay,
-            nesterov: self.nesterov.then_some(true),
-            schedule: self.schedule.clone(),
-            epochs: self.epochs,
-            target_accuracy: self.target_accuracy,
-            seed: self.seed,
-            threads: self.threads,
-            metrics: self.metrics.clone(),
-            devices: self.devices.clone(),
-            learners_per_device: self.learners_per_device.clone(),
-            sync: self.sync.clone(),
-            alpha: self.alpha,
-            central_momentum: self.central_momentum,
-            sma_form: self.sma_form.clone(),
-            bn_eval: self.bn_eval.clone(),
-            bn_group: self.bn_group.clone(),
-            eval_every: self.eval_every,
-            eval_every_iterations: self.eval_every_iterations,
-            eval_batch_size: self.eval_batch_size,
-            train_size: self.train_size,
-            test_size: self.test_size,
-            workers: self.workers,
-            max_learners: self.max_learners,
-            tuner_threshold: self.tuner_threshold,
-            all_reduce: self.all_reduce.clone(),
-            checkpoint_dir: self.checkpoint.checkpoint_dir.clone(),
-            checkpoint_every: self.checkpoint.checkpoint_every.clone(),
-            keep_checkpoints: self.checkpoint.keep_checkpoints,
-            checkpoint_errors: self.checkpoint.checkpoint_errors.clone(),
-            on_divergence: self.checkpoint.on_divergence.clone(),
-            max_rollbacks: self.checkpoint.max_rollbacks,
-            share_checkpoint_dir: self.checkpoint.share_checkpoint_dir.then_some(true),
-            mpi_timeout: self.mpi_timeout,
-            sync_options: (!self.sync_opt.is_empty())
-                .then(|| self.sync_opt.iter().map(|(k, v)| (k.clone(), toml::Value::String(v.clone()))).collect()),
+/// The settings given as flags of `crossbow train` (those of [`crate::settings::SETTINGS`]
+/// present in `m`), with the `--sync-opt` options.
+fn settings_from_flags(m: &clap::ArgMatches, sync_opt: &[(String, String)]) -> Result<TrainFile, CliError> {
+    let mut f = TrainFile::default();
+    for s in crate::settings::SETTINGS {
+        if s.switch {
+            if m.get_flag(s.key) {
+                f.set_flag(s.key, "true").map_err(|e| CliError::usage(format!("--{}: {e}", s.key)))?;
+            }
+        } else if let Some(v) = m.get_one::<String>(s.key) {
+            f.set_flag(s.key, v).map_err(|e| CliError::usage(format!("--{} {e}", s.key)))?;
         }
     }
+    f.sync_options = (!sync_opt.is_empty())
+        .then(|| sync_opt.iter().map(|(k, v)| (k.clone(), toml::Value::String(v.clone()))).collect());
+    Ok(f)
+}
+
+/// The flags of every setting of the table, for `crossbow train`.
+fn setting_args(c: clap::Command) -> clap::Command {
+    crate::settings::SETTINGS.iter().fold(c, |c, s| {
+        let help = s.help.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ");
+        let arg = clap::Arg::new(s.key).long(s.key).help(help);
+        let arg = if s.switch {
+            arg.action(clap::ArgAction::SetTrue)
+        } else {
+            // The command line is built once per process: its value names may live as long.
+            let name: &'static str = Box::leak(s.key.to_ascii_uppercase().replace('-', "_").into_boxed_str());
+            arg.value_name(name).action(clap::ArgAction::Set)
+        };
+        c.arg(arg)
+    })
 }
 
 #[derive(Args)]
@@ -291,7 +178,7 @@ mod bench_cli {
     }
 }
 
-fn run(cli: Cli, registry: &SyncRegistry) -> Result<(), CliError> {
+fn run(cli: Cli, matches: &clap::ArgMatches, registry: &SyncRegistry) -> Result<(), CliError> {
     match cli.command {
         Command::Train(a) => {
             let file = match &a.config {
@@ -301,23 +188,21 @@ fn run(cli: Cli, registry: &SyncRegistry) -> Result<(), CliError> {
             // Signals are honoured from the start: a Ctrl-C while data load or the engine
             // starts stops the run before its first iteration (nothing to save yet).
             let interrupt = Interrupt::install()?;
-            let flags = a.to_file();
+            let flags = settings_from_flags(
+                matches.subcommand_matches("train").ok_or_else(|| CliError::run("internal: train's flags"))?,
+                &a.sync_opt,
+            )?;
             let metrics_given = flags.metrics.is_some() || file.as_ref().is_some_and(|(_, f)| f.metrics.is_some());
-            // The checkpoint settings and the MPI deadline may come from the file too (flags win).
+            // The MPI deadline may come from the file too (flags win).
             let given = file.as_ref().map(|(_, f)| f.clone()).unwrap_or_default().overridden_by(flags.clone());
-            let ckpt_args = CheckpointArgs {
-                checkpoint_dir: given.checkpoint_dir.clone(),
-                checkpoint_every: given.checkpoint_every.clone(),
-                keep_checkpoints: given.keep_checkpoints,
-                checkpoint_errors: given.checkpoint_errors.clone(),
-                on_divergence: given.on_divergence.clone(),
-                max_rollbacks: given.max_rollbacks,
-                share_checkpoint_dir: given.share_checkpoint_dir.unwrap_or(false),
-                resume: a.checkpoint.resume.clone(),
-            };
+            if let Some(t) = given.mpi_timeout
+                && !(t.is_finite() && t > 0.0)
+            {
+                return Err(CliError::usage(format!("--mpi-timeout must be a positive number, got {t}")));
+            }
             // With several ranks, rank 0 reads the checkpoint and broadcasts it.
             let world = crate::processes::World::start(given.mpi_timeout)?;
-            let resume = match &ckpt_args.resume {
+            let resume = match &a.resume {
                 Some(p) => Some(checkpoint::load_in_world(p, &*world.group, &mut |w| eprintln!("warning: {w}"))?),
                 None => None,
             };
@@ -353,7 +238,7 @@ fn run(cli: Cli, registry: &SyncRegistry) -> Result<(), CliError> {
                     cfg
                 }
             };
-            let (policy, divergence) = ckpt_args
+            let (policy, divergence) = CheckpointArgs::of(&cfg)
                 .resolve(saved_policies.as_ref().map(|(c, d)| (c, d)), resume.as_ref().map(|(p, _)| p.as_path()))?;
             if a.dry_run {
                 println!("{}", serde_json::to_string_pretty(&cfg).map_err(CliError::run)?);
@@ -483,7 +368,7 @@ fn command(registry: &SyncRegistry) -> clap::Command {
         move |a: clap::Arg| a.help(format!("Synchronisers to compare, comma-separated: {names}"))
     };
     Cli::command()
-        .mut_subcommand("train", |c| c.mut_arg("sync", one(" [default: sma]")))
+        .mut_subcommand("train", |c| setting_args(c).mut_arg("sync", one(" [default: sma]")))
         .mut_subcommand("bench", |c| c.mut_arg("sync", one("")))
         .mut_subcommand("experiment", |c| c.mut_subcommand("tta", |t| t.mut_arg("sync", many)))
 }
@@ -531,7 +416,7 @@ pub fn main_with(registry: SyncRegistry) -> ExitCode {
         use std::io::Write;
         let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
     };
-    match run(cli, &registry) {
+    match run(cli, &matches, &registry) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e @ CliError::Interrupted { .. }) => {
             say(format!("{who}: {e}"));

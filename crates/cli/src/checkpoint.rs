@@ -13,7 +13,6 @@ use std::str::FromStr;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use clap::Args;
 use crossbeam_channel::{Receiver, Sender};
 use crossbow_replica::ProcessGroup;
 use crossbow_replica::checkpoint::{CheckpointError, CheckpointFile, write_atomic};
@@ -21,43 +20,40 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::CliError;
 
-/// The checkpoint, resume and divergence flags of `crossbow train`.
-#[derive(Args, Clone, Debug, Default)]
+/// The checkpoint and divergence settings of a run, as given (flags or config-file keys, see
+/// [`crate::settings`]); [`CheckpointArgs::resolve`] turns them, with a resumed run's saved
+/// policies, into the policies the run uses.
+#[derive(Clone, Debug, Default)]
 pub struct CheckpointArgs {
-    /// Write checkpoints into this folder (created if missing) [default: none; with --resume,
-    /// the folder of the checkpoint resumed]
-    #[arg(long, value_name = "DIR")]
+    /// `--checkpoint-dir`.
     pub checkpoint_dir: Option<PathBuf>,
-    /// How often: every N iterations (`500`) or every N minutes (`10m`); always at the end
-    /// [default: 10m]
-    #[arg(long, value_name = "N|Nm")]
-    pub checkpoint_every: Option<String>,
-    /// How many checkpoints to keep (the oldest are deleted once a newer one is safely
-    /// written) [default: 3]
-    #[arg(long, value_name = "N")]
+    /// `--checkpoint-every`.
+    pub checkpoint_every: Option<Every>,
+    /// `--keep-checkpoints`.
     pub keep_checkpoints: Option<usize>,
-    /// What a failed checkpoint write (disk full, permissions) does: `warn` (report it and
-    /// train on) or `fatal` (stop) [default: warn]
-    #[arg(long, value_name = "warn|fatal")]
-    pub checkpoint_errors: Option<String>,
-    /// What a diverged run does (a NaN or infinite loss or weight, or a loss that exploded):
-    /// `stop`, or `rollback` to the last checkpoint with the learning rate halved [default: stop]
-    #[arg(long, value_name = "stop|rollback")]
-    pub on_divergence: Option<String>,
-    /// Most rollbacks before giving up [default: 3]
-    #[arg(long, value_name = "N")]
+    /// `--checkpoint-errors`.
+    pub checkpoint_errors: Option<OnWriteError>,
+    /// `--on-divergence`.
+    pub on_divergence: Option<OnDivergence>,
+    /// `--max-rollbacks`.
     pub max_rollbacks: Option<u32>,
-    /// Continue the run saved in this checkpoint file, or in the newest good checkpoint of
-    /// this folder (a folder holding several lines of one run: the line written last);
-    /// checkpoints are then written into the folder resumed from (or --checkpoint-dir).
-    /// Other flags given override the saved ones where that is possible (epochs, target,
-    /// devices, threads, learners, metrics, checkpoints, a lower --lr)
-    #[arg(long, value_name = "DIR|FILE")]
-    pub resume: Option<PathBuf>,
-    /// Let this run write into a checkpoint folder that holds another run's checkpoints
-    /// (each run rotates only the files it wrote) [default: refused, naming the other run]
-    #[arg(long)]
+    /// `--share-checkpoint-dir`.
     pub share_checkpoint_dir: bool,
+}
+
+impl CheckpointArgs {
+    /// The checkpoint settings of `cfg`.
+    pub fn of(cfg: &crate::config::TrainConfig) -> Self {
+        CheckpointArgs {
+            checkpoint_dir: cfg.checkpoint_dir.clone(),
+            checkpoint_every: cfg.checkpoint_every,
+            keep_checkpoints: cfg.keep_checkpoints,
+            checkpoint_errors: cfg.checkpoint_errors,
+            on_divergence: cfg.on_divergence,
+            max_rollbacks: cfg.max_rollbacks,
+            share_checkpoint_dir: cfg.share_checkpoint_dir,
+        }
+    }
 }
 
 /// How often checkpoints are written.
@@ -76,18 +72,13 @@ const MAX_MINUTES: f64 = 1e6;
 impl FromStr for Every {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || {
-            format!(
-                "--checkpoint-every '{s}' must be a whole number of iterations >= 1 (e.g. 500) or of minutes with 'm' (e.g. 10m)"
-            )
-        };
+        let bad =
+            || format!("'{s}' must be a whole number of iterations >= 1 (e.g. 500) or of minutes with 'm' (e.g. 10m)");
         let t = s.trim();
         if let Some(m) = t.strip_suffix('m') {
             match m.trim().parse::<f64>() {
                 Ok(v) if v.is_finite() && v > 0.0 && v <= MAX_MINUTES => Ok(Every::Seconds(v * 60.0)),
-                Ok(v) if v > MAX_MINUTES => {
-                    Err(format!("--checkpoint-every '{s}': at most {MAX_MINUTES} minutes (about two years)"))
-                }
+                Ok(v) if v > MAX_MINUTES => Err(format!("'{s}': at most {MAX_MINUTES} minutes (about two years)")),
                 _ => Err(bad()),
             }
         } else {
@@ -118,6 +109,26 @@ pub enum OnWriteError {
     Fatal,
 }
 
+impl FromStr for OnWriteError {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "warn" => Ok(OnWriteError::Warn),
+            "fatal" => Ok(OnWriteError::Fatal),
+            o => Err(format!("'{o}' must be 'warn' or 'fatal'")),
+        }
+    }
+}
+
+impl std::fmt::Display for OnWriteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            OnWriteError::Warn => "warn",
+            OnWriteError::Fatal => "fatal",
+        })
+    }
+}
+
 /// What a diverged run does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -126,6 +137,26 @@ pub enum OnDivergence {
     Stop,
     /// Reload the last good checkpoint with the learning rate halved.
     Rollback,
+}
+
+impl FromStr for OnDivergence {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "stop" => Ok(OnDivergence::Stop),
+            "rollback" => Ok(OnDivergence::Rollback),
+            o => Err(format!("'{o}' must be 'stop' or 'rollback'")),
+        }
+    }
+}
+
+impl std::fmt::Display for OnDivergence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            OnDivergence::Stop => "stop",
+            OnDivergence::Rollback => "rollback",
+        })
+    }
 }
 
 /// Where and how often checkpoints are written.
@@ -171,37 +202,14 @@ impl CheckpointArgs {
                 _ => PathBuf::from("."),
             })
         });
-        let every = match &self.checkpoint_every {
-            Some(s) => s.parse().map_err(CliError::usage)?,
-            None => saved_ckpt.as_ref().map(|c| c.every).unwrap_or(Every::Seconds(600.0)),
-        };
-        let keep = self.keep_checkpoints.or(saved_ckpt.as_ref().map(|c| c.keep)).unwrap_or(3);
-        if keep > 1_000_000 {
-            return Err(CliError::usage(format!("--keep-checkpoints must be at most 1000000, got {keep}")));
-        }
-        if keep == 0 {
-            return Err(CliError::usage(
-                "--keep-checkpoints must be at least 1 (the last good checkpoint is always kept)",
-            ));
-        }
-        let on_error = match self.checkpoint_errors.as_deref() {
-            Some("warn") => OnWriteError::Warn,
-            Some("fatal") => OnWriteError::Fatal,
-            Some(o) => return Err(CliError::usage(format!("--checkpoint-errors '{o}' must be 'warn' or 'fatal'"))),
-            None => saved_ckpt.as_ref().map(|c| c.on_error).unwrap_or(OnWriteError::Warn),
-        };
+        let every =
+            self.checkpoint_every.or_else(|| saved_ckpt.as_ref().map(|c| c.every)).unwrap_or(Every::Seconds(600.0));
+        let keep = self.keep_checkpoints.or(saved_ckpt.as_ref().map(|c| c.keep)).unwrap_or(3).max(1);
+        let on_error =
+            self.checkpoint_errors.or_else(|| saved_ckpt.as_ref().map(|c| c.on_error)).unwrap_or(OnWriteError::Warn);
         let saved_div = saved.map(|(_, d)| *d);
-        let action = match self.on_divergence.as_deref() {
-            Some("stop") => OnDivergence::Stop,
-            Some("rollback") => OnDivergence::Rollback,
-            Some(o) => return Err(CliError::usage(format!("--on-divergence '{o}' must be 'stop' or 'rollback'"))),
-            None => saved_div.map(|d| d.action).unwrap_or(OnDivergence::Stop),
-        };
+        let action = self.on_divergence.or_else(|| saved_div.map(|d| d.action)).unwrap_or(OnDivergence::Stop);
         let max_rollbacks = self.max_rollbacks.or(saved_div.map(|d| d.max_rollbacks)).unwrap_or(3);
-        if max_rollbacks > 100 {
-            // Each rollback halves the rate: after 100 it is 2^-100 of the base, zero in effect.
-            return Err(CliError::usage(format!("--max-rollbacks must be at most 100, got {max_rollbacks}")));
-        }
         if dir.is_none() {
             for (given, flag) in [
                 (self.checkpoint_every.is_some(), "--checkpoint-every"),
@@ -843,7 +851,7 @@ mod tests {
         assert_eq!("0.5m".parse::<Every>().unwrap(), Every::Seconds(30.0));
         for bad in ["0", "-3", "m", "1e400m", "10s", "", "0m", "1e18m"] {
             let e = bad.parse::<Every>().unwrap_err();
-            assert!(e.contains("--checkpoint-every"), "{e}");
+            assert!(e.contains(&format!("'{bad}'")), "{e}");
         }
     }
 
@@ -940,18 +948,11 @@ mod tests {
 
     #[test]
     fn flags_resolve_with_their_dependencies() {
-        let a = CheckpointArgs { on_divergence: Some("rollback".into()), ..Default::default() };
+        let a = CheckpointArgs { on_divergence: Some(OnDivergence::Rollback), ..Default::default() };
         assert!(a.resolve(None, None).unwrap_err().to_string().contains("needs --checkpoint-dir"));
-        let a = CheckpointArgs { checkpoint_every: Some("5".into()), ..Default::default() };
+        let a = CheckpointArgs { checkpoint_every: Some(Every::Iterations(5)), ..Default::default() };
         assert!(a.resolve(None, None).unwrap_err().to_string().contains("--checkpoint-every needs --checkpoint-dir"));
-        let a = CheckpointArgs { checkpoint_dir: Some("d".into()), keep_checkpoints: Some(0), ..Default::default() };
-        assert!(a.resolve(None, None).unwrap_err().to_string().contains("--keep-checkpoints"));
-        let a = CheckpointArgs {
-            checkpoint_dir: Some("d".into()),
-            checkpoint_errors: Some("ignore".into()),
-            ..Default::default()
-        };
-        assert!(a.resolve(None, None).unwrap_err().to_string().contains("'ignore'"));
+        assert!("ignore".parse::<OnWriteError>().unwrap_err().contains("'ignore'"));
         // Resuming: the saved policy and the checkpoint's folder are the defaults.
         let (p, d) =
             CheckpointArgs::default().resolve(None, Some(Path::new("/runs/a/ckpt-0000000010.safetensors"))).unwrap();

@@ -303,7 +303,7 @@ pub fn run_tta(args: &TtaArgs, registry: &SyncRegistry) -> Result<(), CliError> 
     let configs = configs(args, &variants);
     let make = |c: &Config, seed: u64, lr: f64| -> Result<TrainConfig, CliError> {
         let f = base.clone().overridden_by(c.variant.file.clone()).overridden_by(TrainFile {
-            learners_per_device: Some(c.k.to_string()),
+            learners_per_device: Some(crate::settings::Word(c.k.to_string())),
             batch_size: Some(c.b),
             seed: Some(seed),
             lr: Some(lr),

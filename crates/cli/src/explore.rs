@@ -56,12 +56,21 @@ use crate::train::{Data, Hardware, build_graph, calibration_pipeline, load_data,
 /// Most configurations one exploration runs (each is an engine held in memory at once).
 pub const MAX_CONFIGS: usize = 64;
 
-/// The keys a `[space]` may vary.
-pub const SPACE_KEYS: &[&str] =
-    &["lr", "momentum", "weight-decay", "batch-size", "alpha", "central-momentum", "sync", "learners-per-device"];
+/// The keys a `[space]` may vary: the settings the table of [`crate::settings`] marks
+/// explorable.
+pub fn space_keys() -> Vec<&'static str> {
+    crate::settings::SETTINGS.iter().filter(|s| s.explore == crate::settings::Explore::Yes).map(|s| s.key).collect()
+}
 
-/// Keys whose values are real numbers (the only ones a `{ min, max, steps }` range may give).
-const REAL_KEYS: &[&str] = &["lr", "momentum", "weight-decay", "alpha", "central-momentum"];
+/// Explorable keys whose values are real numbers (the only ones a `{ min, max, steps }`
+/// range may give).
+fn real_keys() -> Vec<&'static str> {
+    crate::settings::SETTINGS
+        .iter()
+        .filter(|s| s.explore == crate::settings::Explore::Yes && s.number)
+        .map(|s| s.key)
+        .collect()
+}
 
 /// `crossbow explore`'s flags.
 #[derive(Args, Debug)]
@@ -150,32 +159,14 @@ fn as_real(v: &toml::Value) -> Option<f64> {
     }
 }
 
-/// Puts `key = v` of the space into `f`; errors say what type the key takes.
+/// Puts `key = v` of the space into `f`: any setting the table of [`crate::settings`] marks
+/// explorable; errors say what type the key takes.
 fn apply(f: &mut TrainFile, key: &str, v: &toml::Value) -> Result<(), String> {
-    let real = || as_real(v).ok_or_else(|| format!("{} is not a number", show(v)));
-    let whole = || match v {
-        toml::Value::Integer(i) if *i >= 0 => Ok(*i as usize),
-        _ => Err(format!("{} is not a whole number >= 0", show(v))),
-    };
-    match key {
-        "lr" => f.lr = Some(real()?),
-        "momentum" => f.momentum = Some(real()?),
-        "weight-decay" => f.weight_decay = Some(real()?),
-        "alpha" => f.alpha = Some(real()?),
-        "central-momentum" => f.central_momentum = Some(real()?),
-        "batch-size" => f.batch_size = Some(whole()?),
-        "sync" => match v {
-            toml::Value::String(s) => f.sync = Some(s.clone()),
-            _ => return Err(format!("{} is not a synchroniser name (a string)", show(v))),
-        },
-        "learners-per-device" => match v {
-            toml::Value::String(s) => f.learners_per_device = Some(s.clone()),
-            toml::Value::Integer(i) => f.learners_per_device = Some(i.to_string()),
-            _ => return Err(format!("{} is not a number of learners or \"auto\"", show(v))),
-        },
-        _ => return Err("unknown key".into()),
+    match crate::settings::SettingInfo::of(key) {
+        Some(s) if s.explore == crate::settings::Explore::Yes => f.set_toml(key, v),
+        Some(_) => Err("not a setting an exploration may vary".into()),
+        None => Err("unknown key".into()),
     }
-    Ok(())
 }
 
 /// The values of one `[space]` key: a non-empty list, or a range table.
@@ -187,8 +178,8 @@ fn values_of(path: &Path, key: &str, v: &toml::Value) -> Result<Vec<toml::Value>
         }
         toml::Value::Array(list) => list.clone(),
         toml::Value::Table(t) => {
-            if !REAL_KEYS.contains(&key) {
-                return Err(at(format!("a range is only for {}; give a list", REAL_KEYS.join(", "))));
+            if !real_keys().contains(&key) {
+                return Err(at(format!("a range is only for {}; give a list", real_keys().join(", "))));
             }
             for k in t.keys() {
                 if !["min", "max", "steps", "scale"].contains(&k.as_str()) {
@@ -308,8 +299,8 @@ pub fn read(path: &Path, registry: &SyncRegistry) -> Result<Exploration, CliErro
     }
     let mut dims: Vec<(String, Vec<toml::Value>)> = vec![];
     for (key, v) in space {
-        if !SPACE_KEYS.contains(&key.as_str()) {
-            return Err(bad(path, format!("[space] {key}: unknown key (the keys are {})", SPACE_KEYS.join(", "))));
+        if !space_keys().contains(&key.as_str()) {
+            return Err(bad(path, format!("[space] {key}: unknown key (the keys are {})", space_keys().join(", "))));
         }
         let values = values_of(path, key, v)?;
         for x in &values {

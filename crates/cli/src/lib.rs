@@ -41,6 +41,7 @@ pub mod processes;
 pub mod registry;
 pub mod report;
 pub mod resume;
+pub mod settings;
 pub mod signals;
 pub mod source;
 pub mod train;

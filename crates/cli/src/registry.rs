@@ -399,7 +399,7 @@ impl SyncRegistry {
 
     /// Makes the synchroniser a training configuration names, with its options.
     pub fn build_for(&self, cfg: &TrainConfig) -> Result<BuiltSynchroniser, CliError> {
-        self.build(&cfg.sync_name, &SyncOptions::from_config(cfg))
+        self.build(&cfg.sync, &SyncOptions::from_config(cfg))
     }
 }
 
@@ -567,7 +567,7 @@ mod tests {
         let r = with_every();
         let f = TrainFile { sync: Some("Every".into()), ..TrainFile::default() };
         let cfg = TrainConfig::from_file_with(f, &r).unwrap();
-        assert_eq!(cfg.sync_name, "every");
+        assert_eq!(cfg.sync, "every");
         assert_eq!(r.build_for(&cfg).unwrap().cpu().settings().to_string(), "period=4");
         // The builtin registry does not know it.
         let f = TrainFile { sync: Some("every".into()), ..TrainFile::default() };

@@ -2,80 +2,28 @@
 //! key set, so later changes of defaults cannot change a resumed run), and on `--resume` the
 //! flags given may override only what does not change the trajectory's definition.
 
-use std::collections::BTreeMap;
-
 use serde_json::Value;
 
-use crate::config::{LearnersPerDevice, TrainConfig, TrainFile};
+use crate::config::{TrainConfig, TrainFile};
 use crate::error::CliError;
+use crate::settings::{Resume, SETTINGS, SettingInfo};
 
-/// Keys a resumed run may change: limits, hardware, reporting and evaluation, and the
-/// learning rate (how a diverged run is continued everywhere: the run goes on from the
-/// checkpoint with the new base rate, and says so).
-const CHANGEABLE: &[&str] = &[
-    "lr",
-    "epochs",
-    "target-accuracy",
-    "devices",
-    "threads",
-    "learners-per-device",
-    "max-learners",
-    "tuner-threshold",
-    "metrics",
-    "workers",
-    "eval-every",
-    "eval-every-iterations",
-    "eval-batch-size",
-    "data-dir",
-    "checkpoint-dir",
-    "checkpoint-every",
-    "keep-checkpoints",
-    "checkpoint-errors",
-    "on-divergence",
-    "max-rollbacks",
-    "share-checkpoint-dir",
-    "mpi-timeout",
-];
+/// Whether a resumed run may change setting `key` (the table of [`crate::settings`] says).
+fn changeable(key: &str) -> bool {
+    SettingInfo::of(key).is_some_and(|s| s.resume == Resume::Changeable)
+}
+
+/// The keys a resumed run may change, for messages.
+fn changeable_keys() -> Vec<&'static str> {
+    SETTINGS.iter().filter(|s| s.resume == Resume::Changeable).map(|s| s.key).collect()
+}
 
 /// Every setting of `cfg` as a config file would write it (`crossbow train --config` reads
-/// it back to the same settings).
+/// it back to the same settings), without the checkpoint settings, which a checkpoint saves
+/// as policies of their own (a resumed run writes where it was resumed from, not where the
+/// saved run wrote).
 pub fn config_to_file(cfg: &TrainConfig) -> TrainFile {
     TrainFile {
-        model: Some(cfg.model.to_string()),
-        dataset: Some(cfg.dataset.to_string()),
-        data_dir: Some(cfg.data_dir.clone()),
-        batch_size: Some(cfg.batch_size),
-        lr: Some(cfg.lr),
-        momentum: Some(cfg.momentum),
-        weight_decay: Some(cfg.weight_decay),
-        nesterov: Some(cfg.nesterov),
-        schedule: Some(cfg.schedule.to_string()),
-        epochs: Some(cfg.epochs),
-        target_accuracy: cfg.target_accuracy,
-        seed: Some(cfg.seed),
-        threads: cfg.threads,
-        metrics: cfg.metrics.clone(),
-        devices: Some(cfg.devices.to_string()),
-        learners_per_device: Some(match cfg.learners_per_device {
-            LearnersPerDevice::Auto => "auto".to_string(),
-            LearnersPerDevice::Fixed(n) => n.to_string(),
-        }),
-        sync: Some(cfg.sync_name.clone()),
-        alpha: cfg.alpha,
-        central_momentum: Some(cfg.central_momentum),
-        sma_form: cfg.sma_form.clone(),
-        bn_eval: Some(cfg.bn_eval.to_string()),
-        bn_group: Some(cfg.bn_group.to_string()),
-        eval_every: Some(cfg.eval_every),
-        eval_every_iterations: cfg.eval_every_iterations,
-        eval_batch_size: Some(cfg.eval_batch_size),
-        train_size: cfg.train_size,
-        test_size: cfg.test_size,
-        workers: Some(cfg.workers),
-        max_learners: Some(cfg.max_learners),
-        tuner_threshold: Some(cfg.tuner_threshold),
-        all_reduce: Some(cfg.all_reduce.to_string()),
-        // Checkpoint and divergence settings are saved as policies of their own.
         checkpoint_dir: None,
         checkpoint_every: None,
         keep_checkpoints: None,
@@ -84,12 +32,7 @@ pub fn config_to_file(cfg: &TrainConfig) -> TrainFile {
         max_rollbacks: None,
         share_checkpoint_dir: None,
         mpi_timeout: None,
-        sync_options: (!cfg.sync_options.is_empty()).then(|| {
-            cfg.sync_options
-                .iter()
-                .map(|(k, v)| (k.clone(), toml::Value::String(v.clone())))
-                .collect::<BTreeMap<_, _>>()
-        }),
+        ..cfg.to_file()
     }
 }
 
@@ -101,7 +44,7 @@ pub fn merge(saved: TrainFile, given: TrainFile) -> Result<TrainFile, CliError> 
     let g = serde_json::to_value(&given).map_err(CliError::run)?;
     if let (Value::Object(s), Value::Object(g)) = (&s, &g) {
         for (k, v) in g {
-            if v.is_null() || CHANGEABLE.contains(&k.as_str()) {
+            if v.is_null() || changeable(k) {
                 continue;
             }
             let old = s.get(k).cloned().unwrap_or(Value::Null);
@@ -110,7 +53,7 @@ pub fn merge(saved: TrainFile, given: TrainFile) -> Result<TrainFile, CliError> 
                     "--{k} cannot change when resuming: the checkpoint's run has {}, given {v} \
                      (only {} may change; start a new run for anything else)",
                     if old.is_null() { "none".to_string() } else { old.to_string() },
-                    CHANGEABLE.join(", ")
+                    changeable_keys().join(", ")
                 )));
             }
         }
@@ -130,11 +73,11 @@ pub fn changes(saved: &TrainFile, now: &TrainFile) -> Vec<String> {
         Some(Value::String(t)) => t.clone(),
         Some(v) => v.to_string(),
     };
-    CHANGEABLE
-        .iter()
-        .filter(|k| **k != "lr")
-        .filter(|k| s.get(**k).unwrap_or(&Value::Null) != n.get(**k).unwrap_or(&Value::Null))
-        .map(|k| format!("--{k} {} (the run had {})", show(n.get(*k)), show(s.get(*k))))
+    changeable_keys()
+        .into_iter()
+        .filter(|k| *k != "lr")
+        .filter(|k| s.get(*k).unwrap_or(&Value::Null) != n.get(*k).unwrap_or(&Value::Null))
+        .map(|k| format!("--{k} {} (the run had {})", show(n.get(k)), show(s.get(k))))
         .collect()
 }
 

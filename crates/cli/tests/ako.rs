@@ -75,8 +75,11 @@ fn one_partition_trains_exactly_as_ssgd() {
 fn auto_says_what_it_picked() {
     let (code, out) = run(&[TINY, &["--sync", "ako", "--sync-opt", "bandwidth=0.000001"]].concat());
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("sync ako (partitions=auto bandwidth_gb_s=0.000001)"), "{out}");
-    assert!(out.contains("ako: partitions=auto picked p = 64 for 3 learners"), "{out}");
+    assert!(out.contains("sync ako (partitions=auto bandwidth_gb_s=0.000001 p=1)"), "{out}");
+    assert!(
+        out.contains("synchroniser ako now: partitions=auto bandwidth_gb_s=0.000001 p=64 (from iteration"),
+        "{out}"
+    );
 }
 
 #[test]

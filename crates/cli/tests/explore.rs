@@ -186,14 +186,14 @@ fn the_best_configuration_round_trips_through_crossbow_train() {
     for (k, v) in &settings {
         let got = match k.as_str() {
             "lr" => cfg["lr"].to_string(),
-            "batch-size" => cfg["batch_size"].to_string(),
+            "batch-size" => cfg["batch-size"].to_string(),
             "sync" => cfg["sync"].as_str().unwrap().to_string(),
             other => panic!("unexpected key {other}"),
         };
         assert_eq!(&got, v, "{k}");
     }
     // The rest is the base file's.
-    assert_eq!(cfg["train_size"], 2000);
+    assert_eq!(cfg["train-size"], 2000);
     assert_eq!(cfg["epochs"], 2.0);
     assert_eq!(cfg["model"], "lenet5");
 }

@@ -220,7 +220,7 @@ fn config_files_take_whole_numbers_and_errors_name_the_file_and_key() {
     let (code, out, err) = crossbow(&["train", "--config", &ok, "--dry-run"]);
     assert_eq!(code, 0, "{err}");
     assert!(
-        out.contains("\"learners_per_device\": 2,") && out.contains("\"schedule\": \"multistep:1,2:0.1\""),
+        out.contains("\"learners-per-device\": 2,") && out.contains("\"schedule\": \"multistep:1,2:0.1\""),
         "{out}"
     );
     assert!(!out.contains("Fixed") && !out.contains("\"kind\""), "{out}");
