@@ -9,13 +9,10 @@ use std::process::ExitCode;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use crossbow_replica::ModelKind;
 
-use crate::checkpoint::{self, CheckpointArgs, CheckpointPolicy, DivergencePolicy};
-use crate::config::{TrainConfig, TrainFile};
+use crate::config::TrainFile;
 use crate::error::CliError;
 use crate::registry::{SyncOptions, SyncRegistry, parse_sync_opt};
-use crate::report::Reporter;
-use crate::signals::Interrupt;
-use crate::{experiment, models_cmd, resume, train};
+use crate::{experiment, models_cmd};
 
 #[derive(Parser)]
 #[command(
@@ -182,124 +179,28 @@ fn run(cli: Cli, matches: &clap::ArgMatches, registry: &SyncRegistry) -> Result<
     match cli.command {
         Command::Train(a) => {
             let file = match &a.config {
-                Some(p) => Some((p.as_path(), TrainFile::read(p)?)),
+                Some(p) => Some((p.clone(), TrainFile::read(p)?)),
                 None => None,
             };
-            // Signals are honoured from the start: a Ctrl-C while data load or the engine
-            // starts stops the run before its first iteration (nothing to save yet).
-            let interrupt = Interrupt::install()?;
             let flags = settings_from_flags(
                 matches.subcommand_matches("train").ok_or_else(|| CliError::run("internal: train's flags"))?,
                 &a.sync_opt,
             )?;
-            let metrics_given = flags.metrics.is_some() || file.as_ref().is_some_and(|(_, f)| f.metrics.is_some());
-            // The MPI deadline may come from the file too (flags win).
-            let given = file.as_ref().map(|(_, f)| f.clone()).unwrap_or_default().overridden_by(flags.clone());
-            if let Some(t) = given.mpi_timeout
-                && !(t.is_finite() && t > 0.0)
-            {
-                return Err(CliError::usage(format!("--mpi-timeout must be a positive number, got {t}")));
+            let mut session = crossbow_session::Session::from_sources(file, flags)?
+                .registry(registry.clone())
+                .quiet(a.quiet)
+                .handle_signals(true);
+            if let Some(p) = &a.resume {
+                session = session.resume(p);
             }
-            // With several ranks, rank 0 reads the checkpoint and broadcasts it.
-            let world = crate::processes::World::start(given.mpi_timeout)?;
-            let resume = match &a.resume {
-                Some(p) => Some(checkpoint::load_in_world(p, &*world.group, &mut |w| eprintln!("warning: {w}"))?),
-                None => None,
-            };
-            let mut saved_policies = None;
-            let mut resume_changes = vec![];
-            let cfg = match &resume {
-                None => TrainConfig::from_sources(file, flags, registry)?,
-                Some((path, ckpt)) => {
-                    let saved: TrainFile =
-                        serde_json::from_value(ckpt.state.get("config").cloned().unwrap_or_default()).map_err(|e| {
-                            CliError::usage(format!(
-                                "--resume {}: the saved settings are unreadable: {e}",
-                                path.display()
-                            ))
-                        })?;
-                    // Refuse what may not change, then build as if the checkpoint were the
-                    // config file (a value from it is named by the checkpoint's path).
-                    let from_file = file.map(|(_, f)| f).unwrap_or_default();
-                    resume::merge(saved.clone(), from_file.clone().overridden_by(flags.clone()))?;
-                    let c: Option<CheckpointPolicy> =
-                        serde_json::from_value(ckpt.state.get("checkpoint_policy").cloned().unwrap_or_default())
-                            .unwrap_or(None);
-                    let d: Option<DivergencePolicy> =
-                        serde_json::from_value(ckpt.state.get("divergence_policy").cloned().unwrap_or_default())
-                            .unwrap_or(None);
-                    saved_policies = d.map(|d| (c, d));
-                    let cfg = TrainConfig::from_sources(
-                        Some((path.as_path(), saved.clone().overridden_by(from_file))),
-                        flags,
-                        registry,
-                    )?;
-                    resume_changes = resume::changes(&saved, &resume::config_to_file(&cfg));
-                    cfg
-                }
-            };
-            let (policy, divergence) = CheckpointArgs::of(&cfg)
-                .resolve(saved_policies.as_ref().map(|(c, d)| (c, d)), resume.as_ref().map(|(p, _)| p.as_path()))?;
             if a.dry_run {
+                let cfg = session.resolve()?;
                 println!("{}", serde_json::to_string_pretty(&cfg).map_err(CliError::run)?);
                 let rows = models_cmd::table(&[cfg.model], cfg.batch_size)?;
                 models_cmd::print(&rows);
                 return Ok(());
             }
-            let result = (|| -> Result<(), CliError> {
-                let mut cfg = cfg;
-                // A resumed run's saved metrics file is relative to its checkpoint folder.
-                if let (Some(_), Some(p), false) = (&resume, &policy, metrics_given)
-                    && let Some(m) = cfg.metrics.as_mut()
-                {
-                    *m = crate::paths::resolve_against(m, &p.dir);
-                }
-                if world.size() > 1 {
-                    cfg.metrics = cfg.metrics.as_deref().map(|p| world.metrics_path(p));
-                }
-                let fatal = policy.as_ref().is_some_and(|p| p.on_error == checkpoint::OnWriteError::Fatal);
-                let mut reporter = Reporter::for_config(&cfg, a.quiet)?.metrics_errors_fatal(fatal);
-                if world.size() > 1 {
-                    reporter = reporter.for_rank(world.rank());
-                }
-                if resume.is_some() {
-                    reporter = reporter.append_to_metrics();
-                }
-                for c in &resume_changes {
-                    reporter.say(&format!("resume: {c}"));
-                }
-                // Rank 0 writes the checkpoints: as which run and line (a resume from an older
-                // checkpoint of a line is a branch: a new line, the newer files stay).
-                let line = match (&resume, &policy) {
-                    (Some((path, ckpt)), Some(p)) if world.rank() == 0 => {
-                        let (line, note) = checkpoint::line_for_resume(&ckpt.state, path, &p.dir);
-                        if let Some(n) = note {
-                            reporter.warn(&format!("resume: {n}"));
-                        }
-                        Some(line)
-                    }
-                    (Some((_, ckpt)), None) => checkpoint::Line::of_state(&ckpt.state),
-                    _ => None,
-                };
-                let opts = train::RunOptions {
-                    resume,
-                    checkpoint: policy,
-                    divergence,
-                    interrupt,
-                    world: std::sync::Arc::clone(&world.group),
-                    line,
-                };
-                train::train_with_opts(&cfg, registry, &mut reporter, opts)?;
-                Ok(())
-            })();
-            // Every rank stops on a signal after the same iteration (they agree on it), and
-            // exits by itself once rank 0's checkpoint is on disk.
-            if let Err(e) = &result
-                && !matches!(e, CliError::Interrupted { .. })
-            {
-                world.stop_all(&format!("error: {e}"), e.exit_code() as u8);
-            }
-            result
+            session.run().map(|_| ())
         }
         Command::Export(a) => crate::export_cmd::run(&a),
         Command::Doctor(a) => crate::doctor::run(&a),

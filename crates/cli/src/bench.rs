@@ -298,7 +298,8 @@ pub fn run_cli(
     json: Option<&std::path::Path>,
     world: Arc<dyn ProcessGroup>,
 ) -> Result<(), CliError> {
-    use crate::train::{Hardware, resolve_hardware};
+    use crate::dispatch::{dispatch, resolve_hardware};
+    use crossbow_replica::engine::AllReduceChoice;
     let models: Vec<ModelKind> = if models.is_empty() {
         vec![ModelKind::LeNet5, ModelKind::ResNetCifar(20), ModelKind::ResNetCifar(32)]
     } else {
@@ -343,30 +344,8 @@ pub fn run_cli(
         for &b in batches {
             let mut base = None;
             for &m in learners {
-                let row = match &hw {
-                    Hardware::Cpu { count, threads } => measure_in(
-                        model,
-                        &graph,
-                        b,
-                        m,
-                        Box::new(crossbow_replica::engine::CpuDevices { count: *count, threads: *threads }),
-                        registry.build(sync, sync_options)?.cpu(),
-                        warmup,
-                        iterations,
-                        Arc::clone(&world),
-                    )?,
-                    Hardware::Cuda { ordinals } => crate::gpu::measure_cuda(
-                        model,
-                        &graph,
-                        b,
-                        m,
-                        ordinals,
-                        registry.build(sync, sync_options)?.gpu(),
-                        warmup,
-                        iterations,
-                        Arc::clone(&world),
-                    )?,
-                };
+                let job = MeasureJob { model, graph: &graph, batch: b, learners: m, warmup, iterations, world: &world };
+                let row = dispatch(&hw, registry.build(sync, sync_options)?, AllReduceChoice::Auto, job)?;
                 let b0 = *base.get_or_insert(row.images_per_sec);
                 if lead {
                     println!("{}", table_line(&row, &hw_name(&hw), b0));
@@ -374,25 +353,8 @@ pub fn run_cli(
                 rows.push(row);
             }
             if with_tuner {
-                let t = match &hw {
-                    Hardware::Cpu { count, threads } => tune(
-                        model,
-                        &graph,
-                        b,
-                        Box::new(crossbow_replica::engine::CpuDevices { count: *count, threads: *threads }),
-                        registry.build(sync, sync_options)?.cpu(),
-                        max_learners,
-                        400,
-                    )?,
-                    Hardware::Cuda { ordinals } => crate::gpu::tune_cuda(
-                        model,
-                        &graph,
-                        b,
-                        ordinals,
-                        registry.build(sync, sync_options)?.gpu(),
-                        max_learners,
-                    )?,
-                };
+                let job = TuneJob { model, graph: &graph, batch: b, max_learners };
+                let t = dispatch(&hw, registry.build(sync, sync_options)?, AllReduceChoice::Auto, job)?;
                 println!(
                     "| {} | {} | tuner picked {} | {} | {:.1} | settled after {} iterations |",
                     t.model,
@@ -414,6 +376,50 @@ pub fn run_cli(
             .map_err(|e| CliError::usage(format!("--json {}: {e}", p.display())))?;
     }
     Ok(())
+}
+
+/// One throughput measurement ([`measure_in`]) as a job for [`crate::dispatch::dispatch`].
+struct MeasureJob<'a> {
+    model: ModelKind,
+    graph: &'a Graph,
+    batch: usize,
+    learners: usize,
+    warmup: usize,
+    iterations: usize,
+    world: &'a Arc<dyn ProcessGroup>,
+}
+
+impl crate::dispatch::Job for MeasureJob<'_> {
+    type Output = BenchRow;
+    fn run<B: Backend>(
+        self,
+        factory: Box<dyn DeviceFactory<B>>,
+        sync: Box<dyn Synchroniser<B>>,
+        _about: Vec<String>,
+    ) -> Result<BenchRow, CliError> {
+        let w = Arc::clone(self.world);
+        measure_in(self.model, self.graph, self.batch, self.learners, factory, sync, self.warmup, self.iterations, w)
+    }
+}
+
+/// One tuner search ([`tune`]) as a job for [`crate::dispatch::dispatch`].
+struct TuneJob<'a> {
+    model: ModelKind,
+    graph: &'a Graph,
+    batch: usize,
+    max_learners: usize,
+}
+
+impl crate::dispatch::Job for TuneJob<'_> {
+    type Output = TunerRow;
+    fn run<B: Backend>(
+        self,
+        factory: Box<dyn DeviceFactory<B>>,
+        sync: Box<dyn Synchroniser<B>>,
+        _about: Vec<String>,
+    ) -> Result<TunerRow, CliError> {
+        tune(self.model, self.graph, self.batch, factory, sync, self.max_learners, 400)
+    }
 }
 
 /// Refuses `--tuner` (`with_tuner`) when a launcher started this process as one of several
@@ -477,8 +483,8 @@ pub fn table_line(row: &BenchRow, hw: &str, base: f64) -> String {
 
 fn hw_name(hw: &crate::train::Hardware) -> String {
     match hw {
-        crate::train::Hardware::Cpu { count, threads } => format!("cpu:{count} ({threads} threads each)"),
-        crate::train::Hardware::Cuda { ordinals } => {
+        crate::dispatch::Hardware::Cpu { count, threads } => format!("cpu:{count} ({threads} threads each)"),
+        crate::dispatch::Hardware::Cuda { ordinals } => {
             format!("cuda:{}", ordinals.iter().map(|o| o.to_string()).collect::<Vec<_>>().join(","))
         }
     }

@@ -25,28 +25,21 @@
 
 mod app;
 pub mod bench;
-pub mod checkpoint;
-pub mod config;
 pub mod doctor;
-pub mod error;
 pub mod experiment;
 pub mod explore;
 pub mod export_cmd;
-pub mod gpu;
-mod limits;
 pub mod models_cmd;
-mod paths;
-pub mod preflight;
-pub mod processes;
-pub mod registry;
-pub mod report;
-pub mod resume;
-pub mod settings;
-pub mod signals;
-pub mod source;
-pub mod train;
+
+// The training run is a library of its own (`crossbow-session`); its modules are also
+// reachable from here, as the command line uses them.
+pub use crossbow_session::{
+    checkpoint, config, dispatch, error, limits, paths, preflight, processes, registry, report, resume, settings,
+    signals, source, train,
+};
 
 pub use app::main_with;
 pub use config::{TrainConfig, TrainFile};
+pub use crossbow_session::Session;
 pub use error::CliError;
 pub use registry::{SyncOptions, SyncRegistry};

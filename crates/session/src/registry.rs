@@ -2,19 +2,20 @@
 //!
 //! A [`SyncRegistry`] maps names to factories. [`SyncRegistry::builtin`] holds `sma` (the
 //! default), `ssgd`, `easgd` and `independent`; a researcher adds their own with
-//! [`SyncRegistry::register`] and runs the whole command line with it through
-//! [`crate::main_with`]:
+//! [`SyncRegistry::register`] and trains with it through a [`crate::Session`] (or runs the
+//! whole command line with it: `crossbow_cli::main_with(registry)`):
 //!
 //! ```no_run
-//! use crossbow_cli::registry::{SyncOptions, SyncRegistry};
 //! use crossbow_replica::sync::Independent;
+//! use crossbow_session::registry::{SyncOptions, SyncRegistry};
+//! use crossbow_session::{Session, TrainFile};
 //!
-//! fn main() -> std::process::ExitCode {
-//!     let mut registry = SyncRegistry::builtin();
-//!     // Any type with `impl<B: Backend> Synchroniser<B>` works on the CPU and on GPUs.
-//!     registry.register("mine", "my algorithm; options: none", |_opts: &SyncOptions| Ok(Independent::default()));
-//!     crossbow_cli::main_with(registry)
-//! }
+//! let mut registry = SyncRegistry::builtin();
+//! // Any type with `impl<B: Backend> Synchroniser<B>` works on the CPU and on GPUs.
+//! registry.register("mine", "my algorithm; options: none", |_opts: &SyncOptions| Ok(Independent::default()));
+//! let settings = TrainFile { sync: Some("mine".into()), ..TrainFile::default() };
+//! Session::new(settings)?.registry(registry).run()?;
+//! # Ok::<(), crossbow_session::CliError>(())
 //! ```
 //!
 //! A factory receives the parsed [`SyncOptions`]: the generic `--sync-opt KEY=VALUE` options
@@ -169,8 +170,9 @@ impl BuiltSynchroniser {
     }
 }
 
-type Factory = Box<dyn Fn(&SyncOptions) -> Result<BuiltSynchroniser, String> + Send + Sync>;
+type Factory = std::sync::Arc<dyn Fn(&SyncOptions) -> Result<BuiltSynchroniser, String> + Send + Sync>;
 
+#[derive(Clone)]
 struct Entry {
     name: String,
     help: String,
@@ -179,7 +181,7 @@ struct Entry {
 }
 
 /// Synchronisers by name, each with a one-line help and a factory.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct SyncRegistry {
     entries: Vec<Entry>,
     /// Flags of their own for synchroniser options: `(flag without dashes, option)`.
@@ -295,7 +297,7 @@ impl SyncRegistry {
         let key = normalise(name);
         self.entries.retain(|e| normalise(&e.name) != key);
         let factory: Factory =
-            Box::new(move |o: &SyncOptions| factory(o).map(|s| BuiltSynchroniser { inner: Box::new(s) }));
+            std::sync::Arc::new(move |o: &SyncOptions| factory(o).map(|s| BuiltSynchroniser { inner: Box::new(s) }));
         self.entries.push(Entry { name: name.trim().to_string(), help: help.to_string(), aliases, factory });
         self
     }

@@ -161,6 +161,9 @@ impl Drop for MetricsFile {
     }
 }
 
+/// Where progress lines go instead of the terminal (a library's callback).
+pub type ProgressSink = Box<dyn FnMut(&str) + Send>;
+
 /// Prints progress and writes the metrics file.
 pub struct Reporter {
     bar: ProgressBar,
@@ -177,6 +180,8 @@ pub struct Reporter {
     fatal_metrics_errors: bool,
     /// The metrics file is failing now (warned once until a write succeeds again).
     metrics_failing: bool,
+    /// Where the lines go instead of the terminal (a library's progress callback).
+    sink: Option<std::sync::Mutex<ProgressSink>>,
 }
 
 impl Reporter {
@@ -216,6 +221,7 @@ impl Reporter {
             rank: None,
             fatal_metrics_errors: false,
             metrics_failing: false,
+            sink: None,
         })
     }
 
@@ -254,7 +260,17 @@ impl Reporter {
             rank: None,
             fatal_metrics_errors: false,
             metrics_failing: false,
+            sink: None,
         }
+    }
+
+    /// Sends every line (progress, warnings, the summary) to `f` instead of the terminal.
+    pub fn with_sink(mut self, f: ProgressSink) -> Self {
+        self.bar.finish_and_clear();
+        self.bar = ProgressBar::hidden();
+        self.tty = false;
+        self.sink = Some(std::sync::Mutex::new(f));
+        self
     }
 
     /// What a failed write to the metrics file does: stop the run (`fatal`) or warn once and
@@ -276,6 +292,11 @@ impl Reporter {
     /// [`Reporter::silent`].
     pub fn warn(&self, line: &str) {
         if !self.summary {
+            return;
+        }
+        if let Some(sink) = &self.sink {
+            let mut f = sink.lock().unwrap_or_else(|e| e.into_inner());
+            f(line);
             return;
         }
         if self.tty {
@@ -355,7 +376,7 @@ impl Reporter {
         if !self.summary {
             return self.record_end(s);
         }
-        println!(
+        let line = format!(
             "{} on {}: best test accuracy {:.2}% (final {:.2}%), {tta}; {:.2} epochs, {} iterations, {:.1} s training ({:.1} s wall), {:.0} images/s; learners {:?} on {}, sync {}",
             s.model,
             s.dataset,
@@ -370,6 +391,13 @@ impl Reporter {
             s.devices.join(","),
             s.sync
         );
+        match &self.sink {
+            Some(sink) => {
+                let mut f = sink.lock().unwrap_or_else(|e| e.into_inner());
+                f(&line);
+            }
+            None => println!("{line}"),
+        }
         self.record_end(s)
     }
 

@@ -9,12 +9,10 @@ use crossbow_kernels::Backend;
 use crossbow_kernels::optim::SgdConfig;
 use crossbow_replica::checkpoint::{CheckpointFile, Tensor};
 use crossbow_replica::engine::EngineSnapshot;
-use crossbow_replica::engine::{
-    AutoTuner, CpuDevices, DeviceFactory, Engine, EngineConfig, IterationRecord, TrainSource,
-};
+use crossbow_replica::engine::{AutoTuner, DeviceFactory, Engine, EngineConfig, IterationRecord, TrainSource};
 use crossbow_replica::sync::HostAllReduce;
 use crossbow_replica::{Graph, ProcessGroup, ReplicaError, Solo, Synchroniser};
-use crossbow_tensor::{DeviceSpec, Shape};
+use crossbow_tensor::Shape;
 use crossbow_tuner::TunerConfig;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -49,75 +47,7 @@ pub fn build_graph(cfg: &TrainConfig, data: &Data) -> Result<Graph, CliError> {
     Ok(cfg.model.build(&Shape::new(vec![c, h, w]), data.train.num_classes())?)
 }
 
-/// The hardware a device spec resolves to.
-#[derive(Clone, Debug)]
-pub enum Hardware {
-    /// `count` CPU devices of `threads` threads each.
-    Cpu {
-        /// Number of CPU devices.
-        count: usize,
-        /// Threads per device, shared by its learners.
-        threads: usize,
-    },
-    /// CUDA GPUs by ordinal.
-    Cuda {
-        /// CUDA device ordinals, as the driver numbers them.
-        ordinals: Vec<usize>,
-    },
-}
-
-/// Cores of this machine.
-pub fn cores() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
-}
-
-/// Resolves `--devices`; `note` receives a line saying what `auto` chose.
-pub fn resolve_hardware(
-    spec: &DeviceSpec,
-    threads: Option<usize>,
-    note: &mut dyn FnMut(String),
-) -> Result<Hardware, CliError> {
-    let cpu = |count: usize| Hardware::Cpu { count, threads: threads.unwrap_or_else(|| (cores() / count).max(1)) };
-    match spec {
-        DeviceSpec::Cpu(n) => {
-            crate::preflight::check_cpu_devices(*n, threads, cores(), &crate::preflight::DeviceNames::FLAGS)
-                .map_err(CliError::usage)?;
-            Ok(cpu(*n))
-        }
-        DeviceSpec::Auto => match crate::gpu::available_gpus() {
-            Ok(gpus) if !gpus.is_empty() => {
-                note(format!("--devices auto: using {} CUDA GPU(s): {}", gpus.len(), crate::gpu::describe(&gpus)));
-                Ok(Hardware::Cuda { ordinals: gpus })
-            }
-            Ok(_) | Err(_) => {
-                let hw = cpu(1);
-                if let Hardware::Cpu { threads, .. } = &hw {
-                    note(crate::gpu::cpu_fallback_note(*threads));
-                }
-                Ok(hw)
-            }
-        },
-        DeviceSpec::CudaAll => {
-            let gpus = crate::gpu::available_gpus().map_err(|e| CliError::usage(format!("--devices cuda: {e}")))?;
-            if gpus.is_empty() {
-                return Err(CliError::usage("--devices cuda: no CUDA GPU found"));
-            }
-            Ok(Hardware::Cuda { ordinals: gpus })
-        }
-        DeviceSpec::Cuda(list) => {
-            let gpus = crate::gpu::available_gpus().map_err(|e| CliError::usage(format!("--devices {spec}: {e}")))?;
-            for o in list {
-                if !gpus.contains(o) {
-                    return Err(CliError::usage(format!(
-                        "--devices {spec}: there is no cuda:{o} (this machine has {} GPU(s))",
-                        gpus.len()
-                    )));
-                }
-            }
-            Ok(Hardware::Cuda { ordinals: list.clone() })
-        }
-    }
-}
+pub use crate::dispatch::{Hardware, cores, resolve_hardware};
 
 /// Trains as configured, with the synchroniser `cfg.sync_name` of `registry` (for the
 /// built-in ones: [`SyncRegistry::builtin`]), printing progress through `reporter`.
@@ -137,21 +67,28 @@ pub fn train_with_opts(
     opts.interrupt.during_startup("loading the data")?;
     let graph = build_graph(cfg, &data)?;
     let hw = resolve_hardware(&cfg.devices, cfg.threads, &mut |l| reporter.say(&l))?;
-    match hw {
-        Hardware::Cpu { .. } if cfg.all_reduce == crossbow_replica::engine::AllReduceChoice::Nccl => {
-            Err(CliError::usage(format!(
-                "{} nccl sums GPU buffers, but no GPU was found ({} {}); use {} host or auto",
-                cfg.name_of("all-reduce"),
-                cfg.name_of("devices"),
-                cfg.devices,
-                cfg.name_of("all-reduce")
-            )))
-        }
-        Hardware::Cpu { count, threads } => {
-            train_with_options(cfg, &data, graph, Box::new(CpuDevices { count, threads }), sync.cpu(), reporter, opts)
-        }
-        Hardware::Cuda { ordinals } => crate::gpu::train_cuda(cfg, &data, graph, &ordinals, sync.gpu(), reporter, opts),
+    struct TrainJob<'a> {
+        cfg: &'a TrainConfig,
+        data: &'a Data,
+        graph: Graph,
+        reporter: &'a mut Reporter,
+        opts: RunOptions,
     }
+    impl crate::dispatch::Job for TrainJob<'_> {
+        type Output = Summary;
+        fn run<B: Backend>(
+            self,
+            factory: Box<dyn DeviceFactory<B>>,
+            sync: Box<dyn Synchroniser<B>>,
+            about: Vec<String>,
+        ) -> Result<Summary, CliError> {
+            for line in &about {
+                self.reporter.say(line);
+            }
+            train_with_options(self.cfg, self.data, self.graph, factory, sync, self.reporter, self.opts)
+        }
+    }
+    crate::dispatch::dispatch(&hw, sync, cfg.all_reduce, TrainJob { cfg, data: &data, graph, reporter, opts })
 }
 
 /// Samples per pipeline epoch for `data` at `cfg`'s batch size.
@@ -173,7 +110,7 @@ fn pipeline_for(
 
 /// Trains `graph` on `data` with any backend and synchroniser: what `crossbow train` runs, and
 /// the library entry point for a backend of your own (for a synchroniser of your own, a
-/// [`SyncRegistry`] and [`crate::main_with`] give you the whole command line instead). No
+/// [`SyncRegistry`] and `crossbow_cli::main_with` give you the whole command line instead). No
 /// checkpoints, no signal handling: see [`train_with_options`].
 pub fn train_with<B: Backend>(
     cfg: &TrainConfig,
@@ -1103,7 +1040,7 @@ fn continue_from<B: Backend>(
 }
 
 /// The engine for `cfg` with `layout[d]` learners on device `d`.
-pub(crate) fn start_engine<B: Backend>(
+pub fn start_engine<B: Backend>(
     cfg: &TrainConfig,
     graph: Graph,
     factory: Box<dyn DeviceFactory<B>>,
@@ -1114,7 +1051,7 @@ pub(crate) fn start_engine<B: Backend>(
 }
 
 /// [`start_engine`] as one rank of `world` (a collective).
-pub(crate) fn start_engine_in<B: Backend>(
+pub fn start_engine_in<B: Backend>(
     cfg: &TrainConfig,
     graph: Graph,
     factory: Box<dyn DeviceFactory<B>>,
@@ -1502,12 +1439,7 @@ impl Run {
 
 /// The stream of batch-norm recalibration batches (its own seed, so the training batches are
 /// the same whichever statistics evaluation uses).
-pub(crate) fn calibration_pipeline(
-    cfg: &TrainConfig,
-    data: &Data,
-    n: usize,
-    start: Cursor,
-) -> Result<Pipeline, CliError> {
+pub fn calibration_pipeline(cfg: &TrainConfig, data: &Data, n: usize, start: Cursor) -> Result<Pipeline, CliError> {
     pipeline_for(cfg, data, n.min(8), cfg.seed ^ 0xB17_CA11B, start, None)
 }
 
