@@ -41,7 +41,7 @@ use std::time::Instant;
 use clap::Args;
 use crossbow_data::{Batch, Cursor, Pipeline, PipelineConfig};
 use crossbow_kernels::CpuBackend;
-use crossbow_replica::engine::{AutoTuner, CpuDevices, Engine, IterationRecord, TrainBatch, TrainSource};
+use crossbow_replica::engine::{AutoTuner, CpuDevices, Engine, IterationRecord, TrainBatch};
 use crossbow_tuner::TunerConfig;
 use plotters::prelude::*;
 use serde_json::json;
@@ -489,7 +489,7 @@ struct Group {
     calibration: Option<(usize, PipelineSource)>,
     test: TestSet,
     next_eval: f64,
-    window: (f64, f64, usize, f64),
+    window: crate::train::Window,
     train_secs: f64,
     evals: Vec<EvalLine>,
     /// Accuracy at each rung reached.
@@ -501,8 +501,8 @@ struct Group {
     calibration_samples: u64,
     /// Samples of one epoch of the unit stream.
     per_epoch: usize,
-    /// The first iteration's loss (an exploded loss is measured against it).
-    first_loss: Option<f64>,
+    /// The divergence watch of `crossbow train`.
+    watch: crate::train::DivergenceWatch,
 }
 
 impl Group {
@@ -742,7 +742,7 @@ impl Ctx<'_> {
             calibration,
             test: TestSet { dataset: Arc::clone(&self.data.test), normalize: stream_norm.clone() },
             next_eval: cfg.eval_every,
-            window: (0.0, 0.0, 0, 0.0),
+            window: crate::train::Window::default(),
             train_secs: 0.0,
             evals: vec![],
             rungs: vec![],
@@ -751,7 +751,7 @@ impl Ctx<'_> {
             iterations: 0,
             calibration_samples: 0,
             per_epoch,
-            first_loss: None,
+            watch: crate::train::DivergenceWatch::default(),
         })
     }
 
@@ -769,30 +769,13 @@ impl Ctx<'_> {
             Err(crossbow_replica::ReplicaError::Diverged(why)) => return Ok(Stepped::Diverged(why)),
             Err(e) => return Err(CliError::run(format!("configuration #{} ({}): {e}", g.conf.id, g.conf.label()))),
         };
-        // The divergence watch of `crossbow train`: a loss far above the first, or a
-        // non-finite central model.
-        let first = *g.first_loss.get_or_insert(rec.loss);
-        let limit = crate::train::EXPLODED_LOSS_FACTOR * first.max((self.data.train.num_classes().max(2) as f64).ln());
-        if rec.loss.is_nan() || rec.loss > limit {
-            return Ok(Stepped::Diverged(format!(
-                "loss {:.4e} at iteration {}, more than {} times the first iteration's {first:.4}",
-                rec.loss,
-                rec.iteration,
-                crate::train::EXPLODED_LOSS_FACTOR
-            )));
-        }
-        if !engine.central_is_finite()? {
-            return Ok(Stepped::Diverged(format!(
-                "the central model has a NaN or infinite value after iteration {}",
-                rec.iteration
-            )));
+        // The divergence watch of `crossbow train`.
+        if let Some(why) = g.watch.check(engine, &rec, self.data.train.num_classes())? {
+            return Ok(Stepped::Diverged(why));
         }
         let secs = t0.elapsed().as_secs_f64();
         g.train_secs += secs;
-        g.window.0 += rec.loss * rec.images as f64;
-        g.window.1 += rec.accuracy * rec.images as f64;
-        g.window.2 += rec.images;
-        g.window.3 += secs;
+        g.window.add(&rec, secs);
         g.samples = engine.samples();
         g.iterations = engine.iteration();
         if let Some(t) = g.tuner.as_mut() {
@@ -809,34 +792,28 @@ impl Ctx<'_> {
     /// statistics first when configured).
     fn evaluate(&mut self, g: &mut Group, rec: &IterationRecord) -> Result<f64, CliError> {
         let Some(engine) = g.engine.as_mut() else { return Err(CliError::run("evaluating a stopped configuration")) };
-        if let Some((n, cal)) = g.calibration.as_mut() {
-            let t0 = Instant::now();
-            let batches = (0..*n).map(|_| cal.next_batch()).collect::<Result<Vec<_>, _>>()?;
+        let window = std::mem::take(&mut g.window);
+        let line = crate::train::evaluate_central(
+            engine,
+            rec,
+            window,
+            crate::train::Evaluation {
+                test: &mut g.test,
+                calibration: g.calibration.as_mut(),
+                train_seconds: &mut g.train_secs,
+                wall: (self.wall, 0.0),
+            },
+        )?;
+        if let Some((n, _)) = &g.calibration {
             g.calibration_samples += (*n * g.conf.cfg.batch_size) as u64;
-            engine.recalibrate(batches)?;
-            g.train_secs += t0.elapsed().as_secs_f64();
         }
-        let ev = engine.evaluate(&mut g.test)?;
-        let (loss, correct, images, secs) = std::mem::take(&mut g.window);
-        let line = EvalLine {
-            iteration: rec.iteration,
-            epoch: rec.epoch,
-            train_seconds: g.train_secs,
-            wall_seconds: self.wall.elapsed().as_secs_f64(),
-            lr: rec.lr,
-            train_loss: loss / images.max(1) as f64,
-            train_accuracy: correct / images.max(1) as f64,
-            test_loss: ev.loss,
-            test_accuracy: ev.accuracy,
-            images_per_sec: images as f64 / secs.max(1e-9),
-            learners: engine.layout(),
-        };
+        let ev = (line.test_accuracy, line.test_loss);
         self.say(&format!(
             "#{:<3} {:<40} epoch {:6.2}  test acc {:6.2}%  {}",
             g.conf.id,
             g.conf.label(),
             rec.epoch,
-            100.0 * ev.accuracy,
+            100.0 * ev.0,
             g.status
         ));
         let mut body = serde_json::to_value(&line).map_err(CliError::run)?;
@@ -845,7 +822,7 @@ impl Ctx<'_> {
         }
         self.reporter.record("eval", body)?;
         g.evals.push(line);
-        Ok(ev.accuracy)
+        Ok(ev.0)
     }
 }
 

@@ -437,38 +437,17 @@ struct Guard {
 }
 
 impl Guard {
-    /// Why the run diverged at `rec`, if it did: a non-finite value in the central model, or
-    /// a learner's loss far above where training started.
+    /// Why the run diverged at `rec`, if it did ([`DivergenceWatch::check`]).
     fn check<B: Backend>(
         &mut self,
         engine: &Engine<B>,
         rec: &IterationRecord,
         classes: usize,
     ) -> Result<Option<String>, CliError> {
-        let first = *self.first_loss.get_or_insert(rec.loss);
-        let limit = EXPLODED_LOSS_FACTOR * first.max((classes.max(2) as f64).ln());
-        // With several ranks every rank must decide alike: the mean loss over all ranks'
-        // learners (the same number on every rank) stands for the per-learner losses.
-        let losses = if engine.world().size() > 1 {
-            vec![(format!("{} ranks", engine.world().size()), 0, rec.loss)]
-        } else {
-            engine.learner_losses()
-        };
-        for (dev, id, loss) in losses {
-            if loss.is_nan() || loss > limit {
-                return Ok(Some(format!(
-                    "learner {id} on {dev} has loss {loss:.4e} at iteration {} (epoch {:.3}), more than {EXPLODED_LOSS_FACTOR} times the first iteration's {first:.4}",
-                    rec.iteration, rec.epoch
-                )));
-            }
-        }
-        if !engine.central_is_finite()? {
-            return Ok(Some(format!(
-                "the central model has a NaN or infinite value after iteration {} (epoch {:.3})",
-                rec.iteration, rec.epoch
-            )));
-        }
-        Ok(None)
+        let mut watch = DivergenceWatch { first_loss: self.first_loss };
+        let why = watch.check(engine, rec, classes)?;
+        self.first_loss = watch.first_loss;
+        Ok(why)
     }
 }
 
@@ -1144,12 +1123,114 @@ fn announce<B: Backend>(
 }
 
 /// Training images, loss and time since the last evaluation.
-#[derive(Default, Serialize, Deserialize)]
-struct Window {
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Window {
     loss: f64,
     correct: f64,
     images: usize,
     seconds: f64,
+}
+
+impl Window {
+    /// Counts iteration `rec`, which took `seconds`.
+    pub fn add(&mut self, rec: &IterationRecord, seconds: f64) {
+        self.loss += rec.loss * rec.images as f64;
+        self.correct += rec.accuracy * rec.images as f64;
+        self.images += rec.images;
+        self.seconds += seconds;
+    }
+}
+
+/// What one evaluation of the central model needs besides the engine: the test set, the
+/// batch-norm recalibration stream (when configured), the training window since the last
+/// evaluation, and the training clock (recalibration counts as training time).
+pub struct Evaluation<'a> {
+    /// The test set.
+    pub test: &'a mut TestSet,
+    /// Batches per recalibration and their stream, when batch-norm statistics are
+    /// recalibrated on the central model before each evaluation.
+    pub calibration: Option<&'a mut (usize, PipelineSource)>,
+    /// Training seconds so far (recalibration is added).
+    pub train_seconds: &'a mut f64,
+    /// When this process started the run, and the wall seconds before it (a resumed run):
+    /// the line's wall time is taken when the evaluation ends.
+    pub wall: (Instant, f64),
+}
+
+/// Evaluates the central model after iteration `rec` (recalibrating its batch-norm
+/// statistics first when configured) and returns the line a run reports, with the training
+/// figures of `window` (the iterations since the last evaluation). What `crossbow train` and
+/// every configuration of `crossbow explore` evaluate with.
+pub fn evaluate_central<B: Backend>(
+    engine: &mut Engine<B>,
+    rec: &IterationRecord,
+    window: Window,
+    ev: Evaluation<'_>,
+) -> Result<EvalLine, CliError> {
+    if let Some((n, cal)) = ev.calibration {
+        let t0 = Instant::now();
+        let batches = (0..*n).map(|_| cal.next_batch()).collect::<Result<Vec<_>, _>>()?;
+        engine.recalibrate(batches)?;
+        *ev.train_seconds += t0.elapsed().as_secs_f64();
+    }
+    let result = engine.evaluate(ev.test)?;
+    let w = window;
+    Ok(EvalLine {
+        iteration: rec.iteration,
+        epoch: rec.epoch,
+        train_seconds: *ev.train_seconds,
+        wall_seconds: ev.wall.0.elapsed().as_secs_f64() + ev.wall.1,
+        lr: rec.lr,
+        train_loss: w.loss / w.images.max(1) as f64,
+        train_accuracy: w.correct / w.images.max(1) as f64,
+        test_loss: result.loss,
+        test_accuracy: result.accuracy,
+        images_per_sec: w.images as f64 / w.seconds.max(1e-9),
+        learners: engine.layout(),
+    })
+}
+
+/// The divergence watch: a NaN or exploded loss (more than [`EXPLODED_LOSS_FACTOR`] times
+/// the first iteration's, or ln(classes) if larger), or a non-finite central model.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct DivergenceWatch {
+    /// The first iteration's loss (the scale an exploded loss is measured against).
+    pub first_loss: Option<f64>,
+}
+
+impl DivergenceWatch {
+    /// Why the run diverged at `rec`, if it did.
+    pub fn check<B: Backend>(
+        &mut self,
+        engine: &Engine<B>,
+        rec: &IterationRecord,
+        classes: usize,
+    ) -> Result<Option<String>, CliError> {
+        let first = *self.first_loss.get_or_insert(rec.loss);
+        let limit = EXPLODED_LOSS_FACTOR * first.max((classes.max(2) as f64).ln());
+        // With several ranks every rank must decide alike: the mean loss over all ranks'
+        // learners (the same number on every rank) stands for the per-learner losses.
+        let losses = if engine.world().size() > 1 {
+            vec![(format!("{} ranks", engine.world().size()), 0, rec.loss)]
+        } else {
+            engine.learner_losses()
+        };
+        for (dev, id, loss) in losses {
+            if loss.is_nan() || loss > limit {
+                return Ok(Some(format!(
+                    "learner {id} on {dev} has loss {loss:.4e} at iteration {} (epoch {:.3}), more than {EXPLODED_LOSS_FACTOR} times the first iteration's {first:.4}",
+                    rec.iteration, rec.epoch
+                )));
+            }
+        }
+        if !engine.central_is_finite()? {
+            return Ok(Some(format!(
+                "the central model has a NaN or infinite value after iteration {} (epoch {:.3})",
+                rec.iteration, rec.epoch
+            )));
+        }
+        Ok(None)
+    }
 }
 
 /// The state of a training run between iterations: data streams, the evaluation schedule,
@@ -1339,11 +1420,7 @@ impl Run {
         };
         let secs = t0.elapsed().as_secs_f64();
         self.train_secs += secs;
-        let w = &mut self.window;
-        w.loss += rec.loss * rec.images as f64;
-        w.correct += rec.accuracy * rec.images as f64;
-        w.images += rec.images;
-        w.seconds += secs;
+        self.window.add(&rec, secs);
         if engine.world().size() > 1 {
             self.rank_allreduce.push(rec.rank_allreduce_seconds);
         }
@@ -1372,31 +1449,23 @@ impl Run {
         rec: &IterationRecord,
         reporter: &mut Reporter,
     ) -> Result<(), CliError> {
-        if let Some((n, cal)) = self.calibration.as_mut() {
-            let t0 = Instant::now();
-            let batches = (0..*n).map(|_| cal.next_batch()).collect::<Result<Vec<_>, _>>()?;
-            engine.recalibrate(batches)?;
-            self.train_secs += t0.elapsed().as_secs_f64();
-        }
-        let ev = engine.evaluate(&mut self.test)?;
-        let w = std::mem::take(&mut self.window);
-        let line = EvalLine {
-            iteration: rec.iteration,
-            epoch: rec.epoch,
-            train_seconds: self.train_secs,
-            wall_seconds: self.wall.elapsed().as_secs_f64() + self.wall_before,
-            lr: rec.lr,
-            train_loss: w.loss / w.images.max(1) as f64,
-            train_accuracy: w.correct / w.images.max(1) as f64,
-            test_loss: ev.loss,
-            test_accuracy: ev.accuracy,
-            images_per_sec: w.images as f64 / w.seconds.max(1e-9),
-            learners: engine.layout(),
-        };
+        let window = std::mem::take(&mut self.window);
+        let line = evaluate_central(
+            engine,
+            rec,
+            window,
+            Evaluation {
+                test: &mut self.test,
+                calibration: self.calibration.as_mut(),
+                train_seconds: &mut self.train_secs,
+                wall: (self.wall, self.wall_before),
+            },
+        )?;
+        let ev = (line.test_accuracy, line.test_loss);
         reporter.eval(&line)?;
-        self.best = self.best.max(ev.accuracy);
+        self.best = self.best.max(ev.0);
         if let Some(target) = self.target
-            && ev.accuracy >= target
+            && ev.0 >= target
             && self.reached.is_none()
         {
             self.reached = Some((self.train_secs, rec.epoch));
