@@ -177,9 +177,12 @@ fn the_memory_check_uses_the_engines_own_figures() {
     let factory = CpuDevices { count: 1, threads: 2 };
     let be = factory.learner_backend(0, 3).unwrap();
     let sync = SyncRegistry::builtin().build_for(&cfg).unwrap().cpu();
+    // The plan the check measures is the one the engine then runs (lowered once).
+    let plan = crossbow_cli::preflight::train_plan(&graph, cfg.batch_size).unwrap();
     let needs = memory_needs(
         &be,
         &graph,
+        &plan,
         cfg.batch_size,
         cfg.eval_batch_size.min(data.test.len()),
         data.test.len(),
@@ -198,8 +201,10 @@ fn the_memory_check_uses_the_engines_own_figures() {
         seed: 1,
         eval_batch_size: cfg.eval_batch_size,
     };
+    let world: std::sync::Arc<dyn crossbow_replica::ProcessGroup> = std::sync::Arc::new(crossbow_replica::Solo);
     let engine: Engine<CpuBackend> =
-        Engine::new(graph, ecfg, Box::new(factory), sync, Box::new(HostAllReduce), &[3]).unwrap();
+        Engine::in_world_planned(graph, plan, ecfg, Box::new(factory), sync, Box::new(HostAllReduce), &[3], world)
+            .unwrap();
     let fp = engine.footprint();
     assert_eq!(needs.per_learner, fp.bytes_per_learner);
     assert_eq!(needs.fixed_per_device, fp.fixed_bytes_per_device);

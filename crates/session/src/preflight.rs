@@ -10,7 +10,7 @@
 //! (or in [`crossbow_replica::program::lower`]), not an overflow.
 
 use crossbow_kernels::Backend;
-use crossbow_replica::engine::DeviceFactory;
+use crossbow_replica::engine::{DeviceFactory, TrainPlan};
 use crossbow_replica::engine::devices::available_memory;
 use crossbow_replica::exec::workspace_len;
 use crossbow_replica::plan::plan;
@@ -110,6 +110,14 @@ fn f32s(n: usize) -> Option<u64> {
     (n as u64).checked_mul(4)
 }
 
+/// The training program of `graph` at `batch` and its memory plan (the engine's own, see
+/// [`TrainPlan`]), with a lowering error as a plain message.
+pub fn train_plan(graph: &Graph, batch: usize) -> Result<TrainPlan, String> {
+    let program = lower_checked(graph, batch, Mode::Train)?;
+    let plan = plan(&program);
+    Ok(TrainPlan { program: std::sync::Arc::new(program), plan: std::sync::Arc::new(plan) })
+}
+
 /// Executor bytes of `graph` lowered at `batch` in `mode` on `be`: planned slots, workspace,
 /// labels, loss statistics and saved batch-norm statistics.
 fn executor_bytes<B: Backend>(be: &B, graph: &Graph, batch: usize, mode: Mode) -> Result<u64, String> {
@@ -131,6 +139,7 @@ fn executor_bytes<B: Backend>(be: &B, graph: &Graph, batch: usize, mode: Mode) -
 pub fn memory_needs<B: Backend>(
     be: &B,
     graph: &Graph,
+    train: &TrainPlan,
     batch: usize,
     eval_batch: usize,
     test_len: usize,
@@ -141,9 +150,8 @@ pub fn memory_needs<B: Backend>(
     max_learners: usize,
     workers: usize,
 ) -> Result<MemoryNeeds, String> {
-    let program = lower_checked(graph, batch, Mode::Train)?;
-    let p = plan(&program);
-    let ws = workspace_len(be, &program).max(1);
+    let (program, p) = (&*train.program, &*train.plan);
+    let ws = workspace_len(be, program).max(1);
     let len = graph.param_len;
     // As `Engine::footprint`: replica, synchroniser buffers, activations, workspace, labels
     // and statistics.
@@ -277,14 +285,15 @@ pub fn memory_verdict(
 /// Everything checked before [`crate::train::train_with`] starts its engine: the batch fits
 /// the training set, and the memory the run needs fits (see [`memory_verdict`]). With
 /// `--learners-per-device auto` the check is for one learner per device (the tuner's start;
-/// it adds learners only while they fit the budget).
+/// it adds learners only while they fit the budget). Returns the training program and its
+/// memory plan the check measured, for the engine to run (the graph is lowered once).
 pub fn check_run<B: Backend>(
     cfg: &TrainConfig,
     data: &Data,
     graph: &Graph,
     factory: &dyn DeviceFactory<B>,
     sync: &dyn Synchroniser<B>,
-) -> Result<(), CliError> {
+) -> Result<TrainPlan, CliError> {
     let train_len = data.train.len();
     if cfg.batch_size > train_len {
         return Err(CliError::usage(format!(
@@ -311,9 +320,12 @@ pub fn check_run<B: Backend>(
         BnEval::LearnerMean | BnEval::FirstLearner => None,
     };
     let image_len = data.train.image_shape().iter().product();
+    let bad_batch = |e: String| CliError::usage(format!("{} {}: {e}", cfg.name_of("batch-size"), cfg.batch_size));
+    let train = train_plan(graph, cfg.batch_size).map_err(bad_batch)?;
     let needs = memory_needs(
         &be,
         graph,
+        &train,
         cfg.batch_size,
         eval_batch,
         data.test.len(),
@@ -341,7 +353,8 @@ pub fn check_run<B: Backend>(
         batch: format!("{} {}", cfg.name_of("batch-size"), cfg.batch_size),
         eval_batch: format!("{} {}{eval_note}", cfg.name_of("eval-batch-size"), cfg.eval_batch_size),
     };
-    memory_verdict(&needs, &asks, available_memory(), &names).map_err(CliError::usage)
+    memory_verdict(&needs, &asks, available_memory(), &names).map_err(CliError::usage)?;
+    Ok(train)
 }
 
 #[cfg(test)]

@@ -9,7 +9,9 @@ use crossbow_kernels::Backend;
 use crossbow_kernels::optim::SgdConfig;
 use crossbow_replica::checkpoint::{CheckpointFile, Tensor};
 use crossbow_replica::engine::EngineSnapshot;
-use crossbow_replica::engine::{AutoTuner, DeviceFactory, Engine, EngineConfig, IterationRecord, TrainSource};
+use crossbow_replica::engine::{
+    AutoTuner, DeviceFactory, Engine, EngineConfig, IterationRecord, TrainPlan, TrainSource,
+};
 use crossbow_replica::sync::HostAllReduce;
 use crossbow_replica::{Graph, ProcessGroup, ReplicaError, Solo, Synchroniser};
 use crossbow_tensor::Shape;
@@ -198,8 +200,8 @@ pub fn train_with_options<B: Backend>(
         (_, LearnersPerDevice::Auto) => vec![1; n_dev],
         (_, LearnersPerDevice::Fixed(m)) => vec![m; n_dev],
     };
-    crate::preflight::check_run(cfg, data, &graph, &*factory, &*sync)?;
-    let mut engine = start_engine_in(cfg, graph, factory, sync, &layout, Arc::clone(&world))?;
+    let plan = crate::preflight::check_run(cfg, data, &graph, &*factory, &*sync)?;
+    let mut engine = start_engine_planned(cfg, graph, Some(plan), factory, sync, &layout, Arc::clone(&world))?;
     // With several ranks each restores its slice of the checkpoint's learners.
     let resumed = match resumed {
         Some((p, s)) if multi => {
@@ -1038,6 +1040,20 @@ pub fn start_engine_in<B: Backend>(
     layout: &[usize],
     world: Arc<dyn ProcessGroup>,
 ) -> Result<Engine<B>, CliError> {
+    start_engine_planned(cfg, graph, None, factory, sync, layout, world)
+}
+
+/// [`start_engine_in`] with the training program already lowered and planned (by the memory
+/// check), so that the graph is lowered once.
+fn start_engine_planned<B: Backend>(
+    cfg: &TrainConfig,
+    graph: Graph,
+    plan: Option<TrainPlan>,
+    factory: Box<dyn DeviceFactory<B>>,
+    sync: Box<dyn Synchroniser<B>>,
+    layout: &[usize],
+    world: Arc<dyn ProcessGroup>,
+) -> Result<Engine<B>, CliError> {
     let ecfg = EngineConfig {
         batch_size: cfg.batch_size,
         sgd: SgdConfig {
@@ -1050,7 +1066,12 @@ pub fn start_engine_in<B: Backend>(
         seed: cfg.seed,
         eval_batch_size: cfg.eval_batch_size,
     };
-    let mut engine = Engine::in_world(graph, ecfg, factory, sync, Box::new(HostAllReduce), layout, world)?;
+    let plan = match plan {
+        Some(p) => p,
+        None => TrainPlan::new(&graph, cfg.batch_size)?,
+    };
+    let mut engine =
+        Engine::in_world_planned(graph, plan, ecfg, factory, sync, Box::new(HostAllReduce), layout, world)?;
     engine.set_eval_first_learner_stats(cfg.bn_eval == BnEval::FirstLearner);
     engine.set_bn_group(cfg.bn_group);
     Ok(engine)

@@ -78,6 +78,26 @@ struct DeviceState<B: Backend> {
     pool: Option<rayon::ThreadPool>,
 }
 
+/// A model's training program at a batch size and its memory plan: what every learner of an
+/// engine runs. Made once ([`TrainPlan::new`]) and shared: by a memory check before an engine
+/// exists and by the engine itself ([`Engine::in_world_planned`]).
+#[derive(Clone, Debug)]
+pub struct TrainPlan {
+    /// The training program (forward, loss, backward).
+    pub program: Arc<Program>,
+    /// Its memory plan (activation and gradient slots).
+    pub plan: Arc<MemoryPlan>,
+}
+
+impl TrainPlan {
+    /// `graph` lowered at `batch` for training, and planned.
+    pub fn new(graph: &Graph, batch: usize) -> Result<Self> {
+        let program = Arc::new(lower(graph, batch, Mode::Train)?);
+        let plan = Arc::new(plan(&program));
+        Ok(TrainPlan { program, plan })
+    }
+}
+
 /// Learners and buffers of the engine, for reports and the tuner.
 #[derive(Clone, Debug, Serialize)]
 pub struct Footprint {
@@ -185,6 +205,30 @@ impl<B: Backend> Engine<B> {
         learners: &[usize],
         world: Arc<dyn ProcessGroup>,
     ) -> Result<Self> {
+        let plan = TrainPlan::new(&graph, cfg.batch_size)?;
+        Self::in_world_planned(graph, plan, cfg, factory, sync, allreduce, learners, world)
+    }
+
+    /// [`Engine::in_world`] with the training program already lowered and planned
+    /// ([`TrainPlan::new`], e.g. by a memory check before anything is allocated): the graph
+    /// is lowered once. `plan` must be `graph`'s at `cfg.batch_size`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn in_world_planned(
+        graph: Graph,
+        plan: TrainPlan,
+        cfg: EngineConfig,
+        factory: Box<dyn DeviceFactory<B>>,
+        sync: Box<dyn Synchroniser<B>>,
+        allreduce: Box<dyn AllReduce<B>>,
+        learners: &[usize],
+        world: Arc<dyn ProcessGroup>,
+    ) -> Result<Self> {
+        if plan.program.batch != cfg.batch_size {
+            return Err(ReplicaError::Config(format!(
+                "the training plan is for batch {}, the engine's batch is {}",
+                plan.program.batch, cfg.batch_size
+            )));
+        }
         cfg.sgd.validate()?;
         cfg.schedule.validate().map_err(ReplicaError::Config)?;
         let devices = factory.devices();
@@ -200,8 +244,7 @@ impl<B: Backend> Engine<B> {
         if cfg.eval_batch_size == 0 {
             return Err(ReplicaError::Config("evaluation batch size must be at least 1".into()));
         }
-        let program = Arc::new(lower(&graph, cfg.batch_size, Mode::Train)?);
-        let plan = Arc::new(plan(&program));
+        let TrainPlan { program, plan } = plan;
         let graph = Arc::new(graph);
         let init = initial_params(&graph, cfg.seed);
         let state = initial_state(&graph);
