@@ -427,7 +427,7 @@ impl crate::dispatch::Job for TuneJob<'_> {
 pub fn tuner_alone(with_tuner: bool) -> Result<(), CliError> {
     let launch = crossbow_dist::detect().map_err(|e| CliError::usage(format!("launcher environment: {e}")))?;
     match launch {
-        Some(l) if with_tuner && l.size > 1 => Err(crate::explore::refusal_of_rank(l.rank, tuner_refusal(l.size))),
+        Some(l) if with_tuner && l.size > 1 => Err(crate::processes::refusal_of_rank(l.rank, tuner_refusal(l.size))),
         _ => Ok(()),
     }
 }

@@ -269,7 +269,7 @@ fn configs(args: &TtaArgs, variants: &[Variant]) -> Vec<Config> {
 
 /// Runs the experiment; `--sync` names synchronisers of `registry`.
 pub fn run_tta(args: &TtaArgs, registry: &SyncRegistry) -> Result<(), CliError> {
-    crate::explore::one_process_only("experiment tta")?;
+    crate::processes::one_process_only("experiment tta")?;
     if args.learners.is_empty() || args.batch_size.is_empty() || args.sync.is_empty() || args.seeds == 0 {
         return Err(CliError::usage("--learners, --batch-size, --sync and --seeds must not be empty"));
     }

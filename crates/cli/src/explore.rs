@@ -540,44 +540,9 @@ struct Ctx<'a> {
     quiet: bool,
 }
 
-/// Refuses `command` (`explore`, `experiment tta`) when a launcher (`mpirun`, `srun`) started
-/// this process as one of several ranks: the command would run its whole search on every
-/// rank, each competing for the same cores. Rank 0 returns the error at once; the other
-/// ranks wait a second first, so that rank 0's line is printed before the launcher stops the
-/// job (they exit with the same error if it does not).
-pub fn one_process_only(command: &str) -> Result<(), CliError> {
-    let launch = crossbow_dist::detect().map_err(|e| CliError::usage(format!("launcher environment: {e}")))?;
-    match launch.and_then(|l| several_ranks_refusal(command, &l).map(|m| (l.rank, m))) {
-        None => Ok(()),
-        Some((rank, msg)) => Err(refusal_of_rank(rank, msg)),
-    }
-}
-
-/// The usage error every rank of a launch returns for a refusal they all make alike: rank 0
-/// at once, the others after a second, so that the launcher, which stops the job at the first
-/// rank that exits with an error, lets rank 0 print its line.
-pub fn refusal_of_rank(rank: usize, msg: String) -> CliError {
-    if rank != 0 {
-        std::thread::sleep(std::time::Duration::from_secs(1));
-    }
-    CliError::usage(msg)
-}
-
-/// The one line [`one_process_only`] refuses with, or `None` for a single rank.
-pub fn several_ranks_refusal(command: &str, launch: &crossbow_dist::Launch) -> Option<String> {
-    (launch.size > 1).then(|| {
-        format!(
-            "`crossbow {command}` runs as one process, but {} started {} ranks of it (this is rank {}): each \
-             would run the whole {command} on its own, competing for the same cores. Run it as one process, \
-             without mpirun/srun (only `train` and `bench` join an MPI job)",
-            launch.launcher, launch.size, launch.rank
-        )
-    })
-}
-
 /// `crossbow explore`.
 pub fn run(args: &ExploreArgs, registry: &SyncRegistry) -> Result<(), CliError> {
-    one_process_only("explore")?;
+    crate::processes::one_process_only("explore")?;
     let ex = read(&args.config, registry)?;
     let n = ex.configs.len();
     let fractions = if args.sequential { vec![1.0] } else { rung_fractions(&ex.select, n) };
@@ -1258,16 +1223,6 @@ fn plot(path: &Path, groups: &[Group]) -> Result<(), CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn several_ranks_are_refused_naming_the_command_and_the_count() {
-        let launch = |rank, size| crossbow_dist::Launch { rank, size, launcher: "Open MPI" };
-        let m = several_ranks_refusal("experiment tta", &launch(0, 4)).unwrap();
-        assert!(m.contains("`crossbow experiment tta`") && m.contains("4 ranks") && m.contains("one process"), "{m}");
-        assert!(!m.contains('\n'), "one line: {m}");
-        // One rank (`mpirun -np 1`) is one process.
-        assert_eq!(several_ranks_refusal("explore", &launch(0, 1)), None);
-    }
 
     fn sel(eta: Option<usize>, top_k: usize) -> Select {
         Select { eta, rungs: None, top_k, target: None, grow: false }

@@ -18,6 +18,7 @@
 //!   iteration, learners added and removed between iterations.
 
 pub mod checkpoint;
+pub mod comm;
 pub mod engine;
 pub mod error;
 pub mod exec;
@@ -31,8 +32,8 @@ pub mod schedule;
 pub mod sync;
 #[cfg(feature = "testing")]
 pub mod testing;
-pub mod world;
 
+pub use comm::world::{self, ProcessGroup, Solo};
 pub use engine::{Engine, EngineConfig};
 pub use error::{ReplicaError, Result};
 pub use graph::{Graph, GraphBuilder, Layer, NodeId};
@@ -40,4 +41,3 @@ pub use models::ModelKind;
 pub use replica::Replica;
 pub use schedule::Schedule;
 pub use sync::{SettingValue, Settings, Synchroniser};
-pub use world::{ProcessGroup, Solo};

@@ -116,3 +116,130 @@ impl crate::ProcessGroup for ThreadGroup {
         Ok(if self.rank == root { all } else { vec![] })
     }
 }
+
+/// The engine test harness every crate's tests share (replica, sma, ako and their
+/// integration tests): deterministic batches, CPU engines, bit-for-bit comparison.
+pub mod harness {
+    // Test support: a failure to build an engine or run a step should fail the calling test.
+    #![allow(clippy::unwrap_used)]
+
+    use crossbow_kernels::CpuBackend;
+    use crossbow_kernels::optim::SgdConfig;
+    use crossbow_kernels::testing::random_vec;
+    use crossbow_tensor::{Rng, Shape};
+
+    use crate::engine::{CpuDevices, Engine, EngineConfig, TrainBatch};
+    use crate::sync::HostAllReduce;
+    use crate::{Graph, ModelKind, Schedule, Synchroniser};
+
+    /// Samples per epoch the harness's steps count with (large: no schedule step unless a
+    /// test asks for one).
+    pub const EPOCH: usize = 10_000;
+
+    /// A batch of images and labels (class indices as `f32`).
+    #[derive(Clone, Debug)]
+    pub struct Batch {
+        /// Images, `[b, c, h, w]` flattened.
+        pub x: Vec<f32>,
+        /// Labels.
+        pub y: Vec<f32>,
+    }
+
+    impl TrainBatch for Batch {
+        fn images(&self) -> &[f32] {
+            &self.x
+        }
+        fn labels(&self) -> &[f32] {
+            &self.y
+        }
+    }
+
+    impl Batch {
+        /// The batches joined into one (their images and labels in order).
+        pub fn join(parts: &[Batch]) -> Batch {
+            Batch {
+                x: parts.iter().flat_map(|p| p.x.clone()).collect(),
+                y: parts.iter().flat_map(|p| p.y.clone()).collect(),
+            }
+        }
+    }
+
+    /// LeNet-5 on 1×12×12 images, 4 classes: every kind of layer the invariants need, small.
+    pub fn small_lenet() -> Graph {
+        ModelKind::LeNet5.build(&Shape::new(vec![1, 12, 12]), 4).unwrap()
+    }
+
+    /// ResNet-8 on 3×6×6 images, 4 classes: batch norm and residual additions, small.
+    pub fn small_resnet() -> Graph {
+        ModelKind::ResNetCifar(8).build(&Shape::new(vec![3, 6, 6]), 4).unwrap()
+    }
+
+    /// Batch `j` of iteration `t` for `g`: `b` deterministic random images and labels
+    /// (independent of the layout, so that layouts can be compared).
+    pub fn batch(g: &Graph, b: usize, seed: u64, t: u64, j: usize) -> Batch {
+        let per: usize = g.input_shape().dims().iter().product();
+        let s = seed ^ (t << 20) ^ (j as u64 * 7919);
+        let mut r = Rng::new(s);
+        Batch { x: random_vec(s, b * per, 1.0), y: (0..b).map(|_| r.below(g.classes) as f32).collect() }
+    }
+
+    /// Momentum SGD at rate 0.05 with weight decay 1e-3.
+    pub fn sgd() -> SgdConfig {
+        SgdConfig { lr: 0.05, momentum: 0.9, weight_decay: 1e-3, nesterov: false }
+    }
+
+    /// An engine of `g` at batch `b` on `layout.len()` CPU devices of one thread, `layout[d]`
+    /// learners on device `d`, seed 5.
+    pub fn engine(
+        g: &Graph,
+        b: usize,
+        layout: &[usize],
+        sync: Box<dyn Synchroniser<CpuBackend>>,
+        sgd: SgdConfig,
+        schedule: Schedule,
+    ) -> Engine<CpuBackend> {
+        let cfg = EngineConfig { batch_size: b, sgd, schedule, seed: 5, eval_batch_size: 8 };
+        Engine::new(
+            g.clone(),
+            cfg,
+            Box::new(CpuDevices { count: layout.len(), threads: 1 }),
+            sync,
+            Box::new(HostAllReduce),
+            layout,
+        )
+        .unwrap()
+    }
+
+    /// Iteration `t`: batch `j` of `t` for every learner `j`, an epoch of [`EPOCH`].
+    pub fn step(e: &mut Engine<CpuBackend>, g: &Graph, b: usize, seed: u64, t: u64) {
+        let bs = (0..e.learners()).map(|j| batch(g, b, seed, t, j)).collect();
+        e.step(bs, EPOCH).unwrap();
+    }
+
+    /// Iterations `0..iters` ([`step`]).
+    pub fn run(e: &mut Engine<CpuBackend>, g: &Graph, b: usize, seed: u64, iters: u64) {
+        for t in 0..iters {
+            step(e, g, b, seed, t);
+        }
+    }
+
+    /// Bit-for-bit equality, reporting the first difference (not the whole vector).
+    #[track_caller]
+    pub fn assert_same(a: &[f32], b: &[f32], what: &str) {
+        assert_eq!(a.len(), b.len(), "{what}: lengths");
+        if let Some(i) = (0..a.len()).find(|&i| a[i].to_bits() != b[i].to_bits()) {
+            panic!("{what}: first difference at [{i}]: {} vs {}", a[i], b[i]);
+        }
+    }
+
+    /// Every learner's parameters, device by device.
+    pub fn all_params(e: &Engine<CpuBackend>) -> Vec<Vec<f32>> {
+        let mut out = vec![];
+        for (d, &m) in e.layout().iter().enumerate() {
+            for j in 0..m {
+                out.push(e.learner_params(d, j).unwrap());
+            }
+        }
+        out
+    }
+}

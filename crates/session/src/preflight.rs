@@ -10,8 +10,8 @@
 //! (or in [`crossbow_replica::program::lower`]), not an overflow.
 
 use crossbow_kernels::Backend;
-use crossbow_replica::engine::{DeviceFactory, TrainPlan};
 use crossbow_replica::engine::devices::available_memory;
+use crossbow_replica::engine::{DeviceFactory, TrainPlan};
 use crossbow_replica::exec::workspace_len;
 use crossbow_replica::plan::plan;
 use crossbow_replica::program::{Mode, Program, lower};

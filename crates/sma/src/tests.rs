@@ -2,102 +2,22 @@
 
 use crossbow_kernels::CpuBackend;
 use crossbow_kernels::optim::SgdConfig;
-use crossbow_kernels::testing::{Tolerance, assert_close_f32, random_vec};
-use crossbow_replica::engine::{CpuDevices, Engine, EngineConfig, TrainBatch};
+use crossbow_kernels::testing::{Tolerance, assert_close_f32};
+use crossbow_replica::engine::{Engine, EngineConfig};
 use crossbow_replica::sync::{HostAllReduce, Independent};
 use crossbow_replica::{Graph, ModelKind, Schedule, Synchroniser};
-use crossbow_tensor::{Rng, Shape};
+use crossbow_tensor::Shape;
 use proptest::prelude::*;
 
 use super::*;
 
-#[derive(Clone)]
-struct Batch {
-    x: Vec<f32>,
-    y: Vec<f32>,
-}
-
-impl TrainBatch for Batch {
-    fn images(&self) -> &[f32] {
-        &self.x
-    }
-    fn labels(&self) -> &[f32] {
-        &self.y
-    }
-}
-
-const EPOCH: usize = 10_000;
-
-fn small_lenet() -> Graph {
-    ModelKind::LeNet5.build(&Shape::new(vec![1, 12, 12]), 4).unwrap()
-}
+use crossbow_replica::testing::harness::{
+    Batch, EPOCH, all_params, assert_same, batch, engine, run, sgd, small_lenet, small_resnet,
+};
 
 /// The smallest model with every kind of layer the invariants need (conv, pool, linear).
 fn tiny_mlp() -> Graph {
     ModelKind::LeNet5.build(&Shape::new(vec![1, 12, 12]), 3).unwrap()
-}
-
-fn small_resnet() -> Graph {
-    ModelKind::ResNetCifar(8).build(&Shape::new(vec![3, 6, 6]), 4).unwrap()
-}
-
-/// Batch `j` of iteration `t`: deterministic random images and labels.
-fn batch(g: &Graph, b: usize, seed: u64, t: u64, j: usize) -> Batch {
-    let per: usize = g.input_shape().dims().iter().product();
-    let s = seed ^ (t << 20) ^ (j as u64 * 7919);
-    let mut r = Rng::new(s);
-    Batch { x: random_vec(s, b * per, 1.0), y: (0..b).map(|_| r.below(g.classes) as f32).collect() }
-}
-
-fn engine(
-    g: &Graph,
-    b: usize,
-    layout: &[usize],
-    sync: Box<dyn Synchroniser<CpuBackend>>,
-    sgd: SgdConfig,
-    schedule: Schedule,
-) -> Engine<CpuBackend> {
-    let cfg = EngineConfig { batch_size: b, sgd, schedule, seed: 5, eval_batch_size: 8 };
-    Engine::new(
-        g.clone(),
-        cfg,
-        Box::new(CpuDevices { count: layout.len(), threads: 1 }),
-        sync,
-        Box::new(HostAllReduce),
-        layout,
-    )
-    .unwrap()
-}
-
-fn sgd() -> SgdConfig {
-    SgdConfig { lr: 0.05, momentum: 0.9, weight_decay: 1e-3, nesterov: false }
-}
-
-fn run(e: &mut Engine<CpuBackend>, g: &Graph, b: usize, seed: u64, iters: u64) {
-    for t in 0..iters {
-        let k = e.learners();
-        let bs = (0..k).map(|j| batch(g, b, seed, t, j)).collect();
-        e.step(bs, EPOCH).unwrap();
-    }
-}
-
-/// Bit-for-bit equality, reporting the first difference (not the whole vector).
-#[track_caller]
-fn assert_same(a: &[f32], b: &[f32], what: &str) {
-    assert_eq!(a.len(), b.len(), "{what}: lengths");
-    if let Some(i) = (0..a.len()).find(|&i| a[i].to_bits() != b[i].to_bits()) {
-        panic!("{what}: first difference at [{i}]: {} vs {}", a[i], b[i]);
-    }
-}
-
-fn all_params(e: &Engine<CpuBackend>) -> Vec<Vec<f32>> {
-    let mut out = vec![];
-    for (d, &m) in e.layout().iter().enumerate() {
-        for j in 0..m {
-            out.push(e.learner_params(d, j).unwrap());
-        }
-    }
-    out
 }
 
 /// How many sets of SMA options [`with_options`] knows.

@@ -11,28 +11,14 @@ use crossbow_kernels::CpuBackend;
 use crossbow_kernels::optim::SgdConfig;
 use crossbow_kernels::testing::random_vec;
 use crossbow_replica::checkpoint::CheckpointFile;
-use crossbow_replica::engine::{
-    AutoTuner, CpuDevices, Engine, EngineConfig, EngineSnapshot, IterationRecord, TrainBatch,
-};
+use crossbow_replica::engine::{AutoTuner, CpuDevices, Engine, EngineConfig, EngineSnapshot, IterationRecord};
 use crossbow_replica::sync::HostAllReduce;
 use crossbow_replica::{Graph, ModelKind, Schedule};
 use crossbow_sma::Sma;
 use crossbow_tensor::{Rng, Shape};
 use crossbow_tuner::TunerConfig;
 
-struct Batch {
-    x: Vec<f32>,
-    y: Vec<f32>,
-}
-
-impl TrainBatch for Batch {
-    fn images(&self) -> &[f32] {
-        &self.x
-    }
-    fn labels(&self) -> &[f32] {
-        &self.y
-    }
-}
+use crossbow_replica::testing::harness::Batch;
 
 const EPOCH: usize = 200;
 

@@ -18,7 +18,6 @@
 pub mod devices;
 pub mod evaluation;
 pub mod learner;
-pub mod nccl;
 pub mod snapshot;
 pub mod source;
 pub mod step;
@@ -31,10 +30,10 @@ use crossbow_kernels::{Backend, View, ViewMut};
 use crossbow_tensor::Device;
 use serde::Serialize;
 
+pub use crate::comm::nccl::{self, AllReduceChoice, NcclAllReduce};
 pub use devices::{CpuDevices, CudaDevices, DeviceFactory, cpu_memory_budget};
 pub use evaluation::EvalResult;
 pub use learner::Learner;
-pub use nccl::{AllReduceChoice, NcclAllReduce};
 pub use snapshot::{DeviceSnapshot, EngineSnapshot, LearnerSnapshot};
 pub use source::{EvalSource, EvalVisitor, TrainBatch, TrainSource};
 pub use step::IterationRecord;
@@ -581,6 +580,29 @@ impl<B: Backend> Engine<B> {
             l.backend = be;
         }
         Ok(())
+    }
+}
+
+impl<B: Backend> Engine<B> {
+    /// Decides the all-reduce with every rank (a collective: see the module docs) and, for
+    /// NCCL, replaces the engine's all-reduce with the factory's NCCL one.
+    fn choose_all_reduce(&mut self) -> Result<()> {
+        let offer = self.factory.nccl_offer(self.world.size());
+        let table = self.world.all_gather_u64(offer.encode())?;
+        let plan = crate::comm::nccl::decide(&table, self.world.rank(), offer.ready.as_ref().err().map(String::as_str))
+            .map_err(ReplicaError::Config)?;
+        let crate::comm::nccl::Plan::Nccl { ranks, first_rank } = plan else {
+            return Ok(());
+        };
+        let id = crate::comm::nccl::shared_id(&*self.world)?;
+        let backends: Vec<&B> = self.devices.iter().map(|d| &d.backend).collect();
+        self.allreduce = self.factory.nccl_all_reduce(&backends, &id, first_rank, ranks)?;
+        Ok(())
+    }
+
+    /// How the devices' contributions are summed (`"host"`, `"nccl (4 GPU(s) in all)"`).
+    pub fn all_reduce_path(&self) -> String {
+        self.allreduce.describe()
     }
 }
 

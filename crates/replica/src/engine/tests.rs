@@ -16,19 +16,7 @@ crossbow_kernels::test_backends! {
     learners_added_and_removed_directly,
 }
 
-struct Batch {
-    x: Vec<f32>,
-    y: Vec<f32>,
-}
-
-impl TrainBatch for Batch {
-    fn images(&self) -> &[f32] {
-        &self.x
-    }
-    fn labels(&self) -> &[f32] {
-        &self.y
-    }
-}
+use crate::testing::harness::Batch;
 
 /// A small convolutional net (conv, ReLU, pooling, linear): the GPU kernel emulator runs
 /// full-size models too slowly for these tests (batch norm and the models' gradients are
@@ -152,72 +140,6 @@ fn bad_layouts_are_errors() {
     assert!(make(&[1, 1], 0).is_err());
 }
 
-/// Ranks as threads of one process (for tests without MPI): every collective deposits this
-/// rank's values, waits for all, and sums in rank order (the same numbers on every rank).
-struct ThreadRanks {
-    rank: usize,
-    shared: std::sync::Arc<Shared>,
-}
-
-struct Shared {
-    n: usize,
-    barrier: std::sync::Barrier,
-    f32s: std::sync::Mutex<Vec<Vec<f32>>>,
-    f64s: std::sync::Mutex<Vec<Vec<f64>>>,
-    u64s: std::sync::Mutex<Vec<u64>>,
-}
-
-fn thread_ranks(n: usize) -> Vec<ThreadRanks> {
-    let shared = std::sync::Arc::new(Shared {
-        n,
-        barrier: std::sync::Barrier::new(n),
-        f32s: std::sync::Mutex::new(vec![vec![]; n]),
-        f64s: std::sync::Mutex::new(vec![vec![]; n]),
-        u64s: std::sync::Mutex::new(vec![0; n]),
-    });
-    (0..n).map(|rank| ThreadRanks { rank, shared: std::sync::Arc::clone(&shared) }).collect()
-}
-
-fn sum_in_rank_order<T: Copy + std::ops::AddAssign>(slots: &std::sync::Mutex<Vec<Vec<T>>>, buf: &mut [T]) {
-    let g = slots.lock().unwrap();
-    buf.copy_from_slice(&g[0]);
-    for part in &g[1..] {
-        for (b, v) in buf.iter_mut().zip(part) {
-            *b += *v;
-        }
-    }
-}
-
-impl crate::world::ProcessGroup for ThreadRanks {
-    fn rank(&self) -> usize {
-        self.rank
-    }
-    fn size(&self) -> usize {
-        self.shared.n
-    }
-    fn all_reduce_sum_f32(&self, buf: &mut [f32]) -> Result<()> {
-        self.shared.f32s.lock().unwrap()[self.rank] = buf.to_vec();
-        self.shared.barrier.wait();
-        sum_in_rank_order(&self.shared.f32s, buf);
-        self.shared.barrier.wait();
-        Ok(())
-    }
-    fn all_reduce_sum_f64(&self, buf: &mut [f64]) -> Result<()> {
-        self.shared.f64s.lock().unwrap()[self.rank] = buf.to_vec();
-        self.shared.barrier.wait();
-        sum_in_rank_order(&self.shared.f64s, buf);
-        self.shared.barrier.wait();
-        Ok(())
-    }
-    fn all_gather_u64(&self, value: u64) -> Result<Vec<u64>> {
-        self.shared.u64s.lock().unwrap()[self.rank] = value;
-        self.shared.barrier.wait();
-        let all = self.shared.u64s.lock().unwrap().clone();
-        self.shared.barrier.wait();
-        Ok(all)
-    }
-}
-
 fn cfg3() -> EngineConfig {
     EngineConfig {
         batch_size: 3,
@@ -259,13 +181,13 @@ fn ranks_train_as_devices_of_one_process_and_agree_on_learner_changes() {
     let want = single.central_to_host(0).unwrap();
 
     let results: Vec<(Vec<f32>, Vec<usize>, u64)> = std::thread::scope(|s| {
-        let handles: Vec<_> = thread_ranks(2)
+        let handles: Vec<_> = crate::testing::ThreadGroup::group(2)
             .into_iter()
             .map(|w| {
                 let g = g.clone();
                 s.spawn(move || {
                     let be = CpuBackend::new(0);
-                    let rank = w.rank;
+                    let rank = crate::ProcessGroup::rank(&w);
                     let mut e = Engine::in_world(
                         g.clone(),
                         cfg3(),

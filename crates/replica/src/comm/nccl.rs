@@ -2,7 +2,7 @@
 //! per process, then the [`ProcessGroup`] across ranks) or NCCL ([`NcclAllReduce`]: one
 //! communicator over every GPU of every rank, one all-reduce per iteration, no host copy).
 //!
-//! Chosen once, when the engine is made ([`Engine::in_world`]), by every rank alike: each
+//! Chosen once, when the engine is made ([`crate::Engine::in_world`]), by every rank alike: each
 //! rank offers what it can ([`NcclOffer`]: the `--all-reduce` choice, how many devices, whether
 //! all are CUDA devices, whether NCCL loads), the offers are all-gathered, and [`decide`] picks
 //! the same [`Plan`] on every rank from the same table:
@@ -21,14 +21,12 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crossbow_kernels::Backend;
 use crossbow_kernels::cuda::CudaBackend;
 use crossbow_kernels::cuda::nccl::{Communicators, UniqueId};
 
-use super::Engine;
+use super::AllReduce;
+use super::world::ProcessGroup;
 use crate::error::{ReplicaError, Result};
-use crate::sync::AllReduce;
-use crate::world::ProcessGroup;
 
 /// The `--all-reduce` choice (config key `all_reduce`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -207,29 +205,6 @@ impl AllReduce<CudaBackend> for NcclAllReduce {
     }
 }
 
-impl<B: Backend> Engine<B> {
-    /// Decides the all-reduce with every rank (a collective: see the module docs) and, for
-    /// NCCL, replaces the engine's all-reduce with the factory's NCCL one.
-    pub(super) fn choose_all_reduce(&mut self) -> Result<()> {
-        let offer = self.factory.nccl_offer(self.world.size());
-        let table = self.world.all_gather_u64(offer.encode())?;
-        let plan = decide(&table, self.world.rank(), offer.ready.as_ref().err().map(String::as_str))
-            .map_err(ReplicaError::Config)?;
-        let Plan::Nccl { ranks, first_rank } = plan else {
-            return Ok(());
-        };
-        let id = shared_id(&*self.world)?;
-        let backends: Vec<&B> = self.devices.iter().map(|d| &d.backend).collect();
-        self.allreduce = self.factory.nccl_all_reduce(&backends, &id, first_rank, ranks)?;
-        Ok(())
-    }
-
-    /// How the devices' contributions are summed (`"host"`, `"nccl (4 GPU(s) in all)"`).
-    pub fn all_reduce_path(&self) -> String {
-        self.allreduce.describe()
-    }
-}
-
 /// Rank 0's new NCCL unique id, on every rank of `world` (a collective). When rank 0 cannot
 /// make one it broadcasts nothing, and every rank fails (rank 0 with NCCL's reason).
 pub fn shared_id(world: &dyn ProcessGroup) -> Result<UniqueId> {
@@ -334,7 +309,7 @@ mod tests {
     fn a_single_process_shares_its_own_id() {
         // Solo: rank 0 makes the id itself; without NCCL (or without the `cuda` feature) that
         // fails with the reason, never with "rank 0 could not ...".
-        match shared_id(&crate::world::Solo) {
+        match shared_id(&crate::comm::world::Solo) {
             Ok(id) => assert_eq!(id.as_bytes().len(), 128),
             Err(e) => assert!(!e.to_string().contains("rank 0 could not"), "{e}"),
         }
@@ -347,7 +322,7 @@ mod tests {
     // orders differ by at most 2(n-1)·u·Σ|x_i| per element. Between GPUs: equality of bits.
 
     use crossbow_kernels::cuda::CudaDevice;
-    use crossbow_kernels::{View, ViewMut};
+    use crossbow_kernels::{Backend, View, ViewMut};
 
     use crate::sync::HostAllReduce;
 
@@ -451,7 +426,7 @@ mod tests {
         };
         let n = devs.len();
         let factory = CudaDevices::open(&devs).unwrap().with_all_reduce(choice);
-        let mut e = Engine::new(
+        let mut e = crate::Engine::new(
             g,
             cfg,
             Box::new(factory),
