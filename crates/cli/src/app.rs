@@ -308,7 +308,7 @@ pub fn main_with(registry: SyncRegistry) -> ExitCode {
         Err(e) => e.exit(),
     };
     // Under a launcher the rank says who speaks (lines of several ranks share a terminal).
-    let who = match crossbow_dist::detect() {
+    let who = match crossbow_mpi::detect() {
         Ok(Some(l)) if l.size > 1 => format!("{program} (rank {})", l.rank),
         _ => program,
     };

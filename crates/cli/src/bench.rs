@@ -425,7 +425,7 @@ impl crate::dispatch::Job for TuneJob<'_> {
 /// Refuses `--tuner` (`with_tuner`) when a launcher started this process as one of several
 /// ranks, before joining the MPI job (so no rank waits for another).
 pub fn tuner_alone(with_tuner: bool) -> Result<(), CliError> {
-    let launch = crossbow_dist::detect().map_err(|e| CliError::usage(format!("launcher environment: {e}")))?;
+    let launch = crossbow_mpi::detect().map_err(|e| CliError::usage(format!("launcher environment: {e}")))?;
     match launch {
         Some(l) if with_tuner && l.size > 1 => Err(crate::processes::refusal_of_rank(l.rank, tuner_refusal(l.size))),
         _ => Ok(()),

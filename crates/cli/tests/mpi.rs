@@ -470,7 +470,7 @@ fn three_ranks_match_one_process_and_resume_exactly() {
         assert_eq!(event(&rr, "central")["crc32"], want(0).0, "rank {r}'s central model differs");
     }
     // `--devices cpu:3` needs 3 cores. The order of the 3 ranks' sum (rank order, as one
-    // process adds its devices) is checked on any machine by crossbow-dist's test
+    // process adds its devices) is checked on any machine by crossbow-mpi's test
     // `sums_add_in_rank_order_and_bytes_travel`.
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     if cores >= 3 {

@@ -1,6 +1,6 @@
 //! Several processes (ranks): `mpirun -np N crossbow train ...` or `srun crossbow train ...`.
 //!
-//! [`World::start`] looks at the launcher's environment (`crossbow_dist::detect`): a process
+//! [`World::start`] looks at the launcher's environment (`crossbow_mpi::detect`): a process
 //! started by hand is alone ([`crossbow_replica::Solo`]); one started as a rank of several
 //! joins the MPI job (built with the `mpi` feature) or refuses to train alone (built
 //! without). Under MPI rank 0 prints; every rank writes its own metrics file
@@ -21,7 +21,7 @@ pub struct World {
     /// What the engine reduces with.
     pub group: Arc<dyn ProcessGroup>,
     #[cfg(feature = "mpi")]
-    mpi: Option<Arc<crossbow_dist::MpiGroup>>,
+    mpi: Option<Arc<crossbow_mpi::MpiGroup>>,
 }
 
 impl World {
@@ -42,7 +42,7 @@ impl World {
         {
             return Err(CliError::usage(format!("--mpi-timeout {t}: must be a positive number of seconds")));
         }
-        let launch = crossbow_dist::detect().map_err(|e| CliError::usage(format!("launcher environment: {e}")))?;
+        let launch = crossbow_mpi::detect().map_err(|e| CliError::usage(format!("launcher environment: {e}")))?;
         let Some(launch) = launch.filter(|l| l.size > 1) else {
             return Ok(World::solo());
         };
@@ -50,9 +50,9 @@ impl World {
     }
 
     #[cfg(feature = "mpi")]
-    fn join(launch: crossbow_dist::Launch, timeout: Option<f64>) -> Result<Self, CliError> {
-        let timeout = timeout.map(Duration::from_secs_f64).unwrap_or(crossbow_dist::DEFAULT_TIMEOUT);
-        let g = crossbow_dist::MpiGroup::init(timeout).map_err(|e| CliError::run(format!("MPI: {e}")))?;
+    fn join(launch: crossbow_mpi::Launch, timeout: Option<f64>) -> Result<Self, CliError> {
+        let timeout = timeout.map(Duration::from_secs_f64).unwrap_or(crossbow_mpi::DEFAULT_TIMEOUT);
+        let g = crossbow_mpi::MpiGroup::init(timeout).map_err(|e| CliError::run(format!("MPI: {e}")))?;
         if g.size() != launch.size {
             return Err(CliError::run(format!(
                 "{} started {} processes, but MPI sees {}: is this crossbow linked with the MPI library of that launcher?",
@@ -66,7 +66,7 @@ impl World {
     }
 
     #[cfg(not(feature = "mpi"))]
-    fn join(launch: crossbow_dist::Launch, _timeout: Option<f64>) -> Result<Self, CliError> {
+    fn join(launch: crossbow_mpi::Launch, _timeout: Option<f64>) -> Result<Self, CliError> {
         Err(CliError::usage(format!(
             "this process is rank {} of {} started by {}, but this crossbow was built without MPI: every rank would \
              train alone on all the data. Build it with `cargo build --release -p crossbow-cli --features mpi` \
@@ -124,7 +124,7 @@ pub fn rank_path(path: &Path, rank: usize) -> PathBuf {
 /// ranks wait a second first, so that rank 0's line is printed before the launcher stops the
 /// job (they exit with the same error if it does not).
 pub fn one_process_only(command: &str) -> Result<(), CliError> {
-    let launch = crossbow_dist::detect().map_err(|e| CliError::usage(format!("launcher environment: {e}")))?;
+    let launch = crossbow_mpi::detect().map_err(|e| CliError::usage(format!("launcher environment: {e}")))?;
     match launch.and_then(|l| several_ranks_refusal(command, &l).map(|m| (l.rank, m))) {
         None => Ok(()),
         Some((rank, msg)) => Err(refusal_of_rank(rank, msg)),
@@ -142,7 +142,7 @@ pub fn refusal_of_rank(rank: usize, msg: String) -> CliError {
 }
 
 /// The one line [`one_process_only`] refuses with, or `None` for a single rank.
-pub fn several_ranks_refusal(command: &str, launch: &crossbow_dist::Launch) -> Option<String> {
+pub fn several_ranks_refusal(command: &str, launch: &crossbow_mpi::Launch) -> Option<String> {
     (launch.size > 1).then(|| {
         format!(
             "`crossbow {command}` runs as one process, but {} started {} ranks of it (this is rank {}): each \
@@ -157,7 +157,7 @@ pub fn several_ranks_refusal(command: &str, launch: &crossbow_dist::Launch) -> O
 mod tests {
     #[test]
     fn several_ranks_are_refused_naming_the_command_and_the_count() {
-        let launch = |rank, size| crossbow_dist::Launch { rank, size, launcher: "Open MPI" };
+        let launch = |rank, size| crossbow_mpi::Launch { rank, size, launcher: "Open MPI" };
         let m = several_ranks_refusal("experiment tta", &launch(0, 4)).unwrap();
         assert!(m.contains("`crossbow experiment tta`") && m.contains("4 ranks") && m.contains("one process"), "{m}");
         assert!(!m.contains('\n'), "one line: {m}");

@@ -6,7 +6,7 @@
 //! total with every other rank's through a [`ProcessGroup`] (host memory, one all-reduce per
 //! process and iteration, not one per learner), and every device of every rank applies the
 //! same total. A single process is [`Solo`], which does nothing. The MPI implementation lives
-//! in the `crossbow-dist` crate (feature `mpi`), so this crate needs no MPI.
+//! in the `crossbow-mpi` crate (feature `mpi`), so this crate needs no MPI.
 //!
 //! Every method is a collective: every rank calls the same methods in the same order (the
 //! engine and the `crossbow` binary do), and each returns the same result on every rank.

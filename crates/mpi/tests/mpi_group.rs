@@ -9,7 +9,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use crossbow_dist::MpiGroup;
+use crossbow_mpi::MpiGroup;
 use crossbow_replica::ProcessGroup;
 
 const ROLE: &str = "CROSSBOW_DIST_TEST_RANK";

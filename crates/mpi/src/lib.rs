@@ -1,9 +1,9 @@
-//! # crossbow-dist
+//! # crossbow-mpi
 //!
 //! Crossbow across processes and servers. One process per rank, launched by `mpirun` (or
 //! `srun`); each rank has its own devices and learners, and the engine's reduction goes one
 //! level further than the process: learners -> device -> process -> all ranks (see
-//! `crossbow_replica::world`).
+//! `crossbow_replica::comm`, where the rest of the communication code lives).
 //!
 //! * [`detect`] tells, from the launcher's environment variables, whether this process is
 //!   one rank of several (works without MPI: a binary built without the `mpi` feature uses it

@@ -10,7 +10,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use crossbow_dist::MpiGroup;
+use crossbow_mpi::MpiGroup;
 use crossbow_replica::ProcessGroup;
 use crossbow_replica::engine::nccl::shared_id;
 
