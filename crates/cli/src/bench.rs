@@ -339,7 +339,7 @@ pub fn run_cli(
         println!("{}", table_header(ranks));
     }
     for &model in &models {
-        let (input, classes) = crate::models_cmd::default_input(model);
+        let (input, classes) = model.default_input();
         let graph = model.build(&input, classes)?;
         for &b in batches {
             let mut base = None;
@@ -552,7 +552,7 @@ mod tests {
     #[test]
     fn one_process_measures_its_own_learners_images() {
         let model = ModelKind::LeNet5;
-        let (input, classes) = crate::models_cmd::default_input(model);
+        let (input, classes) = model.default_input();
         let graph = model.build(&input, classes).unwrap();
         let devices = Box::new(crossbow_replica::engine::CpuDevices { count: 1, threads: 1 });
         let sync: Box<dyn Synchroniser<crossbow_kernels::CpuBackend>> =

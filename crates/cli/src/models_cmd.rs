@@ -5,7 +5,6 @@ use crossbow_replica::exec::workspace_len;
 use crossbow_replica::plan::plan;
 use crossbow_replica::program::Mode;
 use crossbow_replica::{ModelKind, Replica};
-use crossbow_tensor::Shape;
 use serde::Serialize;
 
 use crate::error::CliError;
@@ -35,21 +34,11 @@ pub struct ModelRow {
     pub workspace_bytes: usize,
 }
 
-/// The default input shape and class count of a model.
-pub fn default_input(m: ModelKind) -> (Shape, usize) {
-    match m {
-        ModelKind::LeNet5 => (Shape::new(vec![1, 28, 28]), 10),
-        ModelKind::ResNetCifar(_) => (Shape::new(vec![3, 32, 32]), 10),
-        ModelKind::Vgg16Bn => (Shape::new(vec![3, 32, 32]), 100),
-        ModelKind::ResNet50 => (Shape::new(vec![3, 224, 224]), 1000),
-    }
-}
-
 /// Builds the table for `models` at `batch`.
 pub fn table(models: &[ModelKind], batch: usize) -> Result<Vec<ModelRow>, CliError> {
     let mut rows = vec![];
     for &m in models {
-        let (input, classes) = default_input(m);
+        let (input, classes) = m.default_input();
         let g = m.build(&input, classes)?;
         // Checked sizes: an absurd batch is an error naming the flag, not an overflow.
         let p = crate::preflight::lower_checked(&g, batch, Mode::Train)

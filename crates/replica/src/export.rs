@@ -197,7 +197,8 @@ fn channels(node: &Node) -> usize {
     node.shape.dims().first().copied().unwrap_or(0)
 }
 
-/// The PyTorch module path of every node with parameters, by node id.
+/// The PyTorch module path of every node with parameters, by node id (the model's own
+/// mapping, [`ModelKind::pytorch_prefixes`]).
 fn pytorch_prefixes(graph: &Graph) -> Result<HashMap<NodeId, String>> {
     let kind: ModelKind = graph.name.parse().map_err(|_| {
         ReplicaError::Model(format!(
@@ -206,60 +207,7 @@ fn pytorch_prefixes(graph: &Graph) -> Result<HashMap<NodeId, String>> {
             ModelKind::NAMES.join(", ")
         ))
     })?;
-    let mut out = HashMap::new();
-    match kind {
-        ModelKind::LeNet5 => {
-            for (id, node) in graph.nodes.iter().enumerate() {
-                if matches!(node.name.as_str(), "conv1" | "conv2" | "fc1" | "fc2" | "fc3") {
-                    out.insert(id, node.name.clone());
-                }
-            }
-        }
-        ModelKind::ResNetCifar(_) | ModelKind::ResNet50 => {
-            for (id, node) in graph.nodes.iter().enumerate() {
-                if let Some(p) = resnet_prefix(&node.name) {
-                    out.insert(id, p);
-                }
-            }
-        }
-        ModelKind::Vgg16Bn => {
-            // Two `nn.Sequential`s: every node of the convolutional stages is one module of
-            // `features`, every later node one of `classifier` (dropout, linear, ReLU, BN).
-            let (mut features, mut classifier) = (0usize, 0usize);
-            for (id, node) in graph.nodes.iter().enumerate().skip(1) {
-                if node.name.starts_with("stage") {
-                    out.insert(id, format!("features.{features}"));
-                    features += 1;
-                } else {
-                    out.insert(id, format!("classifier.{classifier}"));
-                    classifier += 1;
-                }
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// torchvision's ResNet names for crossbow's (`stem.conv`, `stage2.block1.proj.bn`, `fc`).
-fn resnet_prefix(name: &str) -> Option<String> {
-    match name {
-        "stem.conv" => return Some("conv1".into()),
-        "stem.bn" => return Some("bn1".into()),
-        "fc" => return Some("fc".into()),
-        _ => {}
-    }
-    let parts: Vec<&str> = name.split('.').collect();
-    let [stage, block, part, op] = parts.as_slice() else { return None };
-    let stage: usize = stage.strip_prefix("stage")?.parse().ok()?;
-    let block: usize = block.strip_prefix("block")?.parse().ok()?;
-    let module = match (*part, *op) {
-        ("1" | "2" | "3", "conv") => format!("conv{part}"),
-        ("1" | "2" | "3", "bn") => format!("bn{part}"),
-        ("proj", "conv") => "downsample.0".into(),
-        ("proj", "bn") => "downsample.1".into(),
-        _ => return None,
-    };
-    Some(format!("layer{stage}.{}.{module}", block.checked_sub(1)?))
+    Ok(kind.pytorch_prefixes(graph))
 }
 
 /// Metadata describing `graph` for the safetensors header: `format = pt` (what

@@ -7,7 +7,15 @@ use crossbow_tensor::Shape;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ReplicaError, Result};
-use crate::graph::{Graph, GraphBuilder, NodeId};
+use crate::graph::{Graph, NodeId};
+
+mod blocks;
+mod lenet5;
+mod resnet50;
+mod resnet_cifar;
+mod vgg16;
+
+pub use resnet_cifar::MAX_CIFAR_RESNET_DEPTH;
 
 /// A model from the zoo, by name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,10 +48,32 @@ impl ModelKind {
             return Err(ReplicaError::Model(format!("{self}: need at least 2 classes, got {classes}")));
         }
         match *self {
-            ModelKind::LeNet5 => lenet5(input, classes),
-            ModelKind::ResNetCifar(depth) => resnet_cifar(depth, input, classes),
-            ModelKind::Vgg16Bn => vgg16_bn(input, classes),
-            ModelKind::ResNet50 => resnet50(input, classes),
+            ModelKind::LeNet5 => lenet5::build(input, classes),
+            ModelKind::ResNetCifar(depth) => resnet_cifar::build(depth, input, classes),
+            ModelKind::Vgg16Bn => vgg16::build(input, classes),
+            ModelKind::ResNet50 => resnet50::build(input, classes),
+        }
+    }
+
+    /// The per-sample input shape and class count the model is usually trained on (for
+    /// `crossbow models` and `crossbow bench`).
+    pub fn default_input(&self) -> (Shape, usize) {
+        match self {
+            ModelKind::LeNet5 => lenet5::default_input(),
+            ModelKind::ResNetCifar(_) => resnet_cifar::default_input(),
+            ModelKind::Vgg16Bn => vgg16::default_input(),
+            ModelKind::ResNet50 => resnet50::default_input(),
+        }
+    }
+
+    /// The PyTorch module path (`layer1.0.conv1`) of every node of `graph` (this model) that
+    /// has parameters, by node id (for [`crate::export`]).
+    pub fn pytorch_prefixes(&self, graph: &Graph) -> std::collections::HashMap<NodeId, String> {
+        match self {
+            ModelKind::LeNet5 => lenet5::pytorch_prefixes(graph),
+            ModelKind::ResNetCifar(_) => resnet_cifar::pytorch_prefixes(graph),
+            ModelKind::Vgg16Bn => vgg16::pytorch_prefixes(graph),
+            ModelKind::ResNet50 => resnet50::pytorch_prefixes(graph),
         }
     }
 }
@@ -101,126 +131,6 @@ impl From<ModelKind> for String {
     fn from(m: ModelKind) -> String {
         m.to_string()
     }
-}
-
-fn lenet5(input: &Shape, classes: usize) -> Result<Graph> {
-    let mut b = GraphBuilder::new("lenet5", input.clone())?;
-    // PyTorch's default initialisation for every layer.
-    b.set_conv_init(crossbow_tensor::Init::FanInUniform);
-    let x = b.input();
-    // 28×28 inputs are padded to 32×32 as in the original LeNet-5; larger inputs are not.
-    let pad = if b.shape(x).dims()[1] < 32 { 2 } else { 0 };
-    let x = b.conv2d("conv1", x, 6, 5, 1, pad, true)?;
-    let x = b.relu("relu1", x)?;
-    let x = b.max_pool("pool1", x, 2, 2, 0, false)?;
-    let x = b.conv2d("conv2", x, 16, 5, 1, 0, true)?;
-    let x = b.relu("relu2", x)?;
-    let x = b.max_pool("pool2", x, 2, 2, 0, false)?;
-    let x = b.linear("fc1", x, 120, true)?;
-    let x = b.relu("relu3", x)?;
-    let x = b.linear("fc2", x, 84, true)?;
-    let x = b.relu("relu4", x)?;
-    let x = b.linear("fc3", x, classes, true)?;
-    b.finish(x)
-}
-
-fn conv_bn(b: &mut GraphBuilder, name: &str, x: NodeId, out: usize, k: usize, s: usize, p: usize) -> Result<NodeId> {
-    let x = b.conv2d(&format!("{name}.conv"), x, out, k, s, p, false)?;
-    b.batch_norm(&format!("{name}.bn"), x)
-}
-
-fn basic_block(b: &mut GraphBuilder, name: &str, x: NodeId, out: usize, stride: usize) -> Result<NodeId> {
-    let cin = b.shape(x).dims()[0];
-    let y = conv_bn(b, &format!("{name}.1"), x, out, 3, stride, 1)?;
-    let y = b.relu(&format!("{name}.relu1"), y)?;
-    let y = conv_bn(b, &format!("{name}.2"), y, out, 3, 1, 1)?;
-    let shortcut =
-        if stride != 1 || cin != out { conv_bn(b, &format!("{name}.proj"), x, out, 1, stride, 0)? } else { x };
-    let s = b.add(&format!("{name}.add"), y, shortcut)?;
-    b.relu(&format!("{name}.relu2"), s)
-}
-
-/// The deepest CIFAR ResNet built: ResNet-1202, the deepest of He et al. (2016, §4.2).
-pub const MAX_CIFAR_RESNET_DEPTH: usize = 1202;
-
-fn resnet_cifar(depth: usize, input: &Shape, classes: usize) -> Result<Graph> {
-    if depth < 8 || !(depth - 2).is_multiple_of(6) {
-        return Err(ReplicaError::Model(format!("CIFAR ResNet depth must be 6n+2 (20, 32, 44, 56, 110), got {depth}")));
-    }
-    if depth > MAX_CIFAR_RESNET_DEPTH {
-        return Err(ReplicaError::Model(format!(
-            "CIFAR ResNet depth must be at most {MAX_CIFAR_RESNET_DEPTH} (the deepest of He et al.), got {depth}"
-        )));
-    }
-    let n = (depth - 2) / 6;
-    let mut b = GraphBuilder::new(format!("resnet{depth}"), input.clone())?;
-    let x = b.input();
-    let x = conv_bn(&mut b, "stem", x, 16, 3, 1, 1)?;
-    let mut x = b.relu("stem.relu", x)?;
-    for (stage, width) in [16usize, 32, 64].into_iter().enumerate() {
-        for blk in 0..n {
-            let stride = if stage > 0 && blk == 0 { 2 } else { 1 };
-            x = basic_block(&mut b, &format!("stage{}.block{}", stage + 1, blk + 1), x, width, stride)?;
-        }
-    }
-    let x = b.global_avg_pool("pool", x)?;
-    let x = b.linear("fc", x, classes, true)?;
-    b.finish(x)
-}
-
-fn vgg16_bn(input: &Shape, classes: usize) -> Result<Graph> {
-    let mut b = GraphBuilder::new("vgg16", input.clone())?;
-    let mut x = b.input();
-    let stages: [&[usize]; 5] = [&[64, 64], &[128, 128], &[256, 256, 256], &[512, 512, 512], &[512, 512, 512]];
-    for (s, widths) in stages.iter().enumerate() {
-        for (i, &w) in widths.iter().enumerate() {
-            let name = format!("stage{}.conv{}", s + 1, i + 1);
-            x = conv_bn(&mut b, &name, x, w, 3, 1, 1)?;
-            x = b.relu(&format!("{name}.relu"), x)?;
-        }
-        // Pool while the map is at least 2×2 (inputs smaller than 32×32 stop pooling early).
-        if b.shape(x).dims()[1] >= 2 {
-            x = b.max_pool(&format!("stage{}.pool", s + 1), x, 2, 2, 0, false)?;
-        }
-    }
-    let x = b.dropout("drop1", x, 0.5)?;
-    let x = b.linear("fc1", x, 512, true)?;
-    let x = b.relu("fc1.relu", x)?;
-    let x = b.batch_norm("fc1.bn", x)?;
-    let x = b.dropout("drop2", x, 0.5)?;
-    let x = b.linear("fc2", x, classes, true)?;
-    b.finish(x)
-}
-
-fn bottleneck(b: &mut GraphBuilder, name: &str, x: NodeId, width: usize, stride: usize) -> Result<NodeId> {
-    let cin = b.shape(x).dims()[0];
-    let out = width * 4;
-    let y = conv_bn(b, &format!("{name}.1"), x, width, 1, 1, 0)?;
-    let y = b.relu(&format!("{name}.relu1"), y)?;
-    let y = conv_bn(b, &format!("{name}.2"), y, width, 3, stride, 1)?;
-    let y = b.relu(&format!("{name}.relu2"), y)?;
-    let y = conv_bn(b, &format!("{name}.3"), y, out, 1, 1, 0)?;
-    let shortcut =
-        if stride != 1 || cin != out { conv_bn(b, &format!("{name}.proj"), x, out, 1, stride, 0)? } else { x };
-    let s = b.add(&format!("{name}.add"), y, shortcut)?;
-    b.relu(&format!("{name}.relu3"), s)
-}
-
-fn resnet50(input: &Shape, classes: usize) -> Result<Graph> {
-    let mut b = GraphBuilder::new("resnet50", input.clone())?;
-    let x = b.input();
-    let x = conv_bn(&mut b, "stem", x, 64, 7, 2, 3)?;
-    let x = b.relu("stem.relu", x)?;
-    let mut x = b.max_pool("stem.pool", x, 3, 2, 1, false)?;
-    for (stage, (&blocks, &width)) in [3usize, 4, 6, 3].iter().zip(&[64usize, 128, 256, 512]).enumerate() {
-        for blk in 0..blocks {
-            let stride = if stage > 0 && blk == 0 { 2 } else { 1 };
-            x = bottleneck(&mut b, &format!("stage{}.block{}", stage + 1, blk + 1), x, width, stride)?;
-        }
-    }
-    let x = b.global_avg_pool("pool", x)?;
-    let x = b.linear("fc", x, classes, true)?;
-    b.finish(x)
 }
 
 #[cfg(test)]
