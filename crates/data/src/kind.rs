@@ -54,7 +54,7 @@ impl DatasetKind {
     pub fn image_shape(self) -> [usize; 3] {
         match self {
             DatasetKind::Mnist | DatasetKind::SyntheticDigits => [1, 28, 28],
-            _ => [3, 32, 32],
+            DatasetKind::Cifar10 | DatasetKind::Cifar100 | DatasetKind::SyntheticShapes => [3, 32, 32],
         }
     }
 
@@ -62,13 +62,18 @@ impl DatasetKind {
     pub fn num_classes(self) -> usize {
         match self {
             DatasetKind::Cifar100 => 100,
-            _ => 10,
+            DatasetKind::Mnist | DatasetKind::Cifar10 | DatasetKind::SyntheticDigits | DatasetKind::SyntheticShapes => {
+                10
+            }
         }
     }
 
     /// True for the built-in datasets, which need no files.
     pub fn is_synthetic(self) -> bool {
-        matches!(self, DatasetKind::SyntheticDigits | DatasetKind::SyntheticShapes)
+        match self {
+            DatasetKind::SyntheticDigits | DatasetKind::SyntheticShapes => true,
+            DatasetKind::Mnist | DatasetKind::Cifar10 | DatasetKind::Cifar100 => false,
+        }
     }
 
     /// The valid names, comma separated (for messages).

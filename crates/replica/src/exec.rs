@@ -2,29 +2,28 @@
 
 use std::sync::Arc;
 
-use crossbow_kernels::batch_norm::BatchNormGeom;
-use crossbow_kernels::dropout::DropoutConfig;
 use crossbow_kernels::{Backend, View, ViewMut};
 
 use crate::error::{ReplicaError, Result};
 use crate::graph::Graph;
+pub use crate::layers::{GroupMember, group_batch_norm};
 use crate::plan::{MemoryPlan, plan};
-use crate::program::{Instr, Mode, Program, TensorId, lower};
+use crate::program::{Instr, Mode, ParamRange, Program, TensorId, TensorInfo, lower};
 
 /// A model lowered at one batch size with its buffers: what one learner (training) or one
 /// evaluator needs besides the replica's parameter, gradient and state buffers.
 pub struct Executor<B: Backend> {
-    program: Arc<Program>,
-    plan: Arc<MemoryPlan>,
-    slots: Vec<B::Buffer>,
+    pub(crate) program: Arc<Program>,
+    pub(crate) plan: Arc<MemoryPlan>,
+    pub(crate) slots: Vec<B::Buffer>,
     workspace: B::Buffer,
     labels: B::Buffer,
     stats: B::Buffer,
-    saved: B::Buffer,
+    pub(crate) saved: B::Buffer,
     /// Grouped batch norm's scratch: one activation (allocated on first use).
-    scratch: Option<B::Buffer>,
+    pub(crate) scratch: Option<B::Buffer>,
     /// Grouped batch norm's per-channel scratch: `[params(2C) | running(2C)]`.
-    scratch_small: Option<B::Buffer>,
+    pub(crate) scratch_small: Option<B::Buffer>,
 }
 
 /// Sizes of what an executor allocates, in `f32` elements.
@@ -175,7 +174,7 @@ impl<B: Backend> Executor<B> {
             return Err(ReplicaError::Config("grouped batch norm runs training programs only".into()));
         }
         for (i, ins) in program.instrs.iter().enumerate().skip(from) {
-            if matches!(ins, Instr::BnTrain { .. } | Instr::BnBwd { .. }) {
+            if ins.is_batch_norm_train() {
                 return Ok(i);
             }
             self.exec(be, ins, params, grads.as_deref_mut(), state, seed)?;
@@ -184,7 +183,7 @@ impl<B: Backend> Executor<B> {
     }
 
     /// Grows grouped batch norm's scratch buffers to `big` and `small` elements.
-    fn scratch_buffers(&mut self, be: &B, big: usize, small: usize) -> Result<()> {
+    pub(crate) fn scratch_buffers(&mut self, be: &B, big: usize, small: usize) -> Result<()> {
         if big > 0 && self.scratch.as_ref().is_none_or(|b| B::buffer_len(b) < big) {
             self.scratch = Some(be.alloc(big)?);
         }
@@ -210,390 +209,132 @@ impl<B: Backend> Executor<B> {
         state: &mut B::Buffer,
         seed: u64,
     ) -> Result<()> {
-        if let Instr::Dropout { p, node, x, y, mask } = ins {
-            // Two outputs (y and the mask), in two slots.
-            return self.exec_dropout(be, *p, *node, *x, *y, *mask, seed);
-        }
-        let prog = Arc::clone(&self.program);
+        let program = Arc::clone(&self.program);
         let plan = Arc::clone(&self.plan);
-        let len = |t: TensorId| prog.tensors[t].len;
-        let slot = |t: TensorId| plan.slot_of[t];
-        let pv = |r: &std::ops::Range<usize>| View::<B>::new(params, r.clone());
-        let ws = ViewMut::whole(&mut self.workspace);
-        let mut sp = SlotSplit::<B>::new(&mut self.slots, ins.writes().first().map(|&t| slot(t)))?;
-        macro_rules! read {
-            ($t:expr) => {
-                sp.read(slot($t), len($t))
-            };
-        }
-        let stats_region = |s: usize, c: usize| s..s + c;
-        match ins {
-            Instr::ConvFwd { g, x, y, p } => be.conv2d_forward(g, read!(*x)?, pv(p)?, sp.write(len(*y))?, ws)?,
-            Instr::ConvBwdData { g, dy, dx, p } => {
-                be.conv2d_backward_data(g, read!(*dy)?, pv(p)?, sp.write(len(*dx))?, ws)?
-            }
-            Instr::ConvBwdParams { g, x, dy, p } => {
-                be.conv2d_backward_params(g, read!(*x)?, read!(*dy)?, grad_view::<B>(grads, p.clone())?, ws)?
-            }
-            Instr::LinearFwd { g, x, y, p } => be.linear_forward(g, read!(*x)?, pv(p)?, sp.write(len(*y))?)?,
-            Instr::LinearBwdData { g, dy, dx, p } => {
-                be.linear_backward_data(g, read!(*dy)?, pv(p)?, sp.write(len(*dx))?)?
-            }
-            Instr::LinearBwdParams { g, x, dy, p } => {
-                be.linear_backward_params(g, read!(*x)?, read!(*dy)?, grad_view::<B>(grads, p.clone())?)?
-            }
-            Instr::BnTrain { g, x, y, p, stats } => {
-                let r = stats_region(*stats, g.stats_len());
-                let saved = ViewMut::new(&mut self.saved, r.clone())?;
-                let running = ViewMut::new(state, r)?;
-                be.batch_norm_forward_train(g, read!(*x)?, pv(p)?, sp.write(len(*y))?, saved, running)?
-            }
-            Instr::BnInfer { g, x, y, p, stats } => {
-                let running = View::new(&*state, stats_region(*stats, g.stats_len()))?;
-                be.batch_norm_forward_infer(g, read!(*x)?, pv(p)?, running, sp.write(len(*y))?)?
-            }
-            Instr::BnBwd { g, x, dy, dx, p, stats } => {
-                let saved = View::new(&self.saved, stats_region(*stats, g.stats_len()))?;
-                be.batch_norm_backward(
-                    g,
-                    read!(*x)?,
-                    read!(*dy)?,
-                    pv(p)?,
-                    saved,
-                    sp.write(len(*dx))?,
-                    grad_view::<B>(grads, p.clone())?,
-                )?
-            }
-            Instr::Relu { x, y } => be.relu_forward(read!(*x)?, sp.write(len(*y))?)?,
-            Instr::ReluInPlace { y } => be.relu_forward_inplace(sp.write(len(*y))?)?,
-            Instr::ReluBwd { y, dy, dx } => be.relu_backward(read!(*y)?, read!(*dy)?, sp.write(len(*dx))?)?,
-            Instr::ReluBwdInPlace { y, d } => be.relu_backward_inplace(read!(*y)?, sp.write(len(*d))?)?,
-            Instr::MaxPool { g, x, y } => be.max_pool_forward(g, read!(*x)?, sp.write(len(*y))?)?,
-            Instr::MaxPoolBwd { g, x, y, dy, dx } => {
-                be.max_pool_backward(g, read!(*x)?, read!(*y)?, read!(*dy)?, sp.write(len(*dx))?)?
-            }
-            Instr::AvgPool { g, x, y } => be.avg_pool_forward(g, read!(*x)?, sp.write(len(*y))?)?,
-            Instr::AvgPoolBwd { g, dy, dx } => be.avg_pool_backward(g, read!(*dy)?, sp.write(len(*dx))?)?,
-            Instr::Dropout { .. } => {
-                return Err(ReplicaError::Model("internal: dropout reached the slot split".into()));
-            }
-            Instr::Mul { a, b, y } => be.mul(read!(*a)?, read!(*b)?, sp.write(len(*y))?)?,
-            Instr::Add { a, b, y } => be.add(read!(*a)?, read!(*b)?, sp.write(len(*y))?)?,
-            Instr::Copy { src, dst } => be.copy(read!(*src)?, sp.write(len(*dst))?)?,
-            Instr::Accumulate { src, dst } => be.axpy(1.0, read!(*src)?, sp.write(len(*dst))?)?,
-            Instr::Loss { g, logits, dlogits } => {
-                let d = match dlogits {
-                    Some(t) => Some(sp.write(len(*t))?),
-                    None => None,
-                };
-                be.softmax_xent(g, read!(*logits)?, View::whole(&self.labels), d, ViewMut::whole(&mut self.stats))?
-            }
-        }
-        Ok(())
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn exec_dropout(
-        &mut self,
-        be: &B,
-        p: f32,
-        node: usize,
-        x: TensorId,
-        y: TensorId,
-        mask: TensorId,
-        seed: u64,
-    ) -> Result<()> {
-        let prog = &self.program;
-        let (sx, sy, sm) = (self.plan.slot_of[x], self.plan.slot_of[y], self.plan.slot_of[mask]);
-        let [bx, by, bm] = self
+        let writes: Vec<usize> = ins.writes().iter().map(|&t| plan.slot_of[t]).collect();
+        let slots = self
             .slots
-            .get_disjoint_mut([sx, sy, sm])
-            .map_err(|_| ReplicaError::Model("memory plan error: dropout tensors share a slot".into()))?;
-        let cfg = DropoutConfig { p, seed: mix(seed, node as u64) };
-        be.dropout_forward(
-            &cfg,
-            View::new(&*bx, 0..prog.tensors[x].len)?,
-            ViewMut::new(by, 0..prog.tensors[y].len)?,
-            ViewMut::new(bm, 0..prog.tensors[mask].len)?,
-        )?;
-        Ok(())
-    }
-}
-
-/// The program's slots split into the one an instruction writes and the others it reads.
-struct SlotSplit<'a, B: Backend> {
-    lo: &'a [B::Buffer],
-    hi: &'a [B::Buffer],
-    w: Option<usize>,
-    out: Option<&'a mut B::Buffer>,
-}
-
-impl<'a, B: Backend> SlotSplit<'a, B> {
-    fn new(slots: &'a mut [B::Buffer], w: Option<usize>) -> Result<Self> {
-        match w {
-            Some(w) => {
-                let (lo, rest) = slots.split_at_mut(w);
-                let (out, hi) = rest
-                    .split_first_mut()
-                    .ok_or_else(|| ReplicaError::Model(format!("internal: slot {w} out of range")))?;
-                Ok(SlotSplit { lo, hi, w: Some(w), out: Some(out) })
-            }
-            None => Ok(SlotSplit { lo: slots, hi: &[], w: None, out: None }),
-        }
-    }
-
-    fn read(&self, s: usize, len: usize) -> Result<View<'a, B>> {
-        let buf = match self.w {
-            Some(w) if s == w => {
-                return Err(ReplicaError::Model(format!("internal: memory plan reads slot {s} while writing it")));
-            }
-            Some(w) if s > w => &self.hi[s - w - 1],
-            _ => &self.lo[s],
+            .iter_mut()
+            .enumerate()
+            .map(|(i, b)| if writes.contains(&i) { Slot::Written(Some(b)) } else { Slot::Read(&*b) })
+            .collect();
+        let mut cx = ExecCx {
+            be,
+            slots,
+            tensors: &program.tensors,
+            slot_of: &plan.slot_of,
+            params,
+            grads,
+            workspace: Some(&mut self.workspace),
+            saved: Some(&mut self.saved),
+            state: Some(state),
+            labels: &self.labels,
+            loss: Some(&mut self.stats),
+            seed,
         };
-        Ok(View::new(buf, 0..len)?)
-    }
-
-    fn write(&mut self, len: usize) -> Result<ViewMut<'a, B>> {
-        let b = self.out.take().ok_or_else(|| ReplicaError::Model("internal: instruction writes twice".into()))?;
-        Ok(ViewMut::new(b, 0..len)?)
+        ins.exec(&mut cx)
     }
 }
 
-fn grad_view<B: Backend>(g: Option<&mut B::Buffer>, r: std::ops::Range<usize>) -> Result<ViewMut<'_, B>> {
-    let g = g.ok_or_else(|| ReplicaError::Config("gradient buffer missing".into()))?;
-    Ok(ViewMut::new(g, r)?)
+/// A program slot as one instruction sees it: read, or written (once).
+enum Slot<'a, B: Backend> {
+    Read(&'a B::Buffer),
+    Written(Option<&'a mut B::Buffer>),
 }
 
-/// One learner's part in [`group_batch_norm`]: its backend, executor (paused at the same
-/// batch-norm instruction as the others'), parameters, gradients and running statistics.
-pub struct GroupMember<'a, B: Backend> {
-    /// The learner's backend.
-    pub be: &'a B,
-    /// Its executor, paused by [`Executor::run_until_batch_norm`].
-    pub exec: &'a mut Executor<B>,
-    /// Its parameters.
-    pub params: &'a B::Buffer,
-    /// Its gradients.
-    pub grads: &'a mut B::Buffer,
-    /// Its batch-norm running statistics.
-    pub state: &'a mut B::Buffer,
+/// What an instruction runs with: the backend, its tensors (the slots it writes apart from
+/// the ones it reads) and the replica's and executor's other buffers. Each mutable buffer
+/// can be taken once per instruction.
+pub(crate) struct ExecCx<'a, B: Backend> {
+    /// The backend.
+    pub(crate) be: &'a B,
+    slots: Vec<Slot<'a, B>>,
+    tensors: &'a [TensorInfo],
+    slot_of: &'a [usize],
+    params: &'a B::Buffer,
+    grads: Option<&'a mut B::Buffer>,
+    workspace: Option<&'a mut B::Buffer>,
+    saved: Option<&'a mut B::Buffer>,
+    state: Option<&'a mut B::Buffer>,
+    labels: &'a B::Buffer,
+    loss: Option<&'a mut B::Buffer>,
+    /// The seed of this run's dropout masks.
+    pub(crate) seed: u64,
 }
 
-/// Runs batch-norm instruction `at` of every member's training program with statistics over
-/// all their batches together (the learners of a device normalising as one batch of `k·b`,
-/// like synchronised batch norm; each keeps its own `γ`, `β` and running statistics):
-///
-/// * forward: every member's channel mean and variance (its own batch), combined in f64
-///   into the group's (Chan et al.'s parallel formula); each member normalises with the
-///   group's, saves them for the backward pass, and moves its running statistics towards
-///   them (unbiased variance over the group, PyTorch's convention);
-/// * backward: the exact gradient of the sum of the members' losses through the shared
-///   statistics: `dx = γ·inv·(dy − ΣΣdy/N − x̂·ΣΣdy·x̂/N)` with the sums over the whole group,
-///   and each member's `dγ = Σ dy·x̂`, `dβ = Σ dy` over its own samples.
-///
-/// Built from the backends' batch-norm kernels and per-channel host arithmetic (the
-/// statistics travel through the host: a few hundred floats per layer), so it runs on every
-/// backend. One member is plain batch norm: the caller then runs the program as usual.
-pub fn group_batch_norm<B: Backend>(members: &mut [GroupMember<'_, B>], at: usize) -> Result<()> {
-    let Some(first) = members.first() else { return Ok(()) };
-    let ins = first
-        .exec
-        .program
-        .instrs
-        .get(at)
-        .cloned()
-        .ok_or_else(|| ReplicaError::Config(format!("grouped batch norm: no instruction {at}")))?;
-    for m in members.iter() {
-        if !Arc::ptr_eq(&m.exec.program, &first.exec.program)
-            && m.exec.program.instrs.len() != first.exec.program.instrs.len()
-        {
-            return Err(ReplicaError::Config("grouped batch norm: the learners run different programs".into()));
-        }
-    }
-    match ins {
-        Instr::BnTrain { g, x, y, p, stats } => group_forward(members, &g, x, y, &p, stats),
-        Instr::BnBwd { g, x, dy, dx, p, stats } => group_backward(members, &g, x, dy, dx, &p, stats),
-        other => Err(ReplicaError::Config(format!("grouped batch norm: instruction {at} is {other:?}"))),
-    }
+fn taken(what: &str) -> ReplicaError {
+    ReplicaError::Model(format!("internal: an instruction takes the {what} twice"))
 }
 
-fn group_forward<B: Backend>(
-    members: &mut [GroupMember<'_, B>],
-    g: &BatchNormGeom,
-    x: TensorId,
-    y: TensorId,
-    p: &std::ops::Range<usize>,
-    stats: usize,
-) -> Result<()> {
-    let c = g.channels;
-    let region = stats..stats + g.stats_len();
-    // Each member's own batch statistics: a training-mode pass with momentum 1 into a scratch
-    // "running" buffer gives [mean(C), unbiased var(C)] (its output is overwritten below).
-    let own = BatchNormGeom { momentum: 1.0, ..*g };
-    let n_own = g.count() as f64;
-    let mut parts: Vec<(Vec<f64>, Vec<f64>)> = Vec::with_capacity(members.len());
-    for m in members.iter_mut() {
-        let mut host = vec![0.0f32; 2 * c];
-        {
-            let ex = &mut *m.exec;
-            let (sy, sx) = (ex.plan.slot_of[y], ex.plan.slot_of[x]);
-            let (ylen, xlen) = (ex.program.tensors[y].len, ex.program.tensors[x].len);
-            ex.scratch_buffers(m.be, 0, 4 * c)?;
-            let scratch = ex.scratch_small.as_mut().ok_or_else(|| ReplicaError::Config("scratch".into()))?;
-            let [bx, by] = ex
-                .slots
-                .get_disjoint_mut([sx, sy])
-                .map_err(|_| ReplicaError::Model("grouped batch norm: input and output share a slot".into()))?;
-            m.be.batch_norm_forward_train(
-                &own,
-                View::new(&*bx, 0..xlen)?,
-                View::new(m.params, p.clone())?,
-                ViewMut::new(by, 0..ylen)?,
-                ViewMut::new(&mut ex.saved, region.clone())?,
-                ViewMut::new(scratch, 0..2 * c)?,
-            )?;
-            m.be.download(View::new(&*scratch, 0..2 * c)?, &mut host)?;
-        }
-        let mean: Vec<f64> = host[..c].iter().map(|&v| v as f64).collect();
-        // Back from the unbiased variance to the sum of squared deviations.
-        let m2: Vec<f64> = host[c..].iter().map(|&v| v as f64 * (n_own - 1.0).max(0.0)).collect();
-        parts.push((mean, m2));
-    }
-    // Combine (Chan et al.): N = k·n, mean = Σ n·mean_j / N, M2 = Σ M2_j + Σ n (mean_j − mean)².
-    let n_all = n_own * parts.len() as f64;
-    let mut mean = vec![0.0f64; c];
-    for (mj, _) in &parts {
-        for (a, &v) in mean.iter_mut().zip(mj) {
-            *a += v * n_own / n_all;
+impl<'a, B: Backend> ExecCx<'a, B> {
+    /// Tensor `t`, read.
+    pub(crate) fn read(&self, t: TensorId) -> Result<View<'a, B>> {
+        let s = self.slot_of[t];
+        match &self.slots[s] {
+            Slot::Read(b) => Ok(View::new(*b, 0..self.tensors[t].len)?),
+            Slot::Written(_) => {
+                Err(ReplicaError::Model(format!("internal: memory plan reads slot {s} while writing it")))
+            }
         }
     }
-    let mut m2 = vec![0.0f64; c];
-    for (mj, m2j) in &parts {
-        for ch in 0..c {
-            m2[ch] += m2j[ch] + n_own * (mj[ch] - mean[ch]).powi(2);
-        }
-    }
-    let var: Vec<f64> = m2.iter().map(|v| v / n_all).collect();
-    let unbias = if n_all > 1.0 { n_all / (n_all - 1.0) } else { 1.0 };
-    let group_running: Vec<f32> = mean.iter().chain(var.iter()).map(|&v| v as f32).collect();
-    let saved: Vec<f32> =
-        mean.iter().map(|&v| v as f32).chain(var.iter().map(|&v| (1.0 / (v + g.eps as f64).sqrt()) as f32)).collect();
-    let mom = g.momentum as f64;
-    for m in members.iter_mut() {
-        let ex = &mut *m.exec;
-        let (sy, sx) = (ex.plan.slot_of[y], ex.plan.slot_of[x]);
-        let (ylen, xlen) = (ex.program.tensors[y].len, ex.program.tensors[x].len);
-        let scratch = ex.scratch_small.as_mut().ok_or_else(|| ReplicaError::Config("scratch".into()))?;
-        m.be.upload(&group_running, ViewMut::new(scratch, 0..2 * c)?)?;
-        let [bx, by] = ex
-            .slots
-            .get_disjoint_mut([sx, sy])
-            .map_err(|_| ReplicaError::Model("grouped batch norm: input and output share a slot".into()))?;
-        // y = γ (x − mean) / sqrt(var + eps) + β with the group's statistics.
-        m.be.batch_norm_forward_infer(
-            g,
-            View::new(&*bx, 0..xlen)?,
-            View::new(m.params, p.clone())?,
-            View::new(&*scratch, 0..2 * c)?,
-            ViewMut::new(by, 0..ylen)?,
-        )?;
-        m.be.upload(&saved, ViewMut::new(&mut ex.saved, region.clone())?)?;
-        let mut running = vec![0.0f32; 2 * c];
-        m.be.download(View::new(&*m.state, region.clone())?, &mut running)?;
-        for ch in 0..c {
-            running[ch] = ((1.0 - mom) * running[ch] as f64 + mom * mean[ch]) as f32;
-            running[c + ch] = ((1.0 - mom) * running[c + ch] as f64 + mom * var[ch] * unbias) as f32;
-        }
-        m.be.upload(&running, ViewMut::new(m.state, region.clone())?)?;
-    }
-    Ok(())
-}
 
-#[allow(clippy::too_many_arguments)]
-fn group_backward<B: Backend>(
-    members: &mut [GroupMember<'_, B>],
-    g: &BatchNormGeom,
-    x: TensorId,
-    dy: TensorId,
-    dx: TensorId,
-    p: &std::ops::Range<usize>,
-    stats: usize,
-) -> Result<()> {
-    let c = g.channels;
-    let region = stats..stats + g.stats_len();
-    // Each member's backward with the group's saved statistics: its dγ = Σ dy·x̂ and
-    // dβ = Σ dy over its own samples are right as they are; its dx is corrected below.
-    let mut sums: Vec<Vec<f32>> = Vec::with_capacity(members.len());
-    for m in members.iter_mut() {
-        let ex = &mut *m.exec;
-        let (sx, sdy, sdx) = (ex.plan.slot_of[x], ex.plan.slot_of[dy], ex.plan.slot_of[dx]);
-        let (xlen, dylen, dxlen) = (ex.program.tensors[x].len, ex.program.tensors[dy].len, ex.program.tensors[dx].len);
-        let [bx, bdy, bdx] = ex
-            .slots
-            .get_disjoint_mut([sx, sdy, sdx])
-            .map_err(|_| ReplicaError::Model("grouped batch norm: backward tensors share a slot".into()))?;
-        m.be.batch_norm_backward(
-            g,
-            View::new(&*bx, 0..xlen)?,
-            View::new(&*bdy, 0..dylen)?,
-            View::new(m.params, p.clone())?,
-            View::new(&ex.saved, region.clone())?,
-            ViewMut::new(bdx, 0..dxlen)?,
-            ViewMut::new(m.grads, p.clone())?,
-        )?;
-        let mut d = vec![0.0f32; 2 * c];
-        m.be.download(View::new(&*m.grads, p.clone())?, &mut d)?;
-        sums.push(d);
-    }
-    let k = members.len() as f64;
-    let n = g.count() as f64;
-    let mut total = vec![0.0f64; 2 * c];
-    for d in &sums {
-        for (t, &v) in total.iter_mut().zip(d) {
-            *t += v as f64;
+    /// Tensor `t`, written.
+    pub(crate) fn write(&mut self, t: TensorId) -> Result<ViewMut<'a, B>> {
+        let s = self.slot_of[t];
+        let len = self.tensors[t].len;
+        match &mut self.slots[s] {
+            Slot::Written(b) => Ok(ViewMut::new(b.take().ok_or_else(|| taken("output slot"))?, 0..len)?),
+            Slot::Read(_) => Err(ReplicaError::Model(format!("internal: slot {s} is written but not planned so"))),
         }
     }
-    // dx_group − dx_own = γ·inv·[(Σdy_own/n − ΣΣdy/(k n)) + x̂ (Σdyx̂_own/n − ΣΣdyx̂/(k n))]
-    //                   = B·x + A per channel, x̂ = (x − mean)·inv.
-    // dparams holds [dγ(C), dβ(C)] = [Σ dy·x̂, Σ dy].
-    let mut saved = vec![0.0f32; 2 * c];
-    members[0].be.download(View::new(&members[0].exec.saved, region.clone())?, &mut saved)?;
-    for (m, d) in members.iter_mut().zip(&sums) {
-        let mut gamma = vec![0.0f32; c];
-        m.be.download(View::new(m.params, p.start..p.start + c)?, &mut gamma)?;
-        // An affine map per channel, t = B·x + A, through the inference kernel: with running
-        // mean 0 and variance 1 it computes x·γ'·r + β' with r = 1/sqrt(1 + eps).
-        let r = 1.0 / (1.0 + g.eps as f64).sqrt();
-        let mut aff = vec![0.0f32; 2 * c];
-        for ch in 0..c {
-            let (mean, inv, gm) = (saved[ch] as f64, saved[c + ch] as f64, gamma[ch] as f64);
-            let ddy = d[c + ch] as f64 / n - total[c + ch] / (k * n);
-            let ddyx = d[ch] as f64 / n - total[ch] / (k * n);
-            let b = gm * inv * inv * ddyx;
-            let a = gm * inv * ddy - b * mean;
-            aff[ch] = (b / r) as f32;
-            aff[c + ch] = a as f32;
-        }
-        let ex = &mut *m.exec;
-        let (xlen, dxlen) = (ex.program.tensors[x].len, ex.program.tensors[dx].len);
-        let (sx, sdx) = (ex.plan.slot_of[x], ex.plan.slot_of[dx]);
-        let unit: Vec<f32> = std::iter::repeat_n(0.0f32, c).chain(std::iter::repeat_n(1.0f32, c)).collect();
-        ex.scratch_buffers(m.be, xlen, 4 * c)?;
-        let (Some(t), Some(small)) = (ex.scratch.as_mut(), ex.scratch_small.as_mut()) else {
-            return Err(ReplicaError::Config("grouped batch norm: scratch buffers".into()));
-        };
-        m.be.upload(&aff, ViewMut::new(small, 0..2 * c)?)?;
-        m.be.upload(&unit, ViewMut::new(small, 2 * c..4 * c)?)?;
-        m.be.batch_norm_forward_infer(
-            g,
-            View::new(&ex.slots[sx], 0..xlen)?,
-            View::new(&*small, 0..2 * c)?,
-            View::new(&*small, 2 * c..4 * c)?,
-            ViewMut::new(t, 0..xlen)?,
-        )?;
-        m.be.axpy(1.0, View::new(&*t, 0..xlen)?, ViewMut::new(&mut ex.slots[sdx], 0..dxlen)?)?;
+
+    /// A region of the parameter buffer.
+    pub(crate) fn params(&self, r: &ParamRange) -> Result<View<'a, B>> {
+        Ok(View::new(self.params, r.clone())?)
     }
-    Ok(())
+
+    /// A region of the gradient buffer (training programs only).
+    pub(crate) fn grads(&mut self, r: &ParamRange) -> Result<ViewMut<'a, B>> {
+        let g = self.grads.take().ok_or_else(|| ReplicaError::Config("gradient buffer missing".into()))?;
+        Ok(ViewMut::new(g, r.clone())?)
+    }
+
+    /// The conv workspace.
+    pub(crate) fn workspace(&mut self) -> Result<ViewMut<'a, B>> {
+        Ok(ViewMut::whole(self.workspace.take().ok_or_else(|| taken("workspace"))?))
+    }
+
+    /// A region of the saved batch statistics, written.
+    pub(crate) fn saved_mut(&mut self, r: ParamRange) -> Result<ViewMut<'a, B>> {
+        Ok(ViewMut::new(self.saved.take().ok_or_else(|| taken("saved statistics"))?, r)?)
+    }
+
+    /// A region of the saved batch statistics, read.
+    pub(crate) fn saved(&mut self, r: ParamRange) -> Result<View<'a, B>> {
+        let b: &'a B::Buffer = self.saved.take().ok_or_else(|| taken("saved statistics"))?;
+        Ok(View::new(b, r)?)
+    }
+
+    /// A region of the running statistics (the replica's state buffer), written.
+    pub(crate) fn state_mut(&mut self, r: ParamRange) -> Result<ViewMut<'a, B>> {
+        Ok(ViewMut::new(self.state.take().ok_or_else(|| taken("running statistics"))?, r)?)
+    }
+
+    /// A region of the running statistics, read.
+    pub(crate) fn state(&mut self, r: ParamRange) -> Result<View<'a, B>> {
+        let b: &'a B::Buffer = self.state.take().ok_or_else(|| taken("running statistics"))?;
+        Ok(View::new(b, r)?)
+    }
+
+    /// The batch's labels.
+    pub(crate) fn labels(&self) -> View<'a, B> {
+        View::whole(self.labels)
+    }
+
+    /// The loss statistics `[sum of losses, correct]`, written.
+    pub(crate) fn loss_stats(&mut self) -> Result<ViewMut<'a, B>> {
+        Ok(ViewMut::whole(self.loss.take().ok_or_else(|| taken("loss statistics"))?))
+    }
 }
 
 /// Mixes two words into a seed (SplitMix64 finaliser).
@@ -606,17 +347,7 @@ pub fn mix(a: u64, b: u64) -> u64 {
 
 /// The largest conv workspace any instruction of `program` needs on `be`.
 pub fn workspace_len<B: Backend>(be: &B, program: &Program) -> usize {
-    program
-        .instrs
-        .iter()
-        .filter_map(|i| match i {
-            Instr::ConvFwd { g, .. } | Instr::ConvBwdData { g, .. } | Instr::ConvBwdParams { g, .. } => {
-                Some(be.conv2d_workspace_len(g))
-            }
-            _ => None,
-        })
-        .max()
-        .unwrap_or(0)
+    program.instrs.iter().map(|i| i.workspace_len(be)).max().unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -701,7 +432,7 @@ mod tests {
         let mut b = GraphBuilder::new("mixed", Shape::new(vec![2, 9, 9])).unwrap();
         let x = b.input();
         let a = b.conv2d("a", x, 4, 3, 1, 1, true).unwrap();
-        let a = b.relu("ra", a).unwrap();
+        let a = b.leaky_relu("ra", a, 0.1).unwrap();
         let p = b.max_pool("mp", a, 3, 2, 1, true).unwrap();
         let c1 = b.conv2d("c1", p, 4, 3, 1, 1, false).unwrap();
         let c1 = b.batch_norm("bn1", c1).unwrap();

@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use safetensors::tensor::{Dtype, TensorView};
 
 use crate::error::{ReplicaError, Result};
-use crate::graph::{Graph, Layer, Node, NodeId};
+use crate::graph::{Graph, NodeId};
 use crate::models::ModelKind;
 
 /// The values of an exported tensor.
@@ -82,8 +82,12 @@ pub struct ExportTensor {
 }
 
 impl ExportTensor {
-    fn f32(name: String, shape: Vec<usize>, data: &[f32]) -> Self {
+    pub(crate) fn f32(name: String, shape: Vec<usize>, data: &[f32]) -> Self {
         ExportTensor { name, shape, data: ExportData::F32(data.to_vec()) }
+    }
+
+    pub(crate) fn i64(name: String, shape: Vec<usize>, data: &[i64]) -> Self {
+        ExportTensor { name, shape, data: ExportData::I64(data.to_vec()) }
     }
 }
 
@@ -121,25 +125,11 @@ pub fn pytorch_tensors(graph: &Graph, params: &[f32], stats: &[f32]) -> Result<V
                 graph.name, node.name
             )));
         };
-        let (weight_shape, bias_len) = match node.layer {
-            Layer::Conv2d { out_channels, kernel, bias, .. } => {
-                let cin = graph.conv_geom(node, 1).in_channels;
-                (vec![out_channels, cin, kernel, kernel], if bias { out_channels } else { 0 })
-            }
-            Layer::Linear { out_features, bias } => {
-                let inf = graph.linear_geom(node, 1).in_features;
-                (vec![out_features, inf], if bias { out_features } else { 0 })
-            }
-            Layer::BatchNorm { .. } => {
-                let c = channels(node);
-                (vec![c], c)
-            }
-            _ => {
-                return Err(ReplicaError::Model(format!(
-                    "{}: node '{}' has parameters but is not a conv, linear or batch-norm layer",
-                    graph.name, node.name
-                )));
-            }
+        let Some((weight_shape, bias_len)) = node.layer.ops().pytorch_shapes(graph, node) else {
+            return Err(ReplicaError::Model(format!(
+                "{}: node '{}' has parameters but its layer has no PyTorch parameters",
+                graph.name, node.name
+            )));
         };
         let weight_len: usize = weight_shape.iter().product();
         if region.weight_len != weight_len || region.len != weight_len + bias_len || region.range().end > params.len() {
@@ -162,22 +152,7 @@ pub fn pytorch_tensors(graph: &Graph, params: &[f32], stats: &[f32]) -> Result<V
             out.push(ExportTensor::f32(format!("{prefix}.bias"), vec![bias_len], b));
         }
         exported += region.len;
-        if let Layer::BatchNorm { .. } = node.layer {
-            let c = bias_len;
-            let Some(s) = node.stats.filter(|&s| s + 2 * c <= stats.len()) else {
-                return Err(ReplicaError::Model(format!(
-                    "{}: batch-norm node '{}' has no running statistics in the state buffer",
-                    graph.name, node.name
-                )));
-            };
-            out.push(ExportTensor::f32(format!("{prefix}.running_mean"), vec![c], &stats[s..s + c]));
-            out.push(ExportTensor::f32(format!("{prefix}.running_var"), vec![c], &stats[s + c..s + 2 * c]));
-            out.push(ExportTensor {
-                name: format!("{prefix}.num_batches_tracked"),
-                shape: vec![],
-                data: ExportData::I64(vec![0]),
-            });
-        }
+        out.extend(node.layer.ops().pytorch_buffers(graph, node, prefix, stats)?);
     }
     if exported != graph.param_len {
         return Err(ReplicaError::Model(format!(
@@ -190,11 +165,6 @@ pub fn pytorch_tensors(graph: &Graph, params: &[f32], stats: &[f32]) -> Result<V
         return Err(ReplicaError::Model(format!("{}: two tensors are named '{}'", graph.name, t.name)));
     }
     Ok(out)
-}
-
-/// Channels of a batch-norm node (`[c, h, w]` or `[features]`).
-fn channels(node: &Node) -> usize {
-    node.shape.dims().first().copied().unwrap_or(0)
 }
 
 /// The PyTorch module path of every node with parameters, by node id (the model's own

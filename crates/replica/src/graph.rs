@@ -1,85 +1,19 @@
 //! Models as a layer graph: nodes in topological order, per-sample shape inference, and the
 //! layout of every parameter in one flat buffer.
 
-use crossbow_kernels::batch_norm::BatchNormGeom;
-use crossbow_kernels::conv2d::Conv2dGeom;
-use crossbow_kernels::linear::LinearGeom;
-use crossbow_kernels::pool::Pool2dGeom;
+//!
+//! Each layer's builder method ([`GraphBuilder::conv2d`], [`GraphBuilder::batch_norm`], ...)
+//! lives in its module under [`crate::layers`].
+
 use crossbow_tensor::{FanMode, Init, Shape};
 use serde::Serialize;
 
 use crate::error::{ReplicaError, Result};
+use crate::layers::Input;
+pub use crate::layers::Layer;
 
 /// Index of a node in its graph.
 pub type NodeId = usize;
-
-/// What a node computes.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
-pub enum Layer {
-    /// The input batch.
-    Input,
-    /// 2-d convolution.
-    Conv2d {
-        /// Output channels (number of filters).
-        out_channels: usize,
-        /// Side of the square kernel, in pixels.
-        kernel: usize,
-        /// Step between windows, in pixels.
-        stride: usize,
-        /// Zero padding added on each side, in pixels.
-        pad: usize,
-        /// Whether a per-channel bias is added.
-        bias: bool,
-    },
-    /// Batch normalisation over channels.
-    BatchNorm {
-        /// Added to the variance before the square root, > 0 (PyTorch default 1e-5).
-        eps: f32,
-        /// Running-statistics update rate, in `[0, 1]`: `r = (1 - momentum) r + momentum * batch`.
-        momentum: f32,
-    },
-    /// `max(x, 0)`.
-    Relu,
-    /// Max pooling.
-    MaxPool {
-        /// Side of the square window, in pixels.
-        kernel: usize,
-        /// Step between windows, in pixels.
-        stride: usize,
-        /// Padding on each side, in pixels (padded positions are left out of the max).
-        pad: usize,
-        /// Round the output size up (Caffe-style ceil mode) rather than down.
-        ceil: bool,
-    },
-    /// Average pooling (windows divided by their in-bounds element count).
-    AvgPool {
-        /// Side of the square window, in pixels.
-        kernel: usize,
-        /// Step between windows, in pixels.
-        stride: usize,
-        /// Padding on each side, in pixels (padded positions are left out of the average).
-        pad: usize,
-        /// Round the output size up (Caffe-style ceil mode) rather than down.
-        ceil: bool,
-    },
-    /// Average over all spatial positions: `[c, h, w] -> [c, 1, 1]`.
-    GlobalAvgPool,
-    /// Fully connected; the input is flattened per sample.
-    Linear {
-        /// Output features per sample.
-        out_features: usize,
-        /// Whether a per-feature bias is added.
-        bias: bool,
-    },
-    /// Inverted dropout (training only).
-    Dropout {
-        /// Probability of dropping an element, in `[0, 1)`.
-        p: f32,
-    },
-    /// Element-wise sum of two inputs of the same shape (residual connections).
-    Add,
-}
 
 /// Where a layer's parameters live in the flat parameter buffer, and how they start.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -165,70 +99,7 @@ impl Graph {
 
     /// Forward FLOPs per image of the convolutions and linear layers (multiply-adds × 2).
     pub fn forward_flops(&self) -> f64 {
-        self.nodes.iter().enumerate().map(|(i, n)| self.layer_flops(i, n)).sum()
-    }
-
-    fn layer_flops(&self, _i: NodeId, n: &Node) -> f64 {
-        match &n.layer {
-            Layer::Conv2d { .. } => {
-                let g = self.conv_geom(n, 1);
-                g.forward_flops()
-            }
-            Layer::Linear { .. } => {
-                let g = self.linear_geom(n, 1);
-                g.forward_flops()
-            }
-            _ => 0.0,
-        }
-    }
-
-    fn chw(s: &Shape) -> (usize, usize, usize) {
-        match s.dims() {
-            [c, h, w] => (*c, *h, *w),
-            [f] => (*f, 1, 1),
-            d => (d.iter().product(), 1, 1),
-        }
-    }
-
-    /// The conv2d geometry of node `n` at batch `batch`.
-    pub fn conv_geom(&self, n: &Node, batch: usize) -> Conv2dGeom {
-        let (c, h, w) = Self::chw(&self.nodes[n.inputs[0]].shape);
-        match n.layer {
-            Layer::Conv2d { out_channels, kernel, stride, pad, bias } => {
-                Conv2dGeom::square(batch, c, (h, w), out_channels, kernel, stride, pad, bias)
-            }
-            _ => unreachable!("conv_geom on a non-conv node"),
-        }
-    }
-
-    /// The linear geometry of node `n` at batch `batch`.
-    pub fn linear_geom(&self, n: &Node, batch: usize) -> LinearGeom {
-        let inf = self.nodes[n.inputs[0]].shape.dims().iter().product();
-        match n.layer {
-            Layer::Linear { out_features, bias } => LinearGeom { batch, in_features: inf, out_features, bias },
-            _ => unreachable!("linear_geom on a non-linear node"),
-        }
-    }
-
-    /// The batch-norm geometry of node `n` at batch `batch`.
-    pub fn bn_geom(&self, n: &Node, batch: usize) -> BatchNormGeom {
-        let (c, h, w) = Self::chw(&n.shape);
-        match n.layer {
-            Layer::BatchNorm { eps, momentum } => BatchNormGeom { batch, channels: c, spatial: h * w, eps, momentum },
-            _ => unreachable!("bn_geom on a non-bn node"),
-        }
-    }
-
-    /// The pooling geometry of node `n` at batch `batch`.
-    pub fn pool_geom(&self, n: &Node, batch: usize) -> Pool2dGeom {
-        let (c, h, w) = Self::chw(&self.nodes[n.inputs[0]].shape);
-        match n.layer {
-            Layer::MaxPool { kernel, stride, pad, ceil } | Layer::AvgPool { kernel, stride, pad, ceil } => {
-                Pool2dGeom { ceil_mode: ceil, ..Pool2dGeom::square(batch, c, (h, w), kernel, stride, pad) }
-            }
-            Layer::GlobalAvgPool => Pool2dGeom::global(batch, c, (h, w)),
-            _ => unreachable!("pool_geom on a non-pool node"),
-        }
+        self.nodes.iter().map(|n| n.layer.ops().flops(self, n)).sum()
     }
 }
 
@@ -238,8 +109,8 @@ pub struct GraphBuilder {
     nodes: Vec<Node>,
     param_len: usize,
     stats_len: usize,
-    conv_init: Init,
-    linear_init: (Init, Init),
+    pub(crate) conv_init: Init,
+    pub(crate) linear_init: (Init, Init),
 }
 
 impl GraphBuilder {
@@ -253,7 +124,7 @@ impl GraphBuilder {
             name: name.into(),
             nodes: vec![Node {
                 name: "input".into(),
-                layer: Layer::Input,
+                layer: Input.into(),
                 inputs: vec![],
                 shape: input,
                 params: None,
@@ -286,11 +157,11 @@ impl GraphBuilder {
         &self.nodes[n].shape
     }
 
-    fn check(&self, n: NodeId) -> Result<()> {
+    pub(crate) fn check(&self, n: NodeId) -> Result<()> {
         if n < self.nodes.len() { Ok(()) } else { Err(ReplicaError::Model(format!("node {n} does not exist"))) }
     }
 
-    fn chw(&self, n: NodeId, what: &str) -> Result<(usize, usize, usize)> {
+    pub(crate) fn chw(&self, n: NodeId, what: &str) -> Result<(usize, usize, usize)> {
         match self.nodes[n].shape.dims() {
             [c, h, w] => Ok((*c, *h, *w)),
             _ => Err(ReplicaError::Model(format!(
@@ -302,7 +173,7 @@ impl GraphBuilder {
 
     /// A layer's window does not fit its input: said in the user's terms (the model needs
     /// larger images), not as a dump of the geometry.
-    fn does_not_fit(
+    pub(crate) fn does_not_fit(
         &self,
         layer: &str,
         kind: &str,
@@ -317,7 +188,7 @@ impl GraphBuilder {
         ))
     }
 
-    fn push(
+    pub(crate) fn push(
         &mut self,
         name: String,
         layer: Layer,
@@ -330,7 +201,7 @@ impl GraphBuilder {
         self.nodes.len() - 1
     }
 
-    fn region(
+    pub(crate) fn region(
         &mut self,
         weight_len: usize,
         bias_len: usize,
@@ -351,154 +222,12 @@ impl GraphBuilder {
         r
     }
 
-    /// A square 2-d convolution.
-    #[allow(clippy::too_many_arguments)]
-    pub fn conv2d(
-        &mut self,
-        name: &str,
-        x: NodeId,
-        out_channels: usize,
-        kernel: usize,
-        stride: usize,
-        pad: usize,
-        bias: bool,
-    ) -> Result<NodeId> {
-        self.check(x)?;
-        let (c, h, w) = self.chw(x, name)?;
-        let g = Conv2dGeom::square(1, c, (h, w), out_channels, kernel, stride, pad, bias);
-        if g.validate().is_err() {
-            return Err(self.does_not_fit(name, "convolution", (kernel, stride, pad), (c, h, w)));
-        }
-        let shape = Shape::new(vec![out_channels, g.out_h(), g.out_w()]);
-        let region = self.region(
-            g.weight_len(),
-            if bias { out_channels } else { 0 },
-            self.conv_init,
-            Init::Constant { value: 0.0 },
-            (c * kernel * kernel, out_channels * kernel * kernel),
-        );
-        Ok(self.push(
-            name.into(),
-            Layer::Conv2d { out_channels, kernel, stride, pad, bias },
-            vec![x],
-            shape,
-            Some(region),
-            None,
-        ))
-    }
-
-    /// Batch normalisation (PyTorch defaults `eps = 1e-5`, `momentum = 0.1`).
-    pub fn batch_norm(&mut self, name: &str, x: NodeId) -> Result<NodeId> {
-        self.batch_norm_with(name, x, 1e-5, 0.1)
-    }
-
-    /// Batch normalisation with explicit constants.
-    pub fn batch_norm_with(&mut self, name: &str, x: NodeId, eps: f32, momentum: f32) -> Result<NodeId> {
-        self.check(x)?;
-        let shape = self.nodes[x].shape.clone();
-        let c = shape.dims()[0];
-        let region = self.region(c, c, Init::Constant { value: 1.0 }, Init::Constant { value: 0.0 }, (1, 1));
-        let stats = self.stats_len;
-        self.stats_len += 2 * c;
-        Ok(self.push(name.into(), Layer::BatchNorm { eps, momentum }, vec![x], shape, Some(region), Some(stats)))
-    }
-
-    /// ReLU.
-    pub fn relu(&mut self, name: &str, x: NodeId) -> Result<NodeId> {
-        self.check(x)?;
-        let shape = self.nodes[x].shape.clone();
-        Ok(self.push(name.into(), Layer::Relu, vec![x], shape, None, None))
-    }
-
-    fn pool(&mut self, name: &str, x: NodeId, layer: Layer) -> Result<NodeId> {
-        self.check(x)?;
-        let (c, h, w) = self.chw(x, name)?;
-        let g = match layer {
-            Layer::MaxPool { kernel, stride, pad, ceil } | Layer::AvgPool { kernel, stride, pad, ceil } => {
-                Pool2dGeom { ceil_mode: ceil, ..Pool2dGeom::square(1, c, (h, w), kernel, stride, pad) }
-            }
-            _ => Pool2dGeom::global(1, c, (h, w)),
-        };
-        if g.validate().is_err() {
-            let (k, st, p) = match layer {
-                Layer::MaxPool { kernel, stride, pad, .. } | Layer::AvgPool { kernel, stride, pad, .. } => {
-                    (kernel, stride, pad)
-                }
-                _ => (h.max(w), 1, 0),
-            };
-            return Err(self.does_not_fit(name, "pooling", (k, st, p), (c, h, w)));
-        }
-        let shape = Shape::new(vec![c, g.out_h(), g.out_w()]);
-        Ok(self.push(name.into(), layer, vec![x], shape, None, None))
-    }
-
-    /// Max pooling.
-    pub fn max_pool(
-        &mut self,
-        name: &str,
-        x: NodeId,
-        kernel: usize,
-        stride: usize,
-        pad: usize,
-        ceil: bool,
-    ) -> Result<NodeId> {
-        self.pool(name, x, Layer::MaxPool { kernel, stride, pad, ceil })
-    }
-
-    /// Average pooling.
-    pub fn avg_pool(
-        &mut self,
-        name: &str,
-        x: NodeId,
-        kernel: usize,
-        stride: usize,
-        pad: usize,
-        ceil: bool,
-    ) -> Result<NodeId> {
-        self.pool(name, x, Layer::AvgPool { kernel, stride, pad, ceil })
-    }
-
-    /// Global average pooling to `[c, 1, 1]`.
-    pub fn global_avg_pool(&mut self, name: &str, x: NodeId) -> Result<NodeId> {
-        self.pool(name, x, Layer::GlobalAvgPool)
-    }
-
-    /// A fully connected layer over the flattened input.
-    pub fn linear(&mut self, name: &str, x: NodeId, out_features: usize, bias: bool) -> Result<NodeId> {
-        self.check(x)?;
-        if out_features == 0 {
-            return Err(ReplicaError::Model(format!("{name}: a linear layer needs at least one output")));
-        }
-        let inf: usize = self.nodes[x].shape.dims().iter().product();
-        let (wi, bi) = self.linear_init;
-        let region = self.region(inf * out_features, if bias { out_features } else { 0 }, wi, bi, (inf, out_features));
-        Ok(self.push(
-            name.into(),
-            Layer::Linear { out_features, bias },
-            vec![x],
-            Shape::new(vec![out_features]),
-            Some(region),
-            None,
-        ))
-    }
-
-    /// Dropout with probability `p`.
-    pub fn dropout(&mut self, name: &str, x: NodeId, p: f32) -> Result<NodeId> {
-        self.check(x)?;
-        if !(0.0..1.0).contains(&p) {
-            return Err(ReplicaError::Model(format!("{name}: dropout probability {p} is not in [0, 1)")));
-        }
-        let shape = self.nodes[x].shape.clone();
-        Ok(self.push(name.into(), Layer::Dropout { p }, vec![x], shape, None, None))
-    }
-
-    /// The sum of two nodes of the same shape.
-    pub fn add(&mut self, name: &str, a: NodeId, b: NodeId) -> Result<NodeId> {
-        self.check(a)?;
-        self.check(b)?;
-        let sa = self.nodes[a].shape.clone();
-        sa.expect_eq(&self.nodes[b].shape, name).map_err(|e| ReplicaError::Model(e.to_string()))?;
-        Ok(self.push(name.into(), Layer::Add, vec![a, b], sa, None, None))
+    /// A new region of `len` elements in the batch-norm state and saved-statistics buffers;
+    /// returns its offset.
+    pub(crate) fn stats_region(&mut self, len: usize) -> usize {
+        let offset = self.stats_len;
+        self.stats_len += len;
+        offset
     }
 
     /// Finishes the graph with `logits` (a `[classes]` node) as its output.

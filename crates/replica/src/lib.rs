@@ -2,9 +2,10 @@
 //!
 //! Models, replicas, learners and the engine that trains them.
 //!
-//! * [`graph`] / [`models`] — a model is a layer graph with per-sample shape inference and a
-//!   flat parameter layout; the zoo has LeNet-5, CIFAR ResNets (6n+2), VGG-16 with batch norm
-//!   and ResNet-50.
+//! * [`graph`] / [`layers`] / [`models`] — a model is a layer graph with per-sample shape
+//!   inference and a flat parameter layout; each layer (shape, parameters, lowering, kernels'
+//!   execution, FLOPs, PyTorch names) is one module of [`layers`]; the zoo has LeNet-5, CIFAR
+//!   ResNets (6n+2), VGG-16 with batch norm and ResNet-50, one file each.
 //! * [`program`] / [`plan`] / [`exec`] — a graph lowered at a batch size becomes a
 //!   straight-line program of kernel calls; a memory plan maps its activations and gradients
 //!   onto a few reused buffers; an [`exec::Executor`] runs it on any
@@ -24,6 +25,7 @@ pub mod error;
 pub mod exec;
 pub mod export;
 pub mod graph;
+pub mod layers;
 pub mod models;
 pub mod plan;
 pub mod program;

@@ -4,7 +4,7 @@ use crossbow_kernels::{Backend, View, ViewMut};
 use crossbow_tensor::Rng;
 
 use crate::error::Result;
-use crate::graph::{Graph, Layer};
+use crate::graph::Graph;
 
 /// One copy of the model: parameters, gradients, momentum (velocity) and batch-norm running
 /// statistics, each ONE flat buffer on the replica's device. Every layer's parameters are a
@@ -90,7 +90,7 @@ pub fn initial_params(graph: &Graph, seed: u64) -> Vec<f32> {
 pub fn initial_state(graph: &Graph) -> Vec<f32> {
     let mut out = vec![0.0f32; graph.stats_len];
     for node in &graph.nodes {
-        if let (Layer::BatchNorm { .. }, Some(s)) = (&node.layer, node.stats) {
+        if let (true, Some(s)) = (node.layer.is_batch_norm(), node.stats) {
             let c = node.shape.dims()[0];
             out[s + c..s + 2 * c].fill(1.0);
         }

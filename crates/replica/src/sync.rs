@@ -267,14 +267,10 @@ pub struct ModelLayout {
 impl ModelLayout {
     /// The layout of `graph`'s parameters.
     pub fn of(graph: &crate::graph::Graph) -> Self {
-        use crate::graph::Layer;
         let mut spans = vec![];
         for n in &graph.nodes {
             let Some(r) = &n.params else { continue };
-            let (first, second) = match n.layer {
-                Layer::BatchNorm { .. } => (ParamKind::BnScale, ParamKind::BnShift),
-                _ => (ParamKind::Weight, ParamKind::Bias),
-            };
+            let (first, second) = n.layer.ops().param_kinds();
             let mid = r.offset + r.weight_len;
             if r.weight_len > 0 {
                 spans.push(ParamSpan { layer: n.name.clone(), kind: first, range: r.offset..mid });

@@ -96,7 +96,7 @@ fn perturbed_model(g: &Graph, seed: u64) -> (Vec<f32>, Vec<f32>) {
     let mut stats = vec![0.0f32; g.stats_len];
     let mut rng = Rng::derive(seed, 77);
     for node in &g.nodes {
-        if let (Layer::BatchNorm { .. }, Some(r), Some(s)) = (&node.layer, &node.params, node.stats) {
+        if let (Layer::BatchNorm(_), Some(r), Some(s)) = (&node.layer, &node.params, node.stats) {
             let c = r.weight_len;
             for v in &mut params[r.offset..r.offset + c] {
                 *v = rng.uniform_range(0.5, 1.5);
@@ -123,7 +123,7 @@ fn eval_logits(g: &Graph, params: &[f32], stats: &[f32], images: &[f32], batch: 
     ex.upload_batch(&be, images, &vec![0.0; batch])?;
     ex.run(&be, &rep.params, None, &mut rep.state, 0)?;
     let logits = ex.program().instrs.iter().find_map(|i| match i {
-        Instr::Loss { logits, .. } => Some(*logits),
+        Instr::Loss(loss) => Some(loss.logits),
         _ => None,
     });
     let logits = logits.ok_or_else(|| ReplicaError::Model("the evaluation program has no loss".into()))?;

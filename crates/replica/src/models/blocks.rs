@@ -4,11 +4,18 @@ use crate::error::Result;
 use crate::graph::{GraphBuilder, NodeId};
 
 /// A convolution without bias followed by batch norm (`NAME.conv`, `NAME.bn`).
-pub(super) fn conv_bn(b: &mut GraphBuilder, name: &str, x: NodeId, out: usize, k: usize, s: usize, p: usize) -> Result<NodeId> {
+pub(super) fn conv_bn(
+    b: &mut GraphBuilder,
+    name: &str,
+    x: NodeId,
+    out: usize,
+    k: usize,
+    s: usize,
+    p: usize,
+) -> Result<NodeId> {
     let x = b.conv2d(&format!("{name}.conv"), x, out, k, s, p, false)?;
     b.batch_norm(&format!("{name}.bn"), x)
 }
-
 
 /// torchvision's ResNet names for crossbow's (`stem.conv`, `stage2.block1.proj.bn`, `fc`).
 pub(super) fn resnet_prefix(name: &str) -> Option<String> {

@@ -33,7 +33,6 @@ pub(super) fn build(input: &Shape, classes: usize) -> Result<Graph> {
     b.finish(x)
 }
 
-
 /// PyTorch module names: the layers keep their own (`conv1`, ..., `fc3`).
 pub(super) fn pytorch_prefixes(graph: &Graph) -> HashMap<NodeId, String> {
     graph

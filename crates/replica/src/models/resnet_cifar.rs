@@ -52,7 +52,6 @@ pub(super) fn build(depth: usize, input: &Shape, classes: usize) -> Result<Graph
     b.finish(x)
 }
 
-
 /// torchvision's names (`layer1.0.conv1`, ...).
 pub(super) fn pytorch_prefixes(graph: &Graph) -> HashMap<NodeId, String> {
     resnet_prefixes(graph)

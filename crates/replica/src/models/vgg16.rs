@@ -37,7 +37,6 @@ pub(super) fn build(input: &Shape, classes: usize) -> Result<Graph> {
     b.finish(x)
 }
 
-
 /// Two `nn.Sequential`s: every node of the convolutional stages is one module of `features`,
 /// every later node one of `classifier` (dropout, linear, ReLU, BN).
 pub(super) fn pytorch_prefixes(graph: &Graph) -> HashMap<NodeId, String> {
