@@ -42,7 +42,6 @@ use clap::Args;
 use crossbow_data::{Batch, Cursor, Pipeline, PipelineConfig};
 use crossbow_kernels::CpuBackend;
 use crossbow_replica::engine::{AutoTuner, CpuDevices, Engine, IterationRecord, TrainBatch};
-use crossbow_tuner::TunerConfig;
 use plotters::prelude::*;
 use serde_json::json;
 
@@ -51,7 +50,9 @@ use crate::error::CliError;
 use crate::registry::SyncRegistry;
 use crate::report::{EvalLine, Reporter};
 use crate::source::{PipelineSource, TestSet};
-use crate::train::{Data, Hardware, build_graph, calibration_pipeline, load_data, resolve_hardware, start_engine};
+use crate::train::{
+    Data, Hardware, auto_tuner, build_graph, calibration_pipeline, load_data, resolve_hardware, start_engine,
+};
 
 /// Most configurations one exploration runs (each is an engine held in memory at once).
 pub const MAX_CONFIGS: usize = 64;
@@ -680,17 +681,7 @@ impl Ctx<'_> {
             LearnersPerDevice::Fixed(m) => vec![m; self.hw.0],
         };
         let engine = start_engine(cfg, graph, factory, sync, &layout)?;
-        let tuner = match cfg.learners_per_device {
-            LearnersPerDevice::Auto => {
-                let tc = TunerConfig {
-                    max_learners: cfg.max_learners,
-                    threshold: cfg.tuner_threshold,
-                    ..TunerConfig::default()
-                };
-                Some(AutoTuner::new(&engine, tc, true).map_err(|e| CliError::usage(e.to_string()))?)
-            }
-            LearnersPerDevice::Fixed(_) => None,
-        };
+        let tuner = auto_tuner(cfg, &engine)?;
         let calibration = match cfg.bn_eval {
             BnEval::Recalibrate(n) if engine.graph().stats_len > 0 => {
                 Some((n, PipelineSource { pipeline: calibration_pipeline(cfg, self.data, n, Cursor::default())? }))

@@ -221,17 +221,7 @@ pub fn train_with_options<B: Backend>(
     };
     let mut saver = Saver { on: opts.checkpoint.is_some(), submitted: None };
     announce(cfg, data, &engine, run.per_epoch, run.share, reporter)?;
-    let mut tuner = match cfg.learners_per_device {
-        LearnersPerDevice::Auto => {
-            let tc = TunerConfig {
-                max_learners: cfg.max_learners,
-                threshold: cfg.tuner_threshold,
-                ..TunerConfig::default()
-            };
-            Some(AutoTuner::new(&engine, tc, true).map_err(|e| CliError::usage(e.to_string()))?)
-        }
-        LearnersPerDevice::Fixed(_) => None,
-    };
+    let mut tuner = auto_tuner(cfg, &engine)?;
     let mut guard = Guard { first_loss: None, rollbacks: 0, lr_factor: 1.0, prev_target: None, prev_diverged_at: None };
     if let (Some((path, file)), Some((_, snap))) = (&opts.resume, &resumed) {
         let tuner_state = saved_tuner(file, &saved_ranks, &*world);
@@ -1018,6 +1008,22 @@ fn continue_from<B: Backend>(
         }
     }
     Ok(notes)
+}
+
+/// The auto-tuner of `cfg` (`--learners-per-device auto`: `--max-learners`,
+/// `--tuner-threshold`) for `engine`, or `None` with a fixed learner count.
+pub fn auto_tuner<B: Backend>(cfg: &TrainConfig, engine: &Engine<B>) -> Result<Option<AutoTuner>, CliError> {
+    match cfg.learners_per_device {
+        LearnersPerDevice::Auto => {
+            let tc = TunerConfig {
+                max_learners: cfg.max_learners,
+                threshold: cfg.tuner_threshold,
+                ..TunerConfig::default()
+            };
+            Ok(Some(AutoTuner::new(engine, tc, true).map_err(|e| CliError::usage(e.to_string()))?))
+        }
+        LearnersPerDevice::Fixed(_) => Ok(None),
+    }
 }
 
 /// The engine for `cfg` with `layout[d]` learners on device `d`.
