@@ -5,7 +5,7 @@
 //! one all-reduce (hierarchical, as crossbow's engine does it) or all-reduced one by one.
 //!
 //! These are **predictions**. The inputs (bus bandwidths, latencies, GPU throughput) and where
-//! each one comes from are in BENCHMARKS.md section 12; `scaling-model` prints the tables, and
+//! each one comes from are in docs/results/scaling-model/NOTES.md (§12.2); `scaling-model` prints the tables, and
 //! `scaling-model fit` checks the all-reduce part against MPI_Allreduce measured on this machine.
 
 /// One level of the all-reduce: a ring whose members are joined by links of this kind.

@@ -6,7 +6,7 @@
 //! `cargo run -p crossbow-benches --bin scaling-model -- predict`
 //! `cargo run -p crossbow-benches --bin scaling-model -- fit points.csv --check 1089896`
 //!
-//! Every default below is a published figure or a stated assumption; BENCHMARKS.md section 12
+//! Every default below is a published figure or a stated assumption; docs/results/scaling-model/NOTES.md (§12.2)
 //! gives the source of each. The output is a prediction, not a measurement.
 
 use std::collections::BTreeMap;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The before/after table of BENCHMARKS.md §10.4 from run.sh's ab-*.json (medians of rounds)."""
+"""The before/after table of BENCHMARKS.md §2 (formerly §10.4, now in NOTES.md here) from run.sh's ab-*.json (medians of rounds)."""
 import glob, json, os, statistics, sys
 d = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
 def load(name):

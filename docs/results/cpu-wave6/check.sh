@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Second check of the tightest ratios of §10.4 with 5x longer windows and a fixed learner count
+# Second check of the tightest ratios of BENCHMARKS.md §10 (formerly §10.4) with 5x longer windows and a fixed learner count
 # (2, the tuner's usual pick), alternating crossbow and PyTorch three times.
 set -u
 NEW=${NEW:-/tmp/crossbow-new}; PY=${PY:-/tmp/torchenv/bin/python}

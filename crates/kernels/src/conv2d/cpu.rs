@@ -91,7 +91,7 @@ fn direct_len(g: &Conv2dGeom, threads: usize) -> usize {
 /// and `dy` alone. The price is the GEMM work on the `wp - ow` padding columns (zeros in
 /// `dyp`), so the path is taken only where that is at most 1/4 of the pixels
 /// (`crossbow bench`: ResNet-20 at batch 16 on one thread ran faster with the 8×8-pixel
-/// layers, 20% padding columns, included than excluded: BENCHMARKS.md §10.1).
+/// layers, 20% padding columns, included than excluded: docs/results/kernel-history/NOTES.md, §10.1).
 #[derive(Clone, Copy, Debug)]
 struct Window {
     /// Padded row pitch `w + 2 * pad_w`, in pixels.
