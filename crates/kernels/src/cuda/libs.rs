@@ -11,7 +11,11 @@
 //!    never above the driver's major ([`candidates`]), and keeps it loaded;
 //! 3. resolves the file cudarc itself will load (its candidate list, in its order) and
 //!    refuses, with a message naming both files, a stub, a library whose major version is
-//!    newer than the driver's, or a file other than the one step 2 chose ([`judge`]).
+//!    newer than the driver's, or a file of another version than the one step 2 chose
+//!    ([`judge`]). Two copies of one version (a toolkit's `libnvrtc.so` and a pip wheel's
+//!    `libnvrtc.so.13`, both CUDA 13.0) are accepted, with a note ([`notes`]) saying which
+//!    file is used; for two versions the error says how to make cudarc load the chosen file
+//!    (a folder of links first on `LD_LIBRARY_PATH`, which `scripts/gpu-check.sh` makes).
 //!
 //! The pure parts ([`candidates`], [`is_stub`], [`major_of_file`], [`judge`],
 //! [`nvrtc_fits_driver`], [`parse_maps`]) are tested on any machine; the loading itself
@@ -96,6 +100,15 @@ pub fn major_of_file(path: &Path) -> Option<i32> {
     after.split('.').next()?.parse().ok()
 }
 
+/// The `(major, minor)` version in a library file's name (`libnvrtc.so.13.0.88` → (13, 0));
+/// `None` without both.
+pub fn major_minor_of_file(path: &Path) -> Option<(i32, i32)> {
+    let name = path.file_name()?.to_str()?;
+    let (_, after) = name.split_once(".so.")?;
+    let mut parts = after.split('.');
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
 /// What cudarc will load for a library, as resolved by the backend.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Resolved {
@@ -103,18 +116,61 @@ pub struct Resolved {
     pub name: String,
     /// The file it loaded (the dynamic loader's path), symlinks resolved when possible.
     pub path: PathBuf,
+    /// The `(major, minor)` version the library reports of itself (`nvrtcVersion`,
+    /// `cublasGetProperty`, `cudnnGetVersion`, `ncclGetVersion`), when it could be asked.
+    pub version: Option<(i32, i32)>,
+}
+
+impl Resolved {
+    /// The version the library reports, else the one in its file name.
+    pub fn major_minor(&self) -> Option<(i32, i32)> {
+        self.version.or_else(|| major_minor_of_file(&self.path))
+    }
+}
+
+/// True when two files are the same bytes (two copies of one library).
+fn same_bytes(a: &Path, b: &Path) -> bool {
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(ma), Ok(mb)) if ma.len() == mb.len() => {
+            matches!((std::fs::read(a), std::fs::read(b)), (Ok(x), Ok(y)) if x == y)
+        }
+        _ => false,
+    }
+}
+
+/// What [`judge`] decided: the file that will be used, and a note when it was a choice
+/// between two copies of the same version.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Judged {
+    /// The file cudarc will load.
+    pub path: PathBuf,
+    /// Said when two files were found and the one cudarc loads is accepted as the same
+    /// version as the one chosen by the driver's version.
+    pub note: Option<String>,
+}
+
+/// The notes of [`judge`] in this process (two copies of one library accepted), for
+/// `crossbow doctor`.
+pub fn notes() -> Vec<String> {
+    note_list().lock().map(|n| n.clone()).unwrap_or_default()
+}
+
+fn note_list() -> &'static std::sync::Mutex<Vec<String>> {
+    static NOTES: std::sync::OnceLock<std::sync::Mutex<Vec<String>>> = std::sync::OnceLock::new();
+    NOTES.get_or_init(|| std::sync::Mutex::new(Vec::new()))
 }
 
 /// Decides whether the file cudarc will load for `lib` (`cudarc`) may be used, given the
 /// driver's version and the file the backend chose by [`candidates`] (`chosen`; `None`
-/// when no candidate loaded). `Ok` names the file; `Err` says exactly what is wrong and
-/// what to do.
+/// when no candidate loaded). `Ok` names the file (with a note when it is another copy of
+/// the chosen file's version: the same major.minor, or the same bytes); `Err` says exactly
+/// what is wrong and what to do.
 pub fn judge(
     lib: CudaLib,
     driver_version: i32,
     cudarc: Option<&Resolved>,
     chosen: Option<&Resolved>,
-) -> Result<PathBuf, String> {
+) -> Result<Judged, String> {
     let stem = lib.stem();
     let Some(c) = cudarc else {
         if let Some(ch) = chosen {
@@ -169,17 +225,43 @@ pub fn judge(
             c.name
         ));
     }
-    match chosen {
-        Some(ch) if ch.path != c.path => Err(format!(
-            "{} (found as `{}`) would be loaded before {} (`{}`), the file that matches the \
-             driver's CUDA version; remove the first from the library path",
+    let Some(ch) = chosen.filter(|ch| ch.path != c.path) else {
+        return Ok(Judged { path: c.path.clone(), note: None });
+    };
+    let (cv, chv) = (c.major_minor(), ch.major_minor());
+    let same = match (cv, chv) {
+        (Some(a), Some(b)) => a == b,
+        _ => same_bytes(&c.path, &ch.path),
+    };
+    let version =
+        |v: Option<(i32, i32)>| v.map_or_else(|| "version unknown".to_string(), |(a, b)| format!("version {a}.{b}"));
+    if same {
+        let note = format!(
+            "lib{stem}: two copies of {} — {} (`{}`, used: cudarc loads it first) and {} (`{}`); \
+             the same version, so either serves",
+            version(cv),
             c.path.display(),
             c.name,
             ch.path.display(),
             ch.name
-        )),
-        _ => Ok(c.path.clone()),
+        );
+        return Ok(Judged { path: c.path.clone(), note: Some(note) });
     }
+    let dir = "~/.local/lib/crossbow";
+    Err(format!(
+        "{} (found as `{}`, {}) would be loaded before {} (`{}`, {}), the file that \
+         matches the driver's CUDA version; make cudarc load the chosen file by putting a link to it \
+         first on the library path: `mkdir -p {dir} && ln -sf {} {dir}/lib{stem}.so` and \
+         `export LD_LIBRARY_PATH={dir}:$LD_LIBRARY_PATH` (scripts/gpu-check.sh does this), \
+         or remove the first from the library path",
+        c.path.display(),
+        c.name,
+        version(cv),
+        ch.path.display(),
+        ch.name,
+        version(chv),
+        ch.path.display(),
+    ))
 }
 
 /// Whether modules compiled by NVRTC `nvrtc` (major, minor) for a `cubin` (real
@@ -289,11 +371,53 @@ mod runtime {
         Some((lib, path))
     }
 
+    /// The `(major, minor)` version the library `lib` at `path` reports of itself, asked
+    /// through its own version function (found with `dlsym`; no GPU needed): `None` when the
+    /// file does not load or lacks the function. Not for the driver (always `libcuda.so.1`).
+    pub fn reported_version(lib: CudaLib, path: &std::path::Path) -> Option<(i32, i32)> {
+        // SAFETY: loading a CUDA library runs only its initialisers (usually already loaded).
+        let l = unsafe { libloading::os::unix::Library::new(path) }.ok()?;
+        // SAFETY: the functions have these C signatures in the libraries'
+        // headers, take only out-pointers or nothing, and need no initialisation.
+        unsafe {
+            match lib {
+                CudaLib::Driver => None,
+                CudaLib::Nvrtc => {
+                    let f = l.get::<unsafe extern "C" fn(*mut c_int, *mut c_int) -> c_int>(b"nvrtcVersion\0").ok()?;
+                    let (mut a, mut b) = (0, 0);
+                    (f(&mut a, &mut b) == 0).then_some((a, b))
+                }
+                CudaLib::Cublas => {
+                    let f = l.get::<unsafe extern "C" fn(c_int, *mut c_int) -> c_int>(b"cublasGetProperty\0").ok()?;
+                    let (mut a, mut b) = (0, 0);
+                    // libraryPropertyType: MAJOR_VERSION = 0, MINOR_VERSION = 1.
+                    (f(0, &mut a) == 0 && f(1, &mut b) == 0).then_some((a, b))
+                }
+                CudaLib::Cudnn => {
+                    let f = l.get::<unsafe extern "C" fn() -> usize>(b"cudnnGetVersion\0").ok()?;
+                    let v = f() as i32; // cuDNN 9: major * 10000 + minor * 100 + patch
+                    (v > 0).then_some((v / 10000, (v % 10000) / 100))
+                }
+                CudaLib::Nccl => {
+                    let f = l.get::<unsafe extern "C" fn(*mut c_int) -> c_int>(b"ncclGetVersion\0").ok()?;
+                    let mut v = 0;
+                    // NCCL >= 2.9: major * 10000 + minor * 100 + patch.
+                    (f(&mut v) == 0 && v > 0).then_some((v / 10000, (v % 10000) / 100))
+                }
+            }
+        }
+    }
+
+    fn resolved(lib: CudaLib, name: String, path: PathBuf) -> Resolved {
+        let version = reported_version(lib, &path);
+        Resolved { name, path, version }
+    }
+
     /// The file cudarc will load for `lib`: the first of its candidate names that loads.
     pub(crate) fn resolve_like_cudarc(lib: CudaLib) -> Option<Resolved> {
         cudarc::get_lib_name_candidates(lib.stem())
             .into_iter()
-            .find_map(|n| open(&n).map(|(_, path)| Resolved { name: n, path }))
+            .find_map(|n| open(&n).map(|(_, path)| resolved(lib, n, path)))
     }
 
     /// Libraries loaded by [`candidates`] and kept for the whole process.
@@ -310,10 +434,17 @@ mod runtime {
             if let Ok(mut k) = kept().lock() {
                 k.push(l);
             }
-            Some(Resolved { name: n, path })
+            Some(resolved(lib, n, path))
         });
         let cudarc = resolve_like_cudarc(lib);
-        judge(lib, driver_version, cudarc.as_ref(), chosen.as_ref())
+        let judged = judge(lib, driver_version, cudarc.as_ref(), chosen.as_ref())?;
+        if let Some(note) = judged.note
+            && let Ok(mut notes) = super::note_list().lock()
+            && !notes.contains(&note)
+        {
+            notes.push(note);
+        }
+        Ok(judged.path)
     }
 
     /// Which of `names` the library file `path` does not export (looked up with `dlsym`,
@@ -356,6 +487,93 @@ mod runtime {
         }
         Ok(v)
     }
+
+    #[cfg(test)]
+    mod tests {
+        use std::path::{Path, PathBuf};
+        use std::process::Command;
+
+        use super::super::{CudaLib, judge};
+        use super::{reported_version, resolved};
+
+        /// Compiles a fake `name` in `dir` exporting `nvrtcVersion` that reports `v`, with C
+        /// `extra` to make files of one version differ; `None` (the test prints why) without
+        /// a C compiler.
+        fn fake_nvrtc(dir: &Path, name: &str, v: (i32, i32), extra: &str) -> Option<PathBuf> {
+            std::fs::create_dir_all(dir).ok()?;
+            let src = dir.join(format!("{name}.c"));
+            let body =
+                format!("int nvrtcVersion(int *a, int *b) {{ *a = {}; *b = {}; return 0; }}\n{extra}\n", v.0, v.1);
+            std::fs::write(&src, body).ok()?;
+            let out = dir.join(name);
+            let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+            let ok = Command::new(&cc)
+                .args(["-shared", "-fPIC", "-o"])
+                .arg(&out)
+                .arg(&src)
+                .status()
+                .is_ok_and(|s| s.success());
+            if !ok {
+                println!("fake NVRTC: skipped: no C compiler (`{cc}`)");
+                return None;
+            }
+            Some(out)
+        }
+
+        /// Fake library folders, as a toolkit and a pip wheel lay them out: the versions are
+        /// asked of the files themselves, two files of one version are accepted with a note,
+        /// and two versions are refused.
+        #[test]
+        fn fake_nvrtc_folders_two_copies_of_one_version_pass_two_versions_fail() {
+            let root = std::env::temp_dir().join(format!("crossbow-fake-nvrtc-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&root);
+            let Some(wheel) = fake_nvrtc(&root.join("site/nvidia/cu13/lib"), "libnvrtc.so.13", (13, 0), "") else {
+                return;
+            };
+            let toolkit = fake_nvrtc(&root.join("cuda-13.0/lib64"), "libnvrtc.so", (13, 0), "int toolkit_build = 1;")
+                .expect("second fake library");
+            let newer = fake_nvrtc(&root.join("cuda-13.1/lib64"), "libnvrtc.so", (13, 1), "").expect("third");
+            assert_eq!(reported_version(CudaLib::Nvrtc, &wheel), Some((13, 0)));
+            assert_eq!(reported_version(CudaLib::Nvrtc, &newer), Some((13, 1)));
+            assert_eq!(reported_version(CudaLib::Cublas, &wheel), None, "no cublasGetProperty in a fake NVRTC");
+            let chosen = resolved(CudaLib::Nvrtc, "libnvrtc.so.13".into(), wheel.clone());
+            let first = resolved(CudaLib::Nvrtc, "libnvrtc.so".into(), toolkit.clone());
+            let j = judge(CudaLib::Nvrtc, 13000, Some(&first), Some(&chosen)).expect("same version accepted");
+            assert_eq!(j.path, toolkit);
+            assert!(j.note.is_some_and(|n| n.contains("two copies of version 13.0")));
+            let other = resolved(CudaLib::Nvrtc, "libnvrtc.so".into(), newer);
+            let e = judge(CudaLib::Nvrtc, 13000, Some(&other), Some(&chosen)).unwrap_err();
+            assert!(e.contains("version 13.1") && e.contains("ln -sf"), "{e}");
+            let _ = std::fs::remove_dir_all(&root);
+        }
+
+        /// The real NVRTC (CI's pip wheel, on `LD_LIBRARY_PATH`) copied to two folders: one
+        /// library, accepted (reproduces the refusal the first GPU run would have hit).
+        #[test]
+        fn nvrtc_copied_to_two_folders_is_one_library() {
+            let Some(real) = super::resolve_like_cudarc(CudaLib::Nvrtc) else {
+                println!("nvrtc_copied_to_two_folders_is_one_library: skipped: no NVRTC library");
+                return;
+            };
+            let root = std::env::temp_dir().join(format!("crossbow-two-nvrtc-{}", std::process::id()));
+            let (a, b) = (root.join("toolkit/libnvrtc.so"), root.join("wheel/libnvrtc.so.13"));
+            for p in [&a, &b] {
+                std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+                std::fs::copy(&real.path, p).unwrap();
+            }
+            let v = reported_version(CudaLib::Nvrtc, &a);
+            assert!(v.is_some() && v == real.version, "{v:?} vs {:?}", real.version);
+            let j = judge(
+                CudaLib::Nvrtc,
+                13000,
+                Some(&resolved(CudaLib::Nvrtc, "libnvrtc.so".into(), a.clone())),
+                Some(&resolved(CudaLib::Nvrtc, "libnvrtc.so.13".into(), b)),
+            )
+            .expect("two copies of one NVRTC");
+            assert_eq!(j.path, a);
+            let _ = std::fs::remove_dir_all(&root);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -363,7 +581,55 @@ mod tests {
     use super::*;
 
     fn r(name: &str, path: &str) -> Resolved {
-        Resolved { name: name.into(), path: PathBuf::from(path) }
+        Resolved { name: name.into(), path: PathBuf::from(path), version: None }
+    }
+
+    fn rv(name: &str, path: &str, v: (i32, i32)) -> Resolved {
+        Resolved { version: Some(v), ..r(name, path) }
+    }
+
+    /// A toolkit's `libnvrtc.so` and a wheel's `libnvrtc.so.13` of one version are both
+    /// accepted, with a note naming the file used; of two versions, refused with the link
+    /// that makes cudarc load the chosen one.
+    #[test]
+    fn two_nvrtc_copies_of_one_version_are_accepted_two_versions_are_not() {
+        let toolkit = rv("libnvrtc.so", "/usr/local/cuda-13.0/lib64/libnvrtc.so.13.0.88", (13, 0));
+        let wheel = rv("libnvrtc.so.13", "/site/nvidia/cu13/lib/libnvrtc.so.13", (13, 0));
+        let j = judge(CudaLib::Nvrtc, 13000, Some(&toolkit), Some(&wheel)).unwrap();
+        assert_eq!(j.path, toolkit.path);
+        let note = j.note.unwrap();
+        assert!(
+            note.contains("two copies of version 13.0") && note.contains("cuda-13.0") && note.contains("/site/"),
+            "{note}"
+        );
+        // The versions from the file names when the libraries could not be asked.
+        let named = r("libnvrtc.so", "/usr/local/cuda-13.0/lib64/libnvrtc.so.13.0.88");
+        let wheel_named = r("libnvrtc.so.13", "/site/nvidia/cu13/lib/libnvrtc.so.13.0.48");
+        assert!(judge(CudaLib::Nvrtc, 13000, Some(&named), Some(&wheel_named)).unwrap().note.is_some());
+        // Another minor: refused, saying how to make cudarc load the chosen file.
+        let older = rv("libnvrtc.so", "/usr/local/cuda-13.1/lib64/libnvrtc.so.13.1.20", (13, 1));
+        let e = judge(CudaLib::Nvrtc, 13000, Some(&older), Some(&wheel)).unwrap_err();
+        assert!(e.contains("version 13.1") && e.contains("version 13.0"), "{e}");
+        assert!(e.contains("ln -sf /site/nvidia/cu13/lib/libnvrtc.so.13") && e.contains("libnvrtc.so`"), "{e}");
+        // The same file: no note.
+        assert_eq!(judge(CudaLib::Nvrtc, 13000, Some(&wheel), Some(&wheel)).unwrap().note, None);
+    }
+
+    /// Versions unknown on both sides: two files of the same bytes are one library.
+    #[test]
+    fn two_identical_files_are_one_library() {
+        let dir = std::env::temp_dir().join(format!("crossbow-libs-same-{}", std::process::id()));
+        let (a, b, c) = (dir.join("a/libcudnn.so.9"), dir.join("b/libcudnn.so"), dir.join("c/libcudnn.so"));
+        for (p, bytes) in [(&a, b"same"), (&b, b"same"), (&c, b"diff")] {
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, bytes).unwrap();
+        }
+        let chosen = r("libcudnn.so.9", a.to_str().unwrap());
+        let twin = r("libcudnn.so", b.to_str().unwrap());
+        assert!(judge(CudaLib::Cudnn, 13000, Some(&twin), Some(&chosen)).unwrap().note.is_some());
+        let other = r("libcudnn.so", c.to_str().unwrap());
+        assert!(judge(CudaLib::Cudnn, 13000, Some(&other), Some(&chosen)).unwrap_err().contains("version unknown"));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -399,7 +665,7 @@ mod tests {
     #[test]
     fn judge_refuses_stubs_newer_majors_and_other_files() {
         let drv = r("libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so.575.57.08");
-        assert_eq!(judge(CudaLib::Driver, 12090, Some(&drv), Some(&drv)).unwrap(), drv.path);
+        assert_eq!(judge(CudaLib::Driver, 12090, Some(&drv), Some(&drv)).unwrap().path, drv.path);
         // A stub first on the path: refused, naming the file.
         let stub = r("libcuda.so", "/usr/local/cuda/lib64/stubs/libcuda.so");
         let e = judge(CudaLib::Driver, 12090, Some(&stub), Some(&drv)).unwrap_err();
@@ -438,7 +704,7 @@ mod tests {
         assert!(e.contains("libnccl.so not found") && e.contains("libnccl.so.2"), "{e}");
         // The link in place: cudarc's `libnccl.so` resolves to the same file.
         let link = r("libnccl.so", "/site/nvidia/nccl/lib/libnccl.so.2");
-        assert_eq!(judge(CudaLib::Nccl, 13000, Some(&link), Some(&real)).unwrap(), real.path);
+        assert_eq!(judge(CudaLib::Nccl, 13000, Some(&link), Some(&real)).unwrap().path, real.path);
         // A stub or another file first, or another major: refused.
         let stub = r("libnccl.so", "/opt/nccl/stubs/libnccl.so");
         assert!(judge(CudaLib::Nccl, 13000, Some(&stub), Some(&real)).unwrap_err().contains("stub"));

@@ -237,6 +237,19 @@ fn open_device(options: &CudaOptions) -> Result<CudaDevice, String> {
     CudaDevice::open_with(0, options).map_err(|e| format!("cuda:0 is not usable: {e}"))
 }
 
+/// A gate that opens nothing: `Some(())` when the driver reports a CUDA device, or `None`
+/// after printing `<test>: skipped: <why>` (a failure with `CROSSBOW_REQUIRE_GPU=1`). For
+/// tests that must see the process's first device open themselves (no module loaded yet).
+pub fn cuda_driver_or_skip(test: &str) -> Option<()> {
+    let why = match driver_status() {
+        DriverStatus::Ready { devices, .. } if devices > 0 => return Some(()),
+        DriverStatus::Ready { .. } => "no CUDA device".to_string(),
+        DriverStatus::NoDriver { .. } | DriverStatus::NotCompiled => "no CUDA driver".to_string(),
+        other => other.describe(),
+    };
+    skip(test, &why)
+}
+
 /// The gate every GPU test starts with: device 0 opened with `options`, or `None` after
 /// printing `<test>: skipped: <why>` (`skipped: no CUDA driver` where there is none). With
 /// `CROSSBOW_REQUIRE_GPU=1` a skip is a failure instead.
