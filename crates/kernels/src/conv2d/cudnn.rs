@@ -4,6 +4,11 @@
 //! Accuracy: convolutions use `CUDNN_FMA_MATH` (no TF32 tensor cores, which Ampere+ would
 //! otherwise allow for f32) and never the FFT algorithms, so results stay within the tests'
 //! 1e-4 bound of the CPU. A geometry cuDNN cannot plan runs on the im2col fallback instead.
+//!
+//! Determinism: with [`crate::cuda::CudaOptions::deterministic`] (the default) only
+//! algorithms cuDNN reports as `CUDNN_DETERMINISTIC` are chosen (the backward passes'
+//! non-deterministic ones accumulate with atomics, so two runs could differ in the last
+//! bits); the choices are listed by [`chosen_algorithms`] for `crossbow doctor`.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -91,16 +96,28 @@ const PERF_ZERO: PerfRaw =
     PerfRaw { algo: 0, status: u32::MAX, time: 0.0, memory: 0, determinism: 0, math_type: 0, reserved: [0; 3] };
 
 /// The first acceptable algorithm of a heuristic list: succeeded, not FFT-based, not
-/// tensor-op math.
-fn pick(perf: &[PerfRaw], returned: i32, fft: &[u32]) -> Option<u32> {
+/// tensor-op math, and deterministic when `deterministic`.
+fn pick(perf: &[PerfRaw], returned: i32, fft: &[u32], deterministic: bool) -> Option<u32> {
     let tensor_ops = [
         sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH as u32,
         sys::cudnnMathType_t::CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION as u32,
     ];
+    let det = sys::cudnnDeterminism_t::CUDNN_DETERMINISTIC as u32;
     perf.iter()
         .take(returned.max(0) as usize)
+        .filter(|p| !deterministic || p.determinism == det)
         .find(|p| p.status == 0 && !fft.contains(&p.algo) && !tensor_ops.contains(&p.math_type))
         .map(|p| p.algo)
+}
+
+/// The algorithms chosen in this process, one line per geometry and mode (for the doctor).
+pub fn chosen_algorithms() -> Vec<String> {
+    chosen().lock().map(|c| c.clone()).unwrap_or_default()
+}
+
+fn chosen() -> &'static std::sync::Mutex<Vec<String>> {
+    static CHOSEN: std::sync::OnceLock<std::sync::Mutex<Vec<String>>> = std::sync::OnceLock::new();
+    CHOSEN.get_or_init(|| std::sync::Mutex::new(Vec::new()))
 }
 
 fn fwd_algo(v: u32) -> Option<sys::cudnnConvolutionFwdAlgo_t> {
@@ -147,7 +164,7 @@ fn no_algo(pass: &str) -> KernelError {
 }
 
 impl ConvPlan {
-    fn new(h: sys::cudnnHandle_t, g: &Conv2dGeom) -> Result<ConvPlan> {
+    fn new(h: sys::cudnnHandle_t, g: &Conv2dGeom, deterministic: bool) -> Result<ConvPlan> {
         let x = TensorDesc::nchw([g.batch, g.in_channels, g.in_h, g.in_w])?;
         let y = TensorDesc::nchw([g.batch, g.out_channels, g.out_h(), g.out_w()])?;
         let mut wd = std::ptr::null_mut();
@@ -200,7 +217,7 @@ impl ConvPlan {
         use sys::cudnnConvolutionBwdFilterAlgo_t as F;
         use sys::cudnnConvolutionFwdAlgo_t as A;
         let fft = [A::CUDNN_CONVOLUTION_FWD_ALGO_FFT as u32, A::CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING as u32];
-        let fwd = pick(&perf, n, &fft).and_then(fwd_algo).ok_or_else(|| no_algo("forward"))?;
+        let fwd = pick(&perf, n, &fft, deterministic).and_then(fwd_algo).ok_or_else(|| no_algo("forward"))?;
 
         let mut perf = [PERF_ZERO; 8];
         // SAFETY: as above, 6 results requested.
@@ -217,7 +234,8 @@ impl ConvPlan {
             )
         })?;
         let fft = [D::CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT as u32, D::CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING as u32];
-        let bwd_data = pick(&perf, n, &fft).and_then(bwd_data_algo).ok_or_else(|| no_algo("backward data"))?;
+        let bwd_data =
+            pick(&perf, n, &fft, deterministic).and_then(bwd_data_algo).ok_or_else(|| no_algo("backward data"))?;
 
         let mut perf = [PERF_ZERO; 8];
         // SAFETY: as above, 7 results requested.
@@ -235,7 +253,26 @@ impl ConvPlan {
         })?;
         let fft =
             [F::CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT as u32, F::CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING as u32];
-        let bwd_filter = pick(&perf, n, &fft).and_then(bwd_filter_algo).ok_or_else(|| no_algo("backward filter"))?;
+        let bwd_filter =
+            pick(&perf, n, &fft, deterministic).and_then(bwd_filter_algo).ok_or_else(|| no_algo("backward filter"))?;
+        if let Ok(mut c) = chosen().lock() {
+            let line = format!(
+                "conv2d {}x{}x{}x{} -> {} k{}x{} s{} p{}{}: forward {fwd:?}, backward data {bwd_data:?}, backward filter {bwd_filter:?}",
+                g.batch,
+                g.in_channels,
+                g.in_h,
+                g.in_w,
+                g.out_channels,
+                g.kernel_h,
+                g.kernel_w,
+                g.stride_h,
+                g.pad_h,
+                if deterministic { " (deterministic)" } else { "" }
+            );
+            if !c.contains(&line) {
+                c.push(line);
+            }
+        }
 
         let (mut s1, mut s2, mut s3) = (0usize, 0usize, 0usize);
         // SAFETY: live handle and descriptors; valid out-pointers.
@@ -272,9 +309,9 @@ fn with_plan<T>(
     g: &Conv2dGeom,
     f: impl FnOnce(sys::cudnnHandle_t, &ConvPlan) -> Result<T>,
 ) -> Result<Option<T>> {
-    c.with(|handle, cache: &mut Plans| {
+    c.with_mode(|handle, deterministic, cache: &mut Plans| {
         if !cache.plans.contains_key(g) {
-            let plan = match ConvPlan::new(handle, g) {
+            let plan = match ConvPlan::new(handle, g, deterministic) {
                 Ok(p) => Some(p),
                 Err(e) => {
                     if !cache.reported {
@@ -360,4 +397,31 @@ pub(crate) fn conv(c: &Cudnn, pass: ConvPass, g: &Conv2dGeom, a: DeviceRegion, b
         check(&format!("conv2d {pass:?}"), st)
     })?;
     Ok(done.is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn perf(algo: u32, deterministic: bool) -> PerfRaw {
+        let determinism = if deterministic {
+            sys::cudnnDeterminism_t::CUDNN_DETERMINISTIC
+        } else {
+            sys::cudnnDeterminism_t::CUDNN_NON_DETERMINISTIC
+        };
+        PerfRaw { algo, status: 0, determinism: determinism as u32, math_type: 0, ..PERF_ZERO }
+    }
+
+    /// With determinism asked for, a faster non-deterministic algorithm listed first is passed
+    /// over; without, the heuristic's first acceptable one wins; none deterministic: none
+    /// (the geometry runs on the fallback kernels).
+    #[test]
+    fn deterministic_plans_skip_non_deterministic_algorithms() {
+        let list = [perf(0, false), perf(1, true), perf(2, true)];
+        assert_eq!(pick(&list, 3, &[], true), Some(1));
+        assert_eq!(pick(&list, 3, &[], false), Some(0));
+        assert_eq!(pick(&list, 3, &[1], true), Some(2), "FFT excluded");
+        assert_eq!(pick(&list[..1], 1, &[], true), None);
+        assert_eq!(pick(&list, 1, &[], true), None, "only the returned entries count");
+    }
 }

@@ -23,6 +23,9 @@ pub mod env {
     pub const REQUIRE_GPU: &str = "CROSSBOW_REQUIRE_GPU";
     /// `1`: the NVRTC compile tests fail instead of skipping when libnvrtc is absent (CI).
     pub const REQUIRE_NVRTC: &str = "CROSSBOW_REQUIRE_NVRTC";
+    /// `1`: let cuDNN use its fastest convolution algorithms even where they are not
+    /// deterministic (atomics in the backward passes), giving up bit-identical reruns.
+    pub const CUDNN_NONDETERMINISTIC: &str = "CROSSBOW_CUDNN_NONDETERMINISTIC";
 
     /// True when the variable is set to `1`, `true` or `yes`.
     pub fn flag(name: &str) -> bool {
@@ -143,11 +146,20 @@ pub struct CudaOptions {
     pub require_cudnn: bool,
     /// On-disk kernel cache directory, `None` for none ([`kernel_cache_dir`]).
     pub kernel_cache: Option<PathBuf>,
+    /// Only deterministic cuDNN convolution algorithms, so that a run repeated gives the
+    /// same bits (default true; [`env::CUDNN_NONDETERMINISTIC`] clears it).
+    pub deterministic: bool,
 }
 
 impl Default for CudaOptions {
     fn default() -> Self {
-        CudaOptions { cudnn: true, sync_launches: false, require_cudnn: false, kernel_cache: kernel_cache_dir() }
+        CudaOptions {
+            cudnn: true,
+            sync_launches: false,
+            require_cudnn: false,
+            kernel_cache: kernel_cache_dir(),
+            deterministic: true,
+        }
     }
 }
 
@@ -159,6 +171,7 @@ impl CudaOptions {
             cudnn: !env::flag(env::DISABLE_CUDNN),
             sync_launches: env::flag(env::SYNC_LAUNCHES),
             require_cudnn: env::flag(env::REQUIRE_CUDNN),
+            deterministic: !env::flag(env::CUDNN_NONDETERMINISTIC),
             ..CudaOptions::default()
         }
     }

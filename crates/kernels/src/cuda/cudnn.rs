@@ -112,6 +112,8 @@ impl Drop for TensorDesc {
 
 struct Inner {
     handle: sys::cudnnHandle_t,
+    /// Only deterministic algorithms ([`super::CudaOptions::deterministic`]).
+    deterministic: bool,
     /// Each op's cache of descriptors and plans (see [`Cudnn::with`]), by type.
     caches: HashMap<TypeId, Box<dyn Any>>,
 }
@@ -143,11 +145,11 @@ pub(crate) const ZERO: f32 = 0.0;
 
 impl Cudnn {
     /// A handle bound to `stream` (the caller has made the context current).
-    pub(crate) fn new(stream: sys::cudaStream_t) -> Result<Cudnn> {
+    pub(crate) fn new(stream: sys::cudaStream_t, deterministic: bool) -> Result<Cudnn> {
         let mut h = std::ptr::null_mut();
         // SAFETY: valid out-pointer.
         check("cudnnCreate", unsafe { sys::cudnnCreate(&mut h) })?;
-        let inner = Inner { handle: h, caches: HashMap::new() };
+        let inner = Inner { handle: h, deterministic, caches: HashMap::new() };
         // SAFETY: live handle; the stream outlives the backend that owns this handle.
         check("cudnnSetStream", unsafe { sys::cudnnSetStream(h, stream) })?;
         Ok(Cudnn { inner: Mutex::new(inner) })
@@ -156,14 +158,22 @@ impl Cudnn {
     /// Runs `f` with the handle and the op's cache of type `C` (created empty on first
     /// use), under the handle's lock.
     pub(crate) fn with<C: Default + 'static, T>(&self, f: impl FnOnce(sys::cudnnHandle_t, &mut C) -> T) -> Result<T> {
+        self.with_mode(|h, _, c| f(h, c))
+    }
+
+    /// As [`Cudnn::with`], also passing whether only deterministic algorithms may be used.
+    pub(crate) fn with_mode<C: Default + 'static, T>(
+        &self,
+        f: impl FnOnce(sys::cudnnHandle_t, bool, &mut C) -> T,
+    ) -> Result<T> {
         let mut inner = self
             .inner
             .lock()
             .map_err(|_| KernelError::Cuda { context: "cuDNN".into(), msg: "lock poisoned by a panic".into() })?;
-        let handle = inner.handle;
+        let (handle, deterministic) = (inner.handle, inner.deterministic);
         let cache = inner.caches.entry(TypeId::of::<C>()).or_insert_with(|| Box::new(C::default()));
         match cache.downcast_mut::<C>() {
-            Some(c) => Ok(f(handle, c)),
+            Some(c) => Ok(f(handle, deterministic, c)),
             None => Err(KernelError::Cuda { context: "cuDNN".into(), msg: "cache of the wrong type".into() }),
         }
     }

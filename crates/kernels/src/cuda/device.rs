@@ -142,7 +142,7 @@ impl CudaDevice {
         let cudnn = match &d.cudnn {
             CudnnStatus::Enabled { .. } => {
                 d.ctx.bind_to_thread().map_err(|e| drv("binding the context", e))?;
-                match Cudnn::new(stream.cu_stream() as cudarc::cudnn::sys::cudaStream_t) {
+                match Cudnn::new(stream.cu_stream() as cudarc::cudnn::sys::cudaStream_t, d.options.deterministic) {
                     Ok(c) => Some(c),
                     Err(e) if d.options.require_cudnn => {
                         return Err(KernelError::Cuda {

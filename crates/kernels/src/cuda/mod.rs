@@ -110,6 +110,10 @@ mod driver;
 #[cfg(feature = "cuda")]
 mod nvrtc;
 
+/// The cuDNN convolution algorithms chosen in this process, one line per geometry (whether
+/// only deterministic ones were allowed: [`CudaOptions::deterministic`]); for the doctor.
+#[cfg(feature = "cuda")]
+pub use crate::conv2d::cudnn::chosen_algorithms as cudnn_conv_algorithms;
 #[cfg(feature = "cuda")]
 pub use cache::{kernel_cache_stats, kernel_compile_counts};
 #[cfg(feature = "cuda")]

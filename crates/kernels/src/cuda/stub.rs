@@ -57,6 +57,11 @@ pub fn kernel_cache_stats() -> KernelCacheStats {
     KernelCacheStats::default()
 }
 
+/// The cuDNN convolution algorithms chosen: none without the `cuda` feature.
+pub fn cudnn_conv_algorithms() -> Vec<String> {
+    Vec::new()
+}
+
 /// Compilations per kernel module key: none without the `cuda` feature.
 pub fn kernel_compile_counts() -> std::collections::HashMap<String, u64> {
     std::collections::HashMap::new()
