@@ -9,7 +9,7 @@ use cudarc::cudnn::sys;
 
 use super::BatchNormGeom;
 use super::cuda::BnCall;
-use crate::cuda::cudnn::{Cudnn, ONE, TensorDesc, ZERO, check, cptr, mptr};
+use crate::cuda::cudnn::{Cudnn, ONE, TensorDesc, ZERO, check_or_fallback, cptr, mptr};
 use crate::error::Result;
 
 /// The cuDNN functions batch norm calls (checked by the availability probe).
@@ -120,6 +120,5 @@ fn run(
             ),
         }
     };
-    check("batch norm", st)?;
-    Ok(true)
+    check_or_fallback(&format!("batch norm {g:?}"), st)
 }

@@ -17,7 +17,7 @@ use cudarc::cudnn::sys;
 
 use super::Conv2dGeom;
 use super::cuda::ConvPass;
-use crate::cuda::cudnn::{Cudnn, ONE, TensorDesc, ZERO, check, cptr, i32_of, mptr};
+use crate::cuda::cudnn::{Cudnn, ONE, TensorDesc, ZERO, check, check_or_fallback, cptr, i32_of, mptr};
 use crate::cuda::launch::DeviceRegion;
 use crate::error::{KernelError, Result};
 
@@ -336,7 +336,8 @@ pub(crate) fn workspace(c: &Cudnn, g: &Conv2dGeom) -> Option<usize> {
 }
 
 /// One convolution pass (no bias) if cuDNN handles `g`: `Ok(true)` when done, `Ok(false)`
-/// when the caller must run the fallback. `(a, b) -> out` is `(x, weights) -> y` forward,
+/// when the caller must run the fallback (cuDNN cannot plan `g`, or refused this call's
+/// operands, e.g. a pointer it finds misaligned: said once on stderr). `(a, b) -> out` is `(x, weights) -> y` forward,
 /// `(dy, weights) -> dx` for the data gradient, and `(x, dy) -> dweights` for the filter
 /// gradient.
 pub(crate) fn conv(c: &Cudnn, pass: ConvPass, g: &Conv2dGeom, a: DeviceRegion, b: DeviceRegion, out: DeviceRegion, ws: DeviceRegion) -> Result<bool> {
@@ -394,9 +395,9 @@ pub(crate) fn conv(c: &Cudnn, pass: ConvPass, g: &Conv2dGeom, a: DeviceRegion, b
                 ),
             }
         };
-        check(&format!("conv2d {pass:?}"), st)
+        check_or_fallback(&format!("conv2d {pass:?} {g:?}"), st)
     })?;
-    Ok(done.is_some())
+    Ok(done == Some(true))
 }
 
 #[cfg(test)]
@@ -423,5 +424,20 @@ mod tests {
         assert_eq!(pick(&list, 3, &[1], true), Some(2), "FFT excluded");
         assert_eq!(pick(&list[..1], 1, &[], true), None);
         assert_eq!(pick(&list, 1, &[], true), None, "only the returned entries count");
+    }
+
+    /// A misaligned pointer or an unsupported shape makes the call fall back to crossbow's
+    /// kernels (`Ok(false)`); success is `Ok(true)`; any other failure stays an error.
+    #[test]
+    fn cudnn_refusals_fall_back_other_failures_do_not() {
+        use crate::cuda::cudnn::check_or_fallback;
+        use sys::cudnnStatus_t as S;
+        assert!(check_or_fallback("t", S::CUDNN_STATUS_SUCCESS).unwrap());
+        for s in [S::CUDNN_STATUS_BAD_PARAM, S::CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER, S::CUDNN_STATUS_NOT_SUPPORTED, S::CUDNN_STATUS_NOT_SUPPORTED_SHAPE] {
+            assert!(!check_or_fallback("t", s).unwrap(), "{s:?}");
+        }
+        for s in [S::CUDNN_STATUS_EXECUTION_FAILED, S::CUDNN_STATUS_INTERNAL_ERROR, S::CUDNN_STATUS_ALLOC_FAILED] {
+            assert!(check_or_fallback("t", s).is_err(), "{s:?}");
+        }
     }
 }

@@ -67,6 +67,32 @@ pub(crate) fn check(what: &str, st: sys::cudnnStatus_t) -> Result<()> {
     st.result().map_err(|e| KernelError::Cuda { context: format!("cuDNN {what}"), msg: format!("{:?}", e.0) })
 }
 
+/// True for the statuses that mean "this call, with these operands, is not for cuDNN"
+/// (`CUDNN_STATUS_BAD_PARAM*`, 2000-2999, e.g. a misaligned pointer; `CUDNN_STATUS_NOT_SUPPORTED*`,
+/// 3000-3999): cuDNN refuses before launching anything, so the crate's own kernels can run
+/// the call instead.
+pub(crate) fn is_refusal(st: sys::cudnnStatus_t) -> bool {
+    (2000..4000).contains(&(st as u32))
+}
+
+/// The outcome of a cuDNN call: `Ok(true)` done; `Ok(false)` when cuDNN refused it
+/// ([`is_refusal`]; the reason is printed once per message and the caller runs its fallback
+/// kernels); `Err` for any other failure.
+pub(crate) fn check_or_fallback(what: &str, st: sys::cudnnStatus_t) -> Result<bool> {
+    if is_refusal(st) {
+        let line = format!("crossbow: cuDNN refused {what} ({st:?}); running crossbow's own kernels for it");
+        static SAID: std::sync::OnceLock<Mutex<Vec<String>>> = std::sync::OnceLock::new();
+        if let Ok(mut said) = SAID.get_or_init(|| Mutex::new(Vec::new())).lock()
+            && !said.contains(&line)
+        {
+            eprintln!("{line}");
+            said.push(line);
+        }
+        return Ok(false);
+    }
+    check(what, st).map(|()| true)
+}
+
 pub(crate) fn i32_of(v: usize, what: &str) -> Result<i32> {
     i32::try_from(v).map_err(|_| KernelError::invalid("cudnn", format!("{what} {v} does not fit cuDNN's int")))
 }

@@ -193,6 +193,10 @@ impl AllReduce<CudaBackend> for NcclAllReduce {
             return Ok(());
         }
         self.comms.all_reduce_sum(parts, len)?;
+        // A peer's failure (a dead rank, a network error) surfaces as an asynchronous error
+        // of the communicator, not of the call: checked after every all-reduce (cheap: no
+        // synchronisation), so a failed iteration stops the run instead of hanging the next.
+        self.comms.async_error()?;
         Ok(())
     }
 
