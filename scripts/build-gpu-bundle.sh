@@ -7,10 +7,10 @@
 #                  GPU machine's NVRTC compile every kernel?)
 #   engine-tests   crossbow-sma's unit tests with CUDA (the engine with 4 learners and each
 #                  synchroniser, learners added and removed; gpu-check runs two of them)
-#   replica-unit   crossbow-replica's unit tests with CUDA (gpu-check runs engine::nccl::*:
+#   replica-unit   crossbow-replica's unit tests with CUDA (gpu-check runs comm::nccl::*:
 #                  NCCL all-reduce vs host, the engine with NCCL, two ranks of one GPU each)
-#   crossbow       the CLI: `crossbow doctor` and the throughput step (skipped there if it
-#                  does not build)
+#   crossbow       the CLI: `crossbow doctor` and the throughput step (without it gpu-check
+#                  fails those steps on a GPU)
 #   MANIFEST       commit, toolchain, sizes, newest glibc symbol required
 #
 # Release profile, built for any x86-64 CPU: refuses to run with -C target-cpu=native.
@@ -86,7 +86,7 @@ echo "== cargo build --release -p crossbow-cli --features cuda"
 if cargo build --release -p crossbow-cli --features cuda; then
     cp "$TARGET/release/crossbow" "$OUT/crossbow"
 else
-    echo "build-gpu-bundle: warning: the crossbow CLI did not build; gpu-check will skip the throughput step" >&2
+    echo "build-gpu-bundle: warning: the crossbow CLI did not build; gpu-check will fail its doctor and throughput steps on a GPU" >&2
 fi
 
 if command -v strip >/dev/null; then

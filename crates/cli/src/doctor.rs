@@ -6,7 +6,9 @@
 //! (`crossbow_kernels::testing::selftest`: every op against the CPU on small shapes) on every
 //! GPU — with cuDNN as configured, and convolution and batch norm once more on the fallback
 //! kernels when cuDNN is used — and prints a pass/fail table. Exit 0 when everything passed
-//! or there is no GPU (it says so), 1 naming the failing ops otherwise.
+//! or there is no GPU (it says so), 1 naming the failing ops otherwise. With `--require-gpu`
+//! (`scripts/gpu-check.sh` on a GPU machine) having no usable GPU is an error too: no driver,
+//! a driver without devices, or no GPU that can run the self-test exits 1 with the reason.
 //!
 //! Hidden flags for testing the doctor itself: `--emulator` runs the self-test on the host
 //! emulator of the GPU backend instead of GPUs, `--inject-failure OP` replaces that op's case
@@ -27,6 +29,10 @@ pub struct DoctorArgs {
     /// Only report the driver, libraries and GPUs; skip the op self-test.
     #[arg(long)]
     pub no_self_test: bool,
+    /// Fail (exit 1, saying why) unless a GPU is usable: a CUDA driver, at least one device,
+    /// and every device opened (and, unless --no-self-test, the self-test run on it).
+    #[arg(long, conflicts_with = "emulator")]
+    pub require_gpu: bool,
     /// Run the self-test on the host emulator of the GPU backend (needs a C++ compiler).
     #[arg(long, hide = true)]
     pub emulator: bool,
@@ -95,11 +101,16 @@ pub fn run(a: &DoctorArgs) -> Result<(), CliError> {
     };
     if n == 0 {
         print_libraries();
+        if a.require_gpu {
+            return Err(CliError::run(format!("--require-gpu: no usable GPU: {}", no_gpu_reason(&status))));
+        }
         println!("no GPU on this machine: nothing to test (exit 0)");
         return Ok(());
     }
     let mut results = Vec::new();
     let mut open_errors = Vec::new();
+    // GPUs opened (and, unless --no-self-test, given a backend the self-test ran on).
+    let mut usable = 0;
     for o in 0..n {
         match cuda::device_info(o) {
             Ok(i) => println!(
@@ -131,6 +142,7 @@ pub fn run(a: &DoctorArgs) -> Result<(), CliError> {
             cuda::CudnnStatus::Disabled { reason } => println!("         cuDNN not used: {reason}"),
         }
         if a.no_self_test {
+            usable += 1;
             continue;
         }
         let be = match dev.new_backend() {
@@ -141,6 +153,7 @@ pub fn run(a: &DoctorArgs) -> Result<(), CliError> {
                 continue;
             }
         };
+        usable += 1;
         let label = if be.uses_cudnn() { format!("cuda:{o}") } else { format!("cuda:{o} no cuDNN") };
         results.extend(run_quietly(&label, &be, &cases_with(inject)));
         if be.uses_cudnn() {
@@ -160,7 +173,18 @@ pub fn run(a: &DoctorArgs) -> Result<(), CliError> {
         }
     }
     print_libraries();
+    if a.require_gpu && usable == 0 {
+        return Err(CliError::run(format!("--require-gpu: no usable GPU: {}", open_errors.join("; "))));
+    }
     finish(&results, open_errors)
+}
+
+/// Why there is no GPU to use, for `--require-gpu` (`status` reports no device).
+fn no_gpu_reason(status: &DriverStatus) -> String {
+    match status {
+        DriverStatus::Ready { .. } => format!("{}, so no device to test", status.describe()),
+        _ => status.describe(),
+    }
 }
 
 fn print_libraries() {
@@ -171,6 +195,16 @@ fn print_libraries() {
             loaded.iter().filter(|(l, _)| *l == lib).map(|(_, p)| p.display().to_string()).collect();
         let what = if paths.is_empty() { "not loaded".to_string() } else { paths.join(", ") };
         println!("  {:7} {what}", lib.stem());
+    }
+    for note in libs::notes() {
+        println!("  note: {note}");
+    }
+    let algos = cuda::cudnn_conv_algorithms();
+    if !algos.is_empty() {
+        println!("cuDNN convolution algorithms chosen by the self-test:");
+        for a in algos {
+            println!("  {a}");
+        }
     }
 }
 

@@ -1,6 +1,6 @@
-//! `crossbow doctor`: without a GPU it says so and exits 0; its self-test table and exit
-//! status, through the hidden `--emulator` and `--inject-failure` flags (the real GPU run
-//! is part of scripts/gpu-check.sh).
+//! `crossbow doctor`: without a GPU it says so and exits 0, and with `--require-gpu` exits 1
+//! saying why; its self-test table and exit status, through the hidden `--emulator` and
+//! `--inject-failure` flags (the real GPU run is part of scripts/gpu-check.sh).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::{Command, Output};
@@ -26,6 +26,22 @@ fn without_a_gpu_it_says_so_and_exits_0() {
     assert!(out.contains("driver:  no CUDA driver found") || out.contains("built without CUDA"), "{out}");
     assert!(out.contains("no GPU on this machine"), "{out}");
     assert!(out.contains("libraries loaded by this process:") && out.contains("  cuda "), "{out}");
+}
+
+#[test]
+fn require_gpu_without_a_gpu_exits_1_saying_why() {
+    let o = doctor(&["--require-gpu"], &[("CROSSBOW_FORCE_NO_CUDA", "1")]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}{err}");
+    assert!(!out.contains("nothing to test (exit 0)"), "{out}");
+    // One line on stderr naming the flag and the reason.
+    let line = err.lines().find(|l| l.contains("--require-gpu")).unwrap_or_else(|| panic!("{err}"));
+    assert!(line.contains("no usable GPU: "), "{err}");
+    assert!(line.contains("no CUDA driver found") || line.contains("built without CUDA support"), "{err}");
+    // The report before it is the same as without the flag.
+    assert!(out.contains("driver:  ") && out.contains("libraries loaded by this process:"), "{out}");
+    // Without the flag: exit 0, as before.
+    assert_eq!(doctor(&[], &[("CROSSBOW_FORCE_NO_CUDA", "1")]).status.code(), Some(0));
 }
 
 #[test]
