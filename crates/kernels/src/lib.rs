@@ -29,6 +29,7 @@
 //! | [`dropout`] | [`dropout::Dropout`] | inverted dropout with a counter-based (backend-independent) mask |
 //! | [`softmax_xent`] | [`softmax_xent::SoftmaxXent`] | fused softmax + cross-entropy + accuracy |
 //! | [`optim`] | [`optim::Optim`] | SGD with momentum (heavy ball or Nesterov) and weight decay |
+//! | [`sma_step`] | [`sma_step::SmaStep`] | SMA's learner and central updates, each fused into one pass |
 //! | [`vector`] | [`vector::Vector`] | add, sub, mul, axpy, weighted sums, scaling, sum of squares |
 //! | [`augment`] | [`augment::Augment`] | random crop with zero padding + horizontal flip of image batches, on the device |
 //!
@@ -113,6 +114,7 @@ ops! {
     gemm => Gemm,
     vector => Vector,
     optim => Optim,
+    sma_step => SmaStep,
     activation => Activation,
     leaky_relu => LeakyRelu,
     conv2d => Conv2d,

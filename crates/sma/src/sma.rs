@@ -424,21 +424,17 @@ impl<B: Backend> Synchroniser<B> for Sma {
             be.copy(View::new(&central.z, 0..len)?, ViewMut::new(zprev, 0..len)?)?;
             return Ok(());
         }
-        let mu = self.central_momentum;
-        if self.decay_on == DecayOn::Central {
-            // total -= γ_t λ z: the decay the learners' steps left out, applied to z once.
-            let decay = info.sgd.lr * info.sgd.weight_decay;
-            if decay != 0.0 {
-                be.axpy(-decay, View::new(&central.z, 0..len)?, ViewMut::new(total, 0..len)?)?;
-            }
-        }
-        if mu != 0.0 {
-            // total += mu (z - z_prev)
-            be.axpy(mu, View::new(&central.z, 0..len)?, ViewMut::new(total, 0..len)?)?;
-            be.axpy(-mu, View::new(&*zprev, 0..len)?, ViewMut::new(total, 0..len)?)?;
-        }
-        be.copy(View::new(&central.z, 0..len)?, ViewMut::new(zprev, 0..len)?)?;
-        be.axpy(1.0, View::new(&*total, 0..len)?, ViewMut::new(&mut central.z, 0..len)?)?;
+        // total -= γ_t λ z (with --weight-decay-on central: the decay the learners' steps
+        // left out, applied to z once); total += mu (z - z_prev); z_prev = z; z += total —
+        // one fused pass (kernels' sma_step).
+        let decay = if self.decay_on == DecayOn::Central { info.sgd.lr * info.sgd.weight_decay } else { 0.0 };
+        be.sma_central_step(
+            self.central_momentum,
+            decay,
+            ViewMut::new(total, 0..len)?,
+            ViewMut::new(&mut central.z, 0..len)?,
+            ViewMut::new(zprev, 0..len)?,
+        )?;
         if info.lr_dropped {
             // Every replica restarts from z: so does the central trajectory (no momentum).
             be.copy(View::new(&central.z, 0..len)?, ViewMut::new(zprev, 0..len)?)?;
@@ -473,11 +469,17 @@ pub(crate) fn corrected_step<B: Backend>(
     drop_momentum: bool,
     len: usize,
 ) -> Result<()> {
-    let c = &mut l.sync_state[0];
-    be.sub(View::new(&*l.params, 0..len)?, View::new(z, 0..len)?, ViewMut::new(c, 0..len)?)?;
-    be.scale(alpha, ViewMut::new(c, 0..len)?)?;
-    sgd(be, cfg, l.params, l.grads, l.velocity, len)?;
-    be.axpy(-1.0, View::new(&*c, 0..len)?, ViewMut::new(l.params, 0..len)?)?;
+    // One fused pass (kernels' sma_step): c = alpha (w - z), the SGD step, w -= c; the same
+    // bits as those four ops one after the other.
+    be.sma_learner_step(
+        cfg,
+        alpha,
+        ViewMut::new(l.params, 0..len)?,
+        View::new(l.grads, 0..len)?,
+        ViewMut::new(l.velocity, 0..len)?,
+        View::new(z, 0..len)?,
+        ViewMut::new(&mut l.sync_state[0], 0..len)?,
+    )?;
     if drop_momentum {
         be.fill(ViewMut::new(l.velocity, 0..len)?, 0.0)?;
     }
