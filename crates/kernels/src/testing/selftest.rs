@@ -20,6 +20,7 @@ pub fn cases<B: Backend>() -> Vec<Case<B>> {
         ("sgd", crate::optim::tests::sgd_matches_cpu::<B>),
         ("relu", crate::activation::tests::relu_matches_cpu::<B>),
         ("leaky_relu", crate::leaky_relu::tests::leaky_relu_matches_cpu::<B>),
+        ("sma_step", crate::sma_step::tests::sma_step_matches_cpu::<B>),
         ("conv2d", crate::conv2d::tests::conv2d_matches_cpu::<B>),
         ("conv2d (ResNet/LeNet shapes)", crate::conv2d::tests::conv2d_lenet_and_resnet_layer_shapes::<B>),
         ("linear", crate::linear::tests::linear_matches_cpu::<B>),
