@@ -14,7 +14,7 @@ use crossbow_data::{Augment, DatasetKind, LoadOptions, Pipeline, PipelineConfig,
 const BATCH: usize = 128;
 
 fn pipeline(c: &mut Criterion) {
-    let opts = LoadOptions { seed: 1, train_size: Some(10_000), test_size: Some(100) };
+    let opts = LoadOptions { seed: 1, train_size: Some(10_000), test_size: Some(100), ..LoadOptions::default() };
     let (train, _) = match load(DatasetKind::SyntheticShapes, ".", &opts) {
         Ok(d) => d,
         Err(e) => panic!("cannot generate the benchmark dataset: {e}"),
@@ -50,7 +50,7 @@ fn synthetic(c: &mut Criterion) {
     let n = 2_000;
     group.throughput(Throughput::Elements(n as u64));
     for kind in [DatasetKind::SyntheticDigits, DatasetKind::SyntheticShapes] {
-        let opts = LoadOptions { seed: 1, train_size: Some(n), test_size: Some(1) };
+        let opts = LoadOptions { seed: 1, train_size: Some(n), test_size: Some(1), ..LoadOptions::default() };
         group.bench_function(kind.name(), |b| {
             b.iter(|| one_core.install(|| black_box(load(kind, ".", &opts).map(|d| d.0.len()))))
         });

@@ -822,6 +822,9 @@ fn run_groups(
     let mut pc = PipelineConfig::new(g, first.seed);
     pc.workers = first.workers;
     pc.prefetch = (2 * most).max(4);
+    if let crate::config::AugmentChoice::Set(a) = first.augment {
+        pc.augment = Some(a);
+    }
     let pipeline = Pipeline::new(Arc::clone(&ctx.data.train), pc)?;
     let per_epoch = pipeline.batches_per_epoch() as usize * g;
     let norm = pipeline.normalize().clone();

@@ -2,7 +2,7 @@ use std::fmt;
 
 use rayon::prelude::*;
 
-use crate::DataError;
+use crate::{Augment, DataError};
 
 /// Which part of a dataset: the training set or the test set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -39,6 +39,9 @@ pub struct Dataset {
     labels: Vec<u32>,
     mean: Vec<f32>,
     std: Vec<f32>,
+    class_names: Vec<String>,
+    default_augment: Augment,
+    notes: Vec<String>,
 }
 
 impl fmt::Debug for Dataset {
@@ -110,7 +113,66 @@ impl Dataset {
             )));
         }
         let (mean, std) = channel_stats(&pixels, shape);
-        Ok(Dataset { name, split, shape, num_classes, pixels, labels, mean, std })
+        let class_names = (0..num_classes).map(|c| c.to_string()).collect();
+        let default_augment = Augment::default_for(shape);
+        Ok(Dataset {
+            name,
+            split,
+            shape,
+            num_classes,
+            pixels,
+            labels,
+            mean,
+            std,
+            class_names,
+            default_augment,
+            notes: Vec::new(),
+        })
+    }
+
+    /// The same dataset with these class names (one per class; by default `"0"`, `"1"`, ...).
+    pub fn with_class_names(mut self, names: Vec<String>) -> Result<Self, DataError> {
+        if names.len() != self.num_classes {
+            return Err(DataError::config(format!(
+                "dataset {}: {} class names for {} classes",
+                self.name,
+                names.len(),
+                self.num_classes
+            )));
+        }
+        self.class_names = names;
+        Ok(self)
+    }
+
+    /// The same dataset with another default training augmentation (see
+    /// [`Dataset::default_augment`]).
+    pub fn with_default_augment(mut self, augment: Augment) -> Self {
+        self.default_augment = augment;
+        self
+    }
+
+    /// The same dataset with one more line for the log (what loading left out, ...).
+    pub fn with_note(mut self, line: String) -> Self {
+        self.notes.push(line);
+        self
+    }
+
+    /// Lines the loader wants the user to see (folder data: bad images skipped, files ignored,
+    /// classes missing from the validation set).
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    /// The class names, indexed by label (folder datasets: the sorted class folder names).
+    pub fn class_names(&self) -> &[String] {
+        &self.class_names
+    }
+
+    /// The augmentation a training pipeline uses unless told otherwise:
+    /// [`Augment::default_for`] the image shape, or what the loader set (folder datasets:
+    /// [`Augment::imagenet`]).
+    pub fn default_augment(&self) -> Augment {
+        self.default_augment
     }
 
     /// The dataset's name (`mnist`, `cifar10`, `synthetic-digits`, ...).

@@ -7,8 +7,9 @@ use crate::DataError;
 
 /// The datasets this crate can load or generate, by their command-line names.
 ///
-/// Parsed from (and displayed as) `mnist`, `cifar10`, `cifar100`, `synthetic-digits` and
-/// `synthetic-shapes`; parsing ignores ASCII case and also accepts `cifar-10` / `cifar-100`.
+/// Parsed from (and displayed as) `mnist`, `cifar10`, `cifar100`, `synthetic-digits`,
+/// `synthetic-shapes` and `folder`; parsing ignores ASCII case and also accepts `cifar-10` /
+/// `cifar-100` / `imagefolder`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum DatasetKind {
     /// MNIST handwritten digits, IDX files: 1x28x28, 10 classes.
@@ -26,16 +27,22 @@ pub enum DatasetKind {
     /// Built-in CIFAR-shaped coloured shapes rendered from a seed: 3x32x32, 10 classes.
     #[serde(rename = "synthetic-shapes")]
     SyntheticShapes,
+    /// A folder of JPEG/PNG images, one sub-folder per class (`DIR/train/<class>/*`,
+    /// `DIR/val/<class>/*`): 3 x S x S with S from `--image-size` (default 224), classes from
+    /// the folder names.
+    #[serde(rename = "folder")]
+    Folder,
 }
 
 impl DatasetKind {
     /// Every kind, in the order they are listed in messages.
-    pub const ALL: [DatasetKind; 5] = [
+    pub const ALL: [DatasetKind; 6] = [
         DatasetKind::Mnist,
         DatasetKind::Cifar10,
         DatasetKind::Cifar100,
         DatasetKind::SyntheticDigits,
         DatasetKind::SyntheticShapes,
+        DatasetKind::Folder,
     ];
 
     /// The command-line name.
@@ -46,21 +53,25 @@ impl DatasetKind {
             DatasetKind::Cifar100 => "cifar100",
             DatasetKind::SyntheticDigits => "synthetic-digits",
             DatasetKind::SyntheticShapes => "synthetic-shapes",
+            DatasetKind::Folder => "folder",
         }
     }
 
     /// The image shape `[channels, height, width]`. For MNIST this is the standard shape; the
-    /// reader accepts any size the IDX header declares.
+    /// reader accepts any size the IDX header declares. For folder data it is the default
+    /// `--image-size`.
     pub fn image_shape(self) -> [usize; 3] {
         match self {
+            DatasetKind::Folder => [3, crate::folder::DEFAULT_IMAGE_SIZE, crate::folder::DEFAULT_IMAGE_SIZE],
             DatasetKind::Mnist | DatasetKind::SyntheticDigits => [1, 28, 28],
             DatasetKind::Cifar10 | DatasetKind::Cifar100 | DatasetKind::SyntheticShapes => [3, 32, 32],
         }
     }
 
-    /// The number of classes.
+    /// The number of classes (folder data: 0, the folders decide).
     pub fn num_classes(self) -> usize {
         match self {
+            DatasetKind::Folder => 0,
             DatasetKind::Cifar100 => 100,
             DatasetKind::Mnist | DatasetKind::Cifar10 | DatasetKind::SyntheticDigits | DatasetKind::SyntheticShapes => {
                 10
@@ -72,7 +83,7 @@ impl DatasetKind {
     pub fn is_synthetic(self) -> bool {
         match self {
             DatasetKind::SyntheticDigits | DatasetKind::SyntheticShapes => true,
-            DatasetKind::Mnist | DatasetKind::Cifar10 | DatasetKind::Cifar100 => false,
+            DatasetKind::Mnist | DatasetKind::Cifar10 | DatasetKind::Cifar100 | DatasetKind::Folder => false,
         }
     }
 
@@ -100,6 +111,7 @@ impl FromStr for DatasetKind {
             "cifar100" | "cifar-100" => DatasetKind::Cifar100,
             "synthetic-digits" => DatasetKind::SyntheticDigits,
             "synthetic-shapes" => DatasetKind::SyntheticShapes,
+            "folder" | "imagefolder" => DatasetKind::Folder,
             _ => {
                 return Err(DataError::UnknownDataset { name: s.to_string() });
             }

@@ -9,7 +9,7 @@
 //! use std::sync::Arc;
 //! use crossbow_data::{load, DatasetKind, EvalBatches, LoadOptions, Pipeline, PipelineConfig};
 //!
-//! let opts = LoadOptions { seed: 7, train_size: Some(512), test_size: Some(100) };
+//! let opts = LoadOptions { seed: 7, train_size: Some(512), test_size: Some(100), ..LoadOptions::default() };
 //! let (train, test) = load(DatasetKind::SyntheticShapes, "unused-for-synthetic", &opts)?;
 //! let mut pipeline = Pipeline::new(Arc::new(train), PipelineConfig::new(64, 7))?;
 //! let batch = pipeline.next_batch()?; // 64 augmented, normalised 3x32x32 images
@@ -24,13 +24,15 @@
 //! ## Datasets
 //!
 //! [`load`]`(kind, data_dir, &opts)` returns `(train, test)` [`Dataset`]s; [`DatasetKind`]
-//! parses the names `mnist`, `cifar10`, `cifar100`, `synthetic-digits`, `synthetic-shapes`.
+//! parses the names `mnist`, `cifar10`, `cifar100`, `synthetic-digits`, `synthetic-shapes`,
+//! `folder`.
 //!
 //! | name | files in `data_dir` | images | classes |
 //! |---|---|---|---|
 //! | `mnist` | `train-images-idx3-ubyte`, `train-labels-idx1-ubyte`, `t10k-images-idx3-ubyte`, `t10k-labels-idx1-ubyte` (each raw or `.gz`; also `train-images.idx3-ubyte` etc.; also under `mnist/` or `MNIST/raw/`) | 1x28x28 (any size from 12x12 the header gives) | 10 |
 //! | `cifar10` | `data_batch_1.bin` .. `data_batch_5.bin`, `test_batch.bin` (also under `cifar-10-batches-bin/`) | 3x32x32 | 10 |
 //! | `cifar100` | `train.bin`, `test.bin`, fine labels (also under `cifar-100-binary/`) | 3x32x32 | 100 |
+//! | `folder` | `train/<class>/*` and `val/<class>/*` (or `test/`): JPEG (baseline, progressive) and PNG (grey, RGB, RGBA, palette, 16-bit), any size, sub-folders followed | 3xSxS, S = [`FolderOptions::image_size`] (default 224) | the sorted class folder names |
 //! | `synthetic-digits` | none: 20,000 train / 4,000 test by default | 1x28x28 | 10 |
 //! | `synthetic-shapes` | none: 20,000 train / 4,000 test by default | 3x32x32 | 10 |
 //!
@@ -108,6 +110,7 @@ mod dataset;
 mod error;
 mod eval;
 mod file;
+mod folder;
 mod idx;
 mod kind;
 mod load;
@@ -119,6 +122,10 @@ mod transform;
 pub use dataset::{Dataset, Fingerprint, Split};
 pub use error::DataError;
 pub use eval::EvalBatches;
+pub use folder::{
+    BadImagePolicy, DEFAULT_IMAGE_SIZE, DEFAULT_MAX_IMAGE_PIXELS, FolderOptions, FolderReport, FolderSplit,
+    NAMED_BAD_IMAGES, export_folder, load_folder,
+};
 pub use idx::{IDX1_MAGIC, IDX3_MAGIC, MIN_IMAGE_SIDE};
 pub use kind::DatasetKind;
 pub use load::{DEFAULT_SYNTHETIC_TEST, DEFAULT_SYNTHETIC_TRAIN, LoadOptions, export, load};

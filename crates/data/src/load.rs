@@ -3,6 +3,7 @@ use std::path::{Path, PathBuf};
 use crate::cifar::{CifarVariant, read_cifar_first, write_cifar};
 use crate::dataset::shape_text;
 use crate::file::is_regular_file;
+use crate::folder::{FolderOptions, FolderReport, load_folder};
 use crate::idx::{self, read_pair_first};
 use crate::synthetic;
 use crate::{DataError, Dataset, DatasetKind, Split};
@@ -23,6 +24,8 @@ pub struct LoadOptions {
     pub train_size: Option<usize>,
     /// Test-set size, as `train_size` (synthetic default [`DEFAULT_SYNTHETIC_TEST`]).
     pub test_size: Option<usize>,
+    /// Image size, pixel limit and bad-image policy of folder datasets (ignored by the others).
+    pub folder: FolderOptions,
 }
 
 /// Loads (or generates) a dataset: `(training set, test set)`.
@@ -37,6 +40,10 @@ pub struct LoadOptions {
 ///   `data_dir/cifar-10-batches-bin`.
 /// * `cifar100`: `train.bin` and `test.bin` (fine labels), in `data_dir` or
 ///   `data_dir/cifar-100-binary`.
+///
+/// * `folder`: `train/<class>/*` and `val/<class>/*` (or `test/<class>/*`), JPEG and PNG files,
+///   decoded and resized to `opts.folder.image_size` squares; what was left out is in each
+///   set's [`Dataset::notes`].
 ///
 /// Synthetic datasets ignore `data_dir` and are generated from `opts.seed`.
 pub fn load(
@@ -64,6 +71,15 @@ pub fn load(
         DatasetKind::Mnist => load_mnist(dir, opts)?,
         DatasetKind::Cifar10 => load_cifar10(dir, opts)?,
         DatasetKind::Cifar100 => load_cifar100(dir, opts)?,
+        DatasetKind::Folder => {
+            let ((train, train_report), (test, test_report)) =
+                load_folder(dir, &opts.folder, opts.train_size, opts.test_size)?;
+            let note = |ds: Dataset, r: FolderReport| match r.summary(ds.split()) {
+                Some(line) => ds.with_note(line),
+                None => ds,
+            };
+            return Ok((note(train, train_report), note(test, test_report)));
+        }
     };
     Ok((limit(train, train_declared, opts.train_size)?, limit(test, test_declared, opts.test_size)?))
 }

@@ -40,7 +40,7 @@ pub struct PipelineConfig {
     pub prefetch: usize,
     /// Seed of the shuffles and augmentation draws.
     pub seed: u64,
-    /// Augmentation; `None` (default) means [`Augment::default_for`] the dataset's image shape.
+    /// Augmentation; `None` (default) means the dataset's [`Dataset::default_augment`].
     pub augment: Option<Augment>,
     /// Normalisation; `None` (default) means [`Normalize::from_dataset`] of the training set.
     pub normalize: Option<Normalize>,
@@ -381,7 +381,7 @@ impl Pipeline {
             Some(nm) => nm,
             None => Normalize::from_dataset(&dataset),
         };
-        let augment = config.augment.unwrap_or_else(|| Augment::default_for(dataset.image_shape()));
+        let augment = config.augment.unwrap_or_else(|| dataset.default_augment());
         let transform = Transform::new(dataset.image_shape(), augment, &normalize)?;
         let image_len = dataset.image_len();
         let shared = Arc::new(Shared {

@@ -1,6 +1,9 @@
 //! Augmentation (random crop with padding, horizontal flip) and per-channel normalisation, fused
 //! into one pass that turns `u8` CHW pixels into normalised `f32` CHW values.
 
+use std::fmt;
+use std::str::FromStr;
+
 use crossbow_tensor::Rng;
 use serde::{Deserialize, Serialize};
 
@@ -32,6 +35,11 @@ pub struct Augment {
     pub flip: bool,
     /// Value of the padding.
     pub fill: PadFill,
+    /// Random-resized crop (torchvision's `RandomResizedCrop` defaults: a window of 8–100 % of
+    /// the image's area with aspect ratio 3/4–4/3, at a random place, resized back to the
+    /// image's size with bilinear interpolation), before the flip. Used instead of `pad`.
+    #[serde(default)]
+    pub resized_crop: bool,
 }
 
 impl Default for Augment {
@@ -43,13 +51,19 @@ impl Default for Augment {
 impl Augment {
     /// No augmentation.
     pub const fn none() -> Self {
-        Augment { pad: 0, flip: false, fill: PadFill::Zero }
+        Augment { pad: 0, flip: false, fill: PadFill::Zero, resized_crop: false }
     }
 
     /// The standard CIFAR augmentation: random crop with 4-pixel zero padding and horizontal
     /// flip.
     pub const fn cifar() -> Self {
-        Augment { pad: 4, flip: true, fill: PadFill::Zero }
+        Augment { pad: 4, flip: true, fill: PadFill::Zero, resized_crop: false }
+    }
+
+    /// The standard ImageNet training augmentation: random-resized crop and horizontal flip
+    /// (the default of folder datasets).
+    pub const fn imagenet() -> Self {
+        Augment { pad: 0, flip: true, fill: PadFill::Zero, resized_crop: true }
     }
 
     /// The default for images of shape `[c, h, w]`: [`Augment::cifar`] for 32x32 colour
@@ -60,7 +74,45 @@ impl Augment {
 
     /// True when this augmentation never changes an image.
     pub fn is_none(&self) -> bool {
-        self.pad == 0 && !self.flip
+        self.pad == 0 && !self.flip && !self.resized_crop
+    }
+}
+
+/// The names of [`Augment`]'s presets, as `--augment` takes them.
+const AUGMENT_NAMES: [(&str, Augment); 5] = [
+    ("none", Augment::none()),
+    ("flip", Augment { pad: 0, flip: true, fill: PadFill::Zero, resized_crop: false }),
+    ("crop-flip", Augment::cifar()),
+    ("resized-crop", Augment { pad: 0, flip: false, fill: PadFill::Zero, resized_crop: true }),
+    ("resized-crop-flip", Augment::imagenet()),
+];
+
+/// `none`, `flip`, `crop-flip` ([`Augment::cifar`]), `resized-crop`, `resized-crop-flip`
+/// ([`Augment::imagenet`]); others are written `pad:<p>[+flip][+black]`.
+impl fmt::Display for Augment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some((name, _)) = AUGMENT_NAMES.iter().find(|(_, a)| a == self) {
+            return f.write_str(name);
+        }
+        let mut s = if self.resized_crop { "resized-crop".to_string() } else { format!("pad:{}", self.pad) };
+        if self.flip {
+            s.push_str("+flip");
+        }
+        if self.fill == PadFill::Black {
+            s.push_str("+black");
+        }
+        f.write_str(&s)
+    }
+}
+
+impl FromStr for Augment {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let lower = s.trim().to_ascii_lowercase();
+        AUGMENT_NAMES.iter().find(|(n, _)| *n == lower).map(|(_, a)| *a).ok_or_else(|| {
+            let names: Vec<&str> = AUGMENT_NAMES.iter().map(|(n, _)| *n).collect();
+            format!("`{s}` is not an augmentation (valid: {})", names.join(", "))
+        })
     }
 }
 
@@ -124,12 +176,34 @@ impl Normalize {
     }
 }
 
-/// Where a sample lands: translation `(dx, dy)` (source = output + shift) and mirror.
+/// Where a sample lands: translation `(dx, dy)` (source = output + shift) or the source window
+/// of a resized crop, and mirror.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Placement {
     pub dx: isize,
     pub dy: isize,
     pub flip: bool,
+    /// Resized crop: the source window `(left, top, width, height)`.
+    pub window: Option<(usize, usize, usize, usize)>,
+}
+
+/// torchvision's `RandomResizedCrop.get_params` with scale (0.08, 1) and ratio (3/4, 4/3): up
+/// to ten tries, then the whole image (whose ratio, for the images this is used on, is in range).
+fn draw_window(rng: &mut Rng, h: usize, w: usize) -> (usize, usize, usize, usize) {
+    let area = (h * w) as f64;
+    let (lo, hi) = ((3.0f64 / 4.0).ln(), (4.0f64 / 3.0).ln());
+    for _ in 0..10 {
+        let target = area * (0.08 + 0.92 * rng.uniform() as f64);
+        let aspect = (lo + (hi - lo) * rng.uniform() as f64).exp();
+        let cw = (target * aspect).sqrt().round() as usize;
+        let ch = (target / aspect).sqrt().round() as usize;
+        if cw > 0 && cw <= w && ch > 0 && ch <= h {
+            let top = rng.below(h - ch + 1);
+            let left = rng.below(w - cw + 1);
+            return (left, top, cw, ch);
+        }
+    }
+    (0, 0, w, h)
 }
 
 /// A ready-to-run augmentation + normalisation for one image shape: a 256-entry lookup table
@@ -141,6 +215,10 @@ pub(crate) struct Transform {
     fill: Vec<f32>,
     pad: usize,
     flip: bool,
+    resized_crop: bool,
+    /// `pixel * scale[c] + shift[c]` is the normalised value (for interpolated pixels).
+    scale: Vec<f32>,
+    shift: Vec<f32>,
 }
 
 impl Transform {
@@ -165,14 +243,20 @@ impl Transform {
             PadFill::Zero => vec![0.0; c],
             PadFill::Black => lut.iter().map(|t| t[0]).collect(),
         };
-        Ok(Transform { shape, lut, fill, pad: augment.pad, flip: augment.flip })
+        let scale: Vec<f32> = normalize.std.iter().map(|s| 1.0 / (255.0 * s)).collect();
+        let shift: Vec<f32> = normalize.mean.iter().zip(&normalize.std).map(|(m, s)| -m / s).collect();
+        let (pad, flip, resized_crop) = (augment.pad, augment.flip, augment.resized_crop);
+        let pad = if resized_crop { 0 } else { pad };
+        Ok(Transform { shape, lut, fill, pad, flip, resized_crop, scale, shift })
     }
 
     /// Draws one sample's placement: `dx`, `dy` (if padding), then the flip (if enabled).
     #[inline]
     pub(crate) fn draw(&self, rng: &mut Rng) -> Placement {
         let mut p = Placement::default();
-        if self.pad > 0 {
+        if self.resized_crop {
+            p.window = Some(draw_window(rng, self.shape[1], self.shape[2]));
+        } else if self.pad > 0 {
             let span = 2 * self.pad + 1;
             p.dx = rng.below(span) as isize - self.pad as isize;
             p.dy = rng.below(span) as isize - self.pad as isize;
@@ -187,6 +271,9 @@ impl Transform {
     /// with `x' = w - 1 - x` when flipped, `fill[c]` where the source is outside the image.
     /// `src` and `dst` must hold `c * h * w` values.
     pub(crate) fn apply(&self, src: &[u8], dst: &mut [f32], p: Placement) {
+        if let Some(window) = p.window {
+            return self.apply_resized(src, dst, window, p.flip);
+        }
         let [_, h, w] = self.shape;
         let plane = h * w;
         let wi = w as isize;
@@ -219,6 +306,43 @@ impl Transform {
                     for (o, &px) in out.iter_mut().zip(&row[s_lo..s_lo + (hi - lo)]) {
                         *o = table[px as usize];
                     }
+                }
+            }
+        }
+    }
+
+    /// Bilinear resize (half-pixel centres, as torchvision's and PIL's bilinear when upscaling)
+    /// of the source window `(left, top, cw, ch)` to the full image, then the flip and the
+    /// normalisation. The window is never larger than the image, so no antialiasing is needed.
+    fn apply_resized(&self, src: &[u8], dst: &mut [f32], window: (usize, usize, usize, usize), flip: bool) {
+        let [_, h, w] = self.shape;
+        let (left, top, cw, ch) = window;
+        // Source coordinate of output position `o` along an axis of `n` outputs from `len`
+        // source pixels starting at `start`: the two neighbours and the weight of the second.
+        let taps = |n: usize, len: usize, start: usize| -> Vec<(usize, usize, f32)> {
+            (0..n)
+                .map(|o| {
+                    let x = ((o as f32 + 0.5) * len as f32 / n as f32 - 0.5).clamp(0.0, (len - 1) as f32);
+                    let x0 = x.floor() as usize;
+                    let x1 = (x0 + 1).min(len - 1);
+                    (start + x0, start + x1, x - x0 as f32)
+                })
+                .collect()
+        };
+        let mut xs = taps(w, cw, left);
+        if flip {
+            xs.reverse();
+        }
+        let ys = taps(h, ch, top);
+        let plane = h * w;
+        for (c, (src_plane, dst_plane)) in src.chunks_exact(plane).zip(dst.chunks_exact_mut(plane)).enumerate() {
+            let (scale, shift) = (self.scale[c], self.shift[c]);
+            for (out, &(y0, y1, fy)) in dst_plane.chunks_exact_mut(w).zip(&ys) {
+                let (r0, r1) = (&src_plane[y0 * w..(y0 + 1) * w], &src_plane[y1 * w..(y1 + 1) * w]);
+                for (o, &(x0, x1, fx)) in out.iter_mut().zip(&xs) {
+                    let top = r0[x0] as f32 + (r0[x1] as f32 - r0[x0] as f32) * fx;
+                    let bottom = r1[x0] as f32 + (r1[x1] as f32 - r1[x0] as f32) * fx;
+                    *o = (top + (bottom - top) * fy) * scale + shift;
                 }
             }
         }
@@ -260,12 +384,12 @@ mod tests {
         let src: Vec<u8> = (0..105).map(|i| (i * 37 % 251) as u8).collect();
         let norm = Normalize::new(vec![0.5, 0.4, 0.3], vec![0.25, 0.2, 0.1]).unwrap();
         for fill in [PadFill::Zero, PadFill::Black] {
-            let aug = Augment { pad: 7, flip: true, fill };
+            let aug = Augment { pad: 7, flip: true, fill, resized_crop: false };
             let t = Transform::new(shape, aug, &norm).unwrap();
             for dx in -7..=7 {
                 for dy in -7..=7 {
                     for flip in [false, true] {
-                        let p = Placement { dx, dy, flip };
+                        let p = Placement { dx, dy, flip, window: None };
                         let mut dst = vec![f32::NAN; 105];
                         t.apply(&src, &mut dst, p);
                         assert_eq!(dst, reference(&src, shape, &norm, fill, p), "{p:?} {fill:?}");
@@ -283,13 +407,13 @@ mod tests {
         let v = |p: u8| p as f32 / 255.0;
         let mut dst = vec![0.0; 16];
         // Shift right by one column and down by one row: source = output + (-1, -1).
-        t.apply(&src, &mut dst, Placement { dx: -1, dy: -1, flip: false });
+        t.apply(&src, &mut dst, Placement { dx: -1, dy: -1, flip: false, window: None });
         assert_eq!(&dst[0..4], &[0.0; 4]);
         assert_eq!(dst[4], 0.0);
         assert_eq!(dst[5], v(src[0]));
         assert_eq!(dst[15], v(src[10]));
         // Flip only: each row reversed.
-        t.apply(&src, &mut dst, Placement { dx: 0, dy: 0, flip: true });
+        t.apply(&src, &mut dst, Placement { dx: 0, dy: 0, flip: true, window: None });
         for y in 0..4 {
             for x in 0..4 {
                 assert_eq!(dst[y * 4 + x], v(src[y * 4 + 3 - x]));
@@ -324,5 +448,100 @@ mod tests {
         let big = Augment { pad: 40, ..Augment::cifar() };
         assert!(Transform::new([3, 32, 32], big, &n).is_err());
         assert_eq!(n.apply(3, 0), None);
+    }
+    /// Reference bilinear crop-resize in f64 (half-pixel centres, edge clamped), then flip.
+    fn resized_reference(
+        src: &[u8],
+        shape: [usize; 3],
+        norm: &Normalize,
+        win: (usize, usize, usize, usize),
+        flip: bool,
+    ) -> Vec<f64> {
+        let [c, h, w] = shape;
+        let (left, top, cw, ch) = win;
+        let coord = |o: usize, n: usize, len: usize| -> (usize, usize, f64) {
+            let x = ((o as f64 + 0.5) * len as f64 / n as f64 - 0.5).clamp(0.0, (len - 1) as f64);
+            let x0 = x.floor() as usize;
+            (x0, (x0 + 1).min(len - 1), x - x0 as f64)
+        };
+        let mut out = vec![0.0; c * h * w];
+        for k in 0..c {
+            for y in 0..h {
+                for x in 0..w {
+                    let xs = if flip { w - 1 - x } else { x };
+                    let (x0, x1, fx) = coord(xs, w, cw);
+                    let (y0, y1, fy) = coord(y, h, ch);
+                    let px = |yy: usize, xx: usize| src[(k * h + top + yy) * w + left + xx] as f64;
+                    let t = px(y0, x0) * (1.0 - fx) + px(y0, x1) * fx;
+                    let b = px(y1, x0) * (1.0 - fx) + px(y1, x1) * fx;
+                    let v = t * (1.0 - fy) + b * fy;
+                    out[(k * h + y) * w + x] = (v / 255.0 - norm.mean[k] as f64) / norm.std[k] as f64;
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn resized_crop_matches_the_f64_reference() {
+        let shape = [3, 9, 11];
+        let src: Vec<u8> = (0..297).map(|i| (i * 53 % 256) as u8).collect();
+        let norm = Normalize::new(vec![0.5, 0.4, 0.3], vec![0.25, 0.2, 0.1]).unwrap();
+        let t = Transform::new(shape, Augment::imagenet(), &norm).unwrap();
+        let mut rng = Rng::new(9);
+        for k in 0..300 {
+            let mut p = t.draw(&mut rng);
+            if k == 0 {
+                p.window = Some((0, 0, 11, 9)); // the whole image: the pixels themselves
+            }
+            let win = p.window.expect("imagenet augmentation draws a window");
+            let (left, top, cw, ch) = win;
+            assert!(cw >= 1 && ch >= 1 && left + cw <= 11 && top + ch <= 9, "{win:?}");
+            let mut dst = vec![f32::NAN; 297];
+            t.apply(&src, &mut dst, p);
+            let want = resized_reference(&src, shape, &norm, win, p.flip);
+            for (i, (&a, &b)) in dst.iter().zip(&want).enumerate() {
+                assert!((a as f64 - b).abs() <= 1e-4 * (1.0 + b.abs()), "{win:?} flip={} at {i}: {a} vs {b}", p.flip);
+            }
+            if k == 0 && !p.flip {
+                for (i, &a) in dst.iter().enumerate() {
+                    assert!((a - norm.apply(i / 99, src[i]).unwrap()).abs() < 1e-5);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn augment_names_round_trip() {
+        for (name, a) in AUGMENT_NAMES {
+            assert_eq!(name.parse::<Augment>().unwrap(), a);
+            assert_eq!(a.to_string(), name);
+        }
+        assert_eq!("Crop-Flip".parse::<Augment>().unwrap(), Augment::cifar());
+        let e = "rotate".parse::<Augment>().unwrap_err();
+        assert!(e.contains("rotate") && e.contains("resized-crop-flip"), "{e}");
+        assert_eq!(Augment { pad: 2, fill: PadFill::Black, ..Augment::cifar() }.to_string(), "pad:2+flip+black");
+    }
+
+    #[test]
+    fn resized_crop_draws_follow_torchvision_ranges() {
+        let t = Transform::new([3, 64, 64], Augment::imagenet(), &Normalize::unit(3)).unwrap();
+        let mut rng = Rng::new(4);
+        let (mut small, mut flips) = (0, 0);
+        for _ in 0..2000 {
+            let p = t.draw(&mut rng);
+            let (l, tp, cw, ch) = p.window.unwrap();
+            assert!(l + cw <= 64 && tp + ch <= 64);
+            let area = (cw * ch) as f64 / 4096.0;
+            // Rounding the sides lets the area and ratio stray a little past the ranges.
+            assert!((0.06..=1.0).contains(&area), "area {area}");
+            let ratio = cw as f64 / ch as f64;
+            assert!((0.7..=1.43).contains(&ratio), "ratio {ratio}");
+            small += (area < 0.3) as usize;
+            flips += p.flip as usize;
+            assert_eq!((p.dx, p.dy), (0, 0));
+        }
+        assert!(small > 300, "{small} small crops of 2000");
+        assert!((850..1150).contains(&flips), "{flips}");
     }
 }

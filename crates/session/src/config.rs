@@ -207,6 +207,37 @@ impl BnEval {
     pub const DEFAULT_BATCHES: usize = 20;
 }
 
+/// `--augment`: the training augmentation, `auto` being the dataset's default
+/// ([`crossbow_data::Dataset::default_augment`]: crop-flip for 32x32 colour images,
+/// resized-crop-flip for folder data, none otherwise).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AugmentChoice {
+    /// The dataset's default.
+    #[default]
+    Auto,
+    /// This augmentation.
+    Set(crossbow_data::Augment),
+}
+
+impl std::fmt::Display for AugmentChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AugmentChoice::Auto => f.write_str("auto"),
+            AugmentChoice::Set(a) => write!(f, "{a}"),
+        }
+    }
+}
+
+impl FromStr for AugmentChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.trim().eq_ignore_ascii_case("auto") {
+            return Ok(AugmentChoice::Auto);
+        }
+        s.parse().map(AugmentChoice::Set).map_err(|e: String| e.replace("(valid: ", "(valid: auto, "))
+    }
+}
+
 impl Default for BnEval {
     fn default() -> Self {
         BnEval::Recalibrate(Self::DEFAULT_BATCHES)

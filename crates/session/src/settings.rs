@@ -16,14 +16,14 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use crossbow_data::DatasetKind;
+use crossbow_data::{BadImagePolicy, DEFAULT_MAX_IMAGE_PIXELS, DatasetKind};
 use crossbow_replica::engine::{AllReduceChoice, BnGroup};
 use crossbow_replica::{ModelKind, Schedule};
 use crossbow_tensor::DeviceSpec;
 use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::{Every, OnDivergence, OnWriteError};
-use crate::config::{BnEval, LearnersPerDevice};
+use crate::config::{AugmentChoice, BnEval, LearnersPerDevice};
 
 /// Whether a resumed run may change a setting.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,7 +113,9 @@ text!(
     AllReduceChoice,
     Every,
     OnWriteError,
-    OnDivergence
+    OnDivergence,
+    BadImagePolicy,
+    AugmentChoice
 );
 
 impl Setting<Word> for LearnersPerDevice {
@@ -479,6 +481,17 @@ fn rollbacks_check(name: &str, v: &Option<u32>) -> Result<(), String> {
     }
 }
 
+fn image_size_check(name: &str, v: &Option<usize>) -> Result<(), String> {
+    match v {
+        Some(s) if !(8..=4096).contains(s) => Err(format!("{name} must be in 8..=4096, got {s}")),
+        _ => Ok(()),
+    }
+}
+
+fn pixels_check(name: &str, v: &u64) -> Result<(), String> {
+    if *v >= 1 { Ok(()) } else { Err(format!("{name} must be at least 1, got {v}")) }
+}
+
 fn timeout_check(name: &str, v: &Option<f64>) -> Result<(), String> {
     v.map_or(Ok(()), |t| positive(name, t))
 }
@@ -489,12 +502,13 @@ fn default_model(dataset: DatasetKind) -> ModelKind {
 }
 
 settings! {
-    /// mnist, cifar10, cifar100, synthetic-digits, synthetic-shapes [default: synthetic-digits]
+    /// mnist, cifar10, cifar100, synthetic-digits, synthetic-shapes, folder (DIR/train/<class>/*,
+    /// DIR/val/<class>/*: JPEG, PNG) [default: synthetic-digits]
     "dataset" dataset: String => DatasetKind = DatasetKind::SyntheticDigits, check any, Defining, No;
     /// lenet5, resnet20/32/44/56/110 (any 6n+2), vgg16, resnet50 [default: lenet5 for
     /// 1-channel data, resnet20 otherwise]
     "model" model: String => ModelKind = default_model(dataset), check any, Defining, No;
-    /// Directory of the dataset files (mnist, cifar10, cifar100) [default: data]
+    /// Directory of the dataset files (mnist, cifar10, cifar100, folder) [default: data]
     "data-dir" data_dir: PathBuf => PathBuf = PathBuf::from("data"), check any, Changeable, No;
     /// Images per learner per iteration [default: 32]
     "batch-size" batch_size: usize => usize = 32, check at_least_1, Defining, Yes;
@@ -555,6 +569,18 @@ settings! {
     "train-size" train_size: usize => Option<usize> = None, check opt_at_least_1, Defining, No;
     /// Test images to use [default: synthetic 4000, files all]
     "test-size" test_size: usize => Option<usize> = None, check opt_at_least_1, Defining, No;
+    /// Training augmentation: auto, none, flip, crop-flip (4-pixel padded crop + flip),
+    /// resized-crop, resized-crop-flip [default: auto: crop-flip for 32x32 colour images,
+    /// resized-crop-flip for folder data, none otherwise]
+    "augment" augment: String => AugmentChoice = AugmentChoice::Auto, check any, Defining, No;
+    /// Folder data: side of the square images trained on, 8..=4096 [default: 224]
+    "image-size" image_size: usize => Option<usize> = None, check image_size_check, Defining, No;
+    /// Folder data: largest width x height of an image, checked from its header before
+    /// decoding (larger ones are bad images) [default: 178956970]
+    "max-image-pixels" max_image_pixels: u64 => u64 = DEFAULT_MAX_IMAGE_PIXELS, check pixels_check, Changeable, No;
+    /// Folder data: skip (count and name them) or fail on images that cannot be decoded
+    /// [default: skip]
+    "on-bad-image" on_bad_image: String => BadImagePolicy = BadImagePolicy::Skip, check any, Changeable, No;
     /// Data pipeline worker threads [default: 2]
     "workers" workers: usize => usize = 2, check count_1024, Changeable, No;
     /// Most learners per device the auto-tuner may use [default: 8]

@@ -4,7 +4,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crossbow_data::{Cursor, Dataset, LoadOptions, Normalize, Pipeline, PipelineConfig, Share};
+use crossbow_data::{
+    Cursor, DEFAULT_IMAGE_SIZE, Dataset, DatasetKind, FolderOptions, LoadOptions, Normalize, Pipeline, PipelineConfig,
+    Share,
+};
 use crossbow_kernels::Backend;
 use crossbow_kernels::optim::SgdConfig;
 use crossbow_replica::checkpoint::{CheckpointFile, Tensor};
@@ -20,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::checkpoint::{CheckpointPolicy, Checkpointer, DivergencePolicy, Line, OnDivergence, OnWriteError, Written};
-use crate::config::{BnEval, LearnersPerDevice, TrainConfig};
+use crate::config::{AugmentChoice, BnEval, LearnersPerDevice, TrainConfig};
 use crate::error::CliError;
 use crate::registry::SyncRegistry;
 use crate::report::{EvalLine, Reporter, Summary};
@@ -38,7 +41,26 @@ pub struct Data {
 
 /// Loads (or generates) the configured dataset.
 pub fn load_data(cfg: &TrainConfig) -> Result<Data, CliError> {
-    let opts = LoadOptions { seed: cfg.seed, train_size: cfg.train_size, test_size: cfg.test_size };
+    let folder = cfg.dataset == DatasetKind::Folder;
+    if !folder && cfg.image_size.is_some() {
+        return Err(CliError::usage(format!(
+            "{} applies to --dataset folder only ({} images are {}x{})",
+            cfg.name_of("image-size"),
+            cfg.dataset,
+            cfg.dataset.image_shape()[1],
+            cfg.dataset.image_shape()[2]
+        )));
+    }
+    let opts = LoadOptions {
+        seed: cfg.seed,
+        train_size: cfg.train_size,
+        test_size: cfg.test_size,
+        folder: FolderOptions {
+            image_size: cfg.image_size.unwrap_or(DEFAULT_IMAGE_SIZE),
+            max_pixels: cfg.max_image_pixels,
+            on_bad_image: cfg.on_bad_image,
+        },
+    };
     let (train, test) = crossbow_data::load(cfg.dataset, &cfg.data_dir, &opts)?;
     Ok(Data { train: Arc::new(train), test: Arc::new(test) })
 }
@@ -66,6 +88,9 @@ pub fn train_with_opts(
 ) -> Result<Summary, CliError> {
     let sync = registry.build_for(cfg)?;
     let data = load_data(cfg)?;
+    for note in data.train.notes().iter().chain(data.test.notes()) {
+        reporter.warn(&format!("warning: {}: {note}", cfg.data_dir.display()));
+    }
     opts.interrupt.during_startup("loading the data")?;
     let graph = build_graph(cfg, &data)?;
     let hw = resolve_hardware(&cfg.devices, cfg.threads, &mut |l| reporter.say(&l))?;
@@ -107,6 +132,9 @@ fn pipeline_for(
     pc.share = share;
     pc.workers = cfg.workers;
     pc.prefetch = prefetch.max(4);
+    if let AugmentChoice::Set(a) = cfg.augment {
+        pc.augment = Some(a);
+    }
     Ok(Pipeline::new(Arc::clone(&data.train), pc)?)
 }
 
@@ -810,6 +838,7 @@ fn checkpoint_file<B: Backend>(
         "model": cfg.model.to_string(),
         "input_shape": data.train.image_shape(),
         "classes": data.train.num_classes(),
+        "class_names": data.train.class_names(),
         "normalize": { "mean": norm.mean(), "std": norm.std() },
         "iteration": engine.iteration(),
         "epoch": run.epoch(engine),

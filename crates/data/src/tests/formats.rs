@@ -155,7 +155,7 @@ fn cifar100_uses_fine_labels() {
 
 #[test]
 fn export_round_trips_synthetic_datasets() {
-    let opts = LoadOptions { seed: 3, train_size: Some(23), test_size: Some(7) };
+    let opts = LoadOptions { seed: 3, train_size: Some(23), test_size: Some(7), ..LoadOptions::default() };
     for (kind, as_kind) in
         [(DatasetKind::SyntheticDigits, DatasetKind::Mnist), (DatasetKind::SyntheticShapes, DatasetKind::Cifar10)]
     {

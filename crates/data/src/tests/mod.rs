@@ -1,6 +1,7 @@
 //! Cross-module tests: file formats, corrupted input, the pipeline, test-set batches.
 
 mod alloc;
+mod folder;
 mod formats;
 mod fuzz;
 mod hostile;

@@ -18,7 +18,7 @@ fn config(batch: usize, workers: usize, prefetch: usize) -> PipelineConfig {
     PipelineConfig {
         workers,
         prefetch,
-        augment: Some(Augment { pad: 2, flip: true, fill: PadFill::Zero }),
+        augment: Some(Augment { pad: 2, flip: true, fill: PadFill::Zero, resized_crop: false }),
         ..PipelineConfig::new(batch, 11)
     }
 }
@@ -125,7 +125,7 @@ fn every_sample_once_per_epoch() {
 fn batches_hold_augmented_normalised_sources() {
     let ds = dataset(16);
     let norm = Normalize::new(vec![0.4, 0.5, 0.6], vec![0.2, 0.25, 0.3]).unwrap();
-    let aug = Augment { pad: 2, flip: true, fill: PadFill::Zero };
+    let aug = Augment { pad: 2, flip: true, fill: PadFill::Zero, resized_crop: false };
     let t = Transform::new([3, 8, 8], aug, &norm).unwrap();
     let cfg = PipelineConfig { normalize: Some(norm.clone()), ..config(4, 2, 2) };
     let mut p = Pipeline::new(ds.clone(), cfg).unwrap();
@@ -141,7 +141,7 @@ fn batches_hold_augmented_normalised_sources() {
                 for dy in -2..=2 {
                     for flip in [false, true] {
                         let mut want = vec![0.0; 192];
-                        t.apply(src, &mut want, Placement { dx, dy, flip });
+                        t.apply(src, &mut want, Placement { dx, dy, flip, window: None });
                         if want == got {
                             matches.push((dx, dy, flip));
                         }

@@ -1,0 +1,469 @@
+//! Image-folder datasets: `DIR/train/<class>/*` and `DIR/val/<class>/*` (or `DIR/test/`), JPEG
+//! and PNG files, one sub-folder per class — the layout torchvision's `ImageFolder` reads.
+//!
+//! Every image is decoded once, in parallel, converted to RGB (grey is replicated, alpha is
+//! dropped, 16-bit samples are cut to 8 bits), its short side resized to the stored size with an
+//! antialiased bilinear filter and the centre square cut out (torchvision's
+//! `Resize(s)` + `CenterCrop(s)`), and held in memory as a [`Dataset`]. Training batches then
+//! take a random-resized crop of that square ([`crate::Augment::imagenet`]).
+
+use std::collections::HashSet;
+use std::ffi::OsString;
+use std::fmt;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer, images::Image};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use zune_core::bytestream::ZCursor;
+use zune_core::colorspace::ColorSpace;
+use zune_core::options::DecoderOptions;
+
+use crate::file::check_memory;
+use crate::{Augment, DataError, Dataset, Split};
+
+/// Default side of the stored (and trained) square images of folder datasets.
+pub const DEFAULT_IMAGE_SIZE: usize = 224;
+/// Default limit on the pixels of one image (width × height), checked from its header before
+/// anything is allocated: 178,956,970 as Pillow's decompression-bomb limit.
+pub const DEFAULT_MAX_IMAGE_PIXELS: u64 = 178_956_970;
+/// Files larger than this are refused before they are read (1 GiB).
+const MAX_FILE_BYTES: u64 = 1 << 30;
+/// How many bad files a [`FolderReport`] names (the count covers all).
+pub const NAMED_BAD_IMAGES: usize = 5;
+
+/// What to do with an image file that cannot be decoded (corrupt, truncated, too large,
+/// unreadable, not a JPEG or PNG despite its name).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum BadImagePolicy {
+    /// Leave it out, count it and name the first few (the default).
+    #[default]
+    #[serde(rename = "skip")]
+    Skip,
+    /// Stop loading with an error naming the file.
+    #[serde(rename = "fail")]
+    Fail,
+}
+
+impl fmt::Display for BadImagePolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            BadImagePolicy::Skip => "skip",
+            BadImagePolicy::Fail => "fail",
+        })
+    }
+}
+
+impl FromStr for BadImagePolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "skip" => Ok(BadImagePolicy::Skip),
+            "fail" => Ok(BadImagePolicy::Fail),
+            _ => Err(format!("`{s}` is not a bad-image policy (valid: skip, fail)")),
+        }
+    }
+}
+
+/// Settings of a folder dataset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FolderOptions {
+    /// Side of the stored square images, in pixels (at least 8).
+    pub image_size: usize,
+    /// Largest width × height accepted; larger images are bad images.
+    pub max_pixels: u64,
+    /// What to do with bad images.
+    pub on_bad_image: BadImagePolicy,
+}
+
+impl Default for FolderOptions {
+    fn default() -> Self {
+        FolderOptions {
+            image_size: DEFAULT_IMAGE_SIZE,
+            max_pixels: DEFAULT_MAX_IMAGE_PIXELS,
+            on_bad_image: BadImagePolicy::Skip,
+        }
+    }
+}
+
+/// What loading one split of a folder dataset left out.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FolderReport {
+    /// Image files that could not be used (all of them counted).
+    pub bad_images: usize,
+    /// The first [`NAMED_BAD_IMAGES`] of them: path and reason.
+    pub first_bad: Vec<(String, String)>,
+    /// Files that are not JPEG or PNG by their name (ignored, as torchvision does).
+    pub ignored_files: usize,
+    /// Training classes with no folder in this split (validation only).
+    pub missing_classes: Vec<String>,
+}
+
+impl FolderReport {
+    /// One line for logs, or `None` when nothing was left out.
+    pub fn summary(&self, split: Split) -> Option<String> {
+        let mut parts = Vec::new();
+        if self.bad_images > 0 {
+            let named: Vec<String> = self.first_bad.iter().map(|(p, why)| format!("{p} ({why})")).collect();
+            let more = if self.bad_images > named.len() { ", ..." } else { "" };
+            parts.push(format!("skipped {} bad image(s): {}{more}", self.bad_images, named.join("; ")));
+        }
+        if self.ignored_files > 0 {
+            parts.push(format!("ignored {} file(s) that are not .jpg/.jpeg/.png", self.ignored_files));
+        }
+        if !self.missing_classes.is_empty() {
+            parts.push(format!("no images of class(es) {}", self.missing_classes.join(", ")));
+        }
+        (!parts.is_empty()).then(|| format!("{split} set: {}", parts.join("; ")))
+    }
+}
+
+/// A loaded split and what loading it left out.
+pub type FolderSplit = (Dataset, FolderReport);
+
+/// A file found by the scan, with its label.
+struct Entry {
+    path: PathBuf,
+    label: u32,
+}
+
+/// Loads `dir/train` and `dir/val` (or `dir/test`) as `(train, test)`, with what each left out.
+/// `train_size` / `test_size` keep the first `n` files of the scan's order (classes in sorted
+/// order, files in sorted order within a class), before decoding.
+pub fn load_folder(
+    dir: &Path,
+    opts: &FolderOptions,
+    train_size: Option<usize>,
+    test_size: Option<usize>,
+) -> Result<(FolderSplit, FolderSplit), DataError> {
+    if opts.image_size < 8 || opts.image_size > 4096 {
+        return Err(DataError::config(format!("--image-size {} is out of range (need 8..=4096)", opts.image_size)));
+    }
+    if opts.max_pixels == 0 {
+        return Err(DataError::config("--max-image-pixels must be at least 1"));
+    }
+    if !dir.is_dir() {
+        return Err(DataError::MissingDirectory {
+            path: dir.to_path_buf(),
+            looked_for: vec![dir.join("train"), dir.join("val"), dir.join("test")],
+        });
+    }
+    let train_dir = dir.join("train");
+    if !train_dir.is_dir() {
+        return Err(DataError::malformed(
+            dir,
+            "no train/ folder: a folder dataset is DIR/train/<class>/*.jpg|png and DIR/val/<class>/* (or DIR/test/)",
+        ));
+    }
+    let test_dir = ["val", "test"].iter().map(|n| dir.join(n)).find(|p| p.is_dir()).ok_or_else(|| {
+        DataError::malformed(
+            dir,
+            "no val/ or test/ folder beside train/ (the evaluation images, one sub-folder per class)",
+        )
+    })?;
+    let classes = class_folders(&train_dir)?;
+    if classes.is_empty() {
+        return Err(DataError::malformed(&train_dir, "no class sub-folders"));
+    }
+    if classes.len() > 1 << 24 {
+        return Err(DataError::malformed(&train_dir, format!("{} class folders (at most 2^24)", classes.len())));
+    }
+    let names: Vec<String> = classes.iter().map(|c| c.to_string_lossy().into_owned()).collect();
+    let (train_entries, train_ignored) = scan(&train_dir, &classes, true)?;
+    let test_classes = class_folders(&test_dir)?;
+    if let Some(extra) = test_classes.iter().find(|c| !classes.contains(c)) {
+        return Err(DataError::malformed(
+            &test_dir.join(extra),
+            format!("class folder `{}` is not among the training classes", extra.to_string_lossy()),
+        ));
+    }
+    let (test_entries, test_ignored) = scan(&test_dir, &classes, false)?;
+    if test_entries.is_empty() {
+        return Err(DataError::malformed(&test_dir, "no .jpg/.jpeg/.png images in any class folder"));
+    }
+    let missing_classes =
+        classes.iter().filter(|c| !test_classes.contains(c)).map(|c| c.to_string_lossy().into_owned()).collect();
+    let train_entries = first(train_entries, train_size, &train_dir)?;
+    let test_entries = first(test_entries, test_size, &test_dir)?;
+    let side = opts.image_size;
+    let bytes = (train_entries.len() + test_entries.len()) as u64 * 3 * (side * side) as u64;
+    check_memory(dir, bytes, &format!("{} decoded {side}x{side} images", train_entries.len() + test_entries.len()))?;
+    let (train, mut train_report) = decode_split(&train_entries, &names, Split::Train, &train_dir, opts)?;
+    train_report.ignored_files = train_ignored;
+    let (test, mut test_report) = decode_split(&test_entries, &names, Split::Test, &test_dir, opts)?;
+    test_report.ignored_files = test_ignored;
+    test_report.missing_classes = missing_classes;
+    Ok(((train, train_report), (test, test_report)))
+}
+
+fn first(entries: Vec<Entry>, n: Option<usize>, dir: &Path) -> Result<Vec<Entry>, DataError> {
+    match n {
+        None => Ok(entries),
+        Some(n) if n == 0 || n > entries.len() => Err(DataError::config(format!(
+            "{}: asked for {n} images, it holds {} (need 1..={})",
+            dir.display(),
+            entries.len(),
+            entries.len()
+        ))),
+        Some(n) => {
+            let mut entries = entries;
+            entries.truncate(n);
+            Ok(entries)
+        }
+    }
+}
+
+/// The class sub-folders of a split folder, sorted by name (bytes). Hidden folders (`.name`)
+/// are not classes.
+fn class_folders(dir: &Path) -> Result<Vec<OsString>, DataError> {
+    let mut classes = Vec::new();
+    for entry in fs::read_dir(dir).map_err(|e| DataError::io(dir, e))? {
+        let entry = entry.map_err(|e| DataError::io(dir, e))?;
+        let name = entry.file_name();
+        if name.as_encoded_bytes().first() == Some(&b'.') {
+            continue;
+        }
+        // Follows links, as torchvision does; a dangling link is not a class.
+        if fs::metadata(entry.path()).map(|m| m.is_dir()).unwrap_or(false) {
+            classes.push(name);
+        }
+    }
+    classes.sort_by(|a, b| a.as_encoded_bytes().cmp(b.as_encoded_bytes()));
+    Ok(classes)
+}
+
+fn is_image_name(path: &Path) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .map(|e| matches!(e.to_ascii_lowercase().as_str(), "jpg" | "jpeg" | "png"))
+        .unwrap_or(false)
+}
+
+/// Every image file under each class folder (recursively, following links, each directory
+/// visited once so that a link loop ends), sorted within the class. A training class with no
+/// image is an error naming its folder. Returns the entries and the number of other files.
+fn scan(split_dir: &Path, classes: &[OsString], require_each: bool) -> Result<(Vec<Entry>, usize), DataError> {
+    let mut entries = Vec::new();
+    let mut ignored = 0usize;
+    for (label, class) in classes.iter().enumerate() {
+        let root = split_dir.join(class);
+        if !root.is_dir() {
+            continue;
+        }
+        let mut visited = HashSet::new();
+        let mut files = Vec::new();
+        let mut stack = vec![root.clone()];
+        while let Some(d) = stack.pop() {
+            // Canonical paths identify directories reached through links.
+            let Ok(canon) = fs::canonicalize(&d) else { continue };
+            if !visited.insert(canon) {
+                continue;
+            }
+            let rd = fs::read_dir(&d).map_err(|e| DataError::io(&d, e))?;
+            for e in rd {
+                let e = e.map_err(|e| DataError::io(&d, e))?;
+                let p = e.path();
+                match fs::metadata(&p) {
+                    Ok(m) if m.is_dir() => stack.push(p),
+                    Ok(m) if m.is_file() && is_image_name(&p) => files.push(p),
+                    // Unreadable metadata of an image-named file: decoding will name it.
+                    Err(_) if is_image_name(&p) => files.push(p),
+                    _ => ignored += 1,
+                }
+            }
+        }
+        if files.is_empty() && require_each {
+            return Err(DataError::malformed(
+                &root,
+                "class folder holds no .jpg/.jpeg/.png image (remove it, or add images: every class needs examples)",
+            ));
+        }
+        files.sort_by(|a, b| a.as_os_str().as_encoded_bytes().cmp(b.as_os_str().as_encoded_bytes()));
+        entries.extend(files.into_iter().map(|path| Entry { path, label: label as u32 }));
+    }
+    Ok((entries, ignored))
+}
+
+fn decode_split(
+    entries: &[Entry],
+    classes: &[String],
+    split: Split,
+    split_dir: &Path,
+    opts: &FolderOptions,
+) -> Result<(Dataset, FolderReport), DataError> {
+    let side = opts.image_size;
+    let image_len = 3 * side * side;
+    let decoded: Vec<Result<Vec<u8>, String>> =
+        entries.par_iter().map(|e| load_image(&e.path, side, opts.max_pixels)).collect();
+    let mut report = FolderReport::default();
+    let mut pixels = Vec::with_capacity(entries.len() * image_len);
+    let mut labels = Vec::with_capacity(entries.len());
+    for (e, r) in entries.iter().zip(decoded) {
+        match r {
+            Ok(img) => {
+                pixels.extend_from_slice(&img);
+                labels.push(e.label);
+            }
+            Err(why) => {
+                if opts.on_bad_image == BadImagePolicy::Fail {
+                    return Err(DataError::malformed(&e.path, format!("{why} (--on-bad-image fail)")));
+                }
+                report.bad_images += 1;
+                if report.first_bad.len() < NAMED_BAD_IMAGES {
+                    report.first_bad.push((e.path.display().to_string(), why));
+                }
+            }
+        }
+    }
+    if labels.is_empty() {
+        return Err(DataError::malformed(
+            split_dir,
+            format!(
+                "none of its {} image files could be decoded (first: {:?})",
+                entries.len(),
+                report.first_bad.first()
+            ),
+        ));
+    }
+    let ds = Dataset::new("folder", split, [3, side, side], classes.len(), pixels, labels)?
+        .with_class_names(classes.to_vec())?
+        .with_default_augment(Augment::imagenet());
+    Ok((ds, report))
+}
+
+/// Reads, decodes and resizes one file to `3 x side x side` CHW pixels.
+pub(crate) fn load_image(path: &Path, side: usize, max_pixels: u64) -> Result<Vec<u8>, String> {
+    let meta = fs::metadata(path).map_err(|e| format!("cannot read: {e}"))?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(format!("{} bytes is more than the 1 GiB accepted for one image", meta.len()));
+    }
+    let bytes = fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
+    let (w, h, rgb) = decode_rgb(&bytes, max_pixels)?;
+    resize_center_square(w, h, rgb, side)
+}
+
+/// Decodes a JPEG or PNG (recognised by content, not by name) to interleaved RGB.
+pub(crate) fn decode_rgb(bytes: &[u8], max_pixels: u64) -> Result<(usize, usize, Vec<u8>), String> {
+    let check = |w: usize, h: usize| -> Result<(), String> {
+        if w == 0 || h == 0 {
+            return Err(format!("{w}x{h} image has no pixels"));
+        }
+        if (w as u64).saturating_mul(h as u64) > max_pixels {
+            return Err(format!(
+                "{w}x{h} pixels is more than the limit of {max_pixels} (--max-image-pixels); refused before decoding"
+            ));
+        }
+        Ok(())
+    };
+    let limits = DecoderOptions::default().set_max_width(1 << 20).set_max_height(1 << 20);
+    let (w, h, channels, data) = if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) {
+        let options = limits.jpeg_set_out_colorspace(ColorSpace::RGB).set_strict_mode(true);
+        let mut dec = zune_jpeg::JpegDecoder::new_with_options(ZCursor::new(bytes), options);
+        dec.decode_headers().map_err(|e| format!("not a valid JPEG: {e:?}"))?;
+        let info = dec.info().ok_or("JPEG without a frame header")?;
+        let (w, h) = (info.width as usize, info.height as usize);
+        check(w, h)?;
+        let out = dec.decode().map_err(|e| format!("corrupt or truncated JPEG: {e:?}"))?;
+        let channels = dec.output_colorspace().map(|c| c.num_components()).unwrap_or(3);
+        (w, h, channels, out)
+    } else if bytes.starts_with(&[0x89, b'P', b'N', b'G', 0x0D, 0x0A, 0x1A, 0x0A]) {
+        let options = limits.png_set_strip_to_8bit(true);
+        let mut dec = zune_png::PngDecoder::new_with_options(ZCursor::new(bytes), options);
+        dec.decode_headers().map_err(|e| format!("not a valid PNG: {e:?}"))?;
+        let (w, h) = dec.dimensions().ok_or("PNG without a header")?;
+        check(w, h)?;
+        let out = match dec.decode().map_err(|e| format!("corrupt or truncated PNG: {e:?}"))? {
+            zune_core::result::DecodingResult::U8(v) => v,
+            _ => return Err("PNG decoded to samples wider than 8 bits".into()),
+        };
+        let channels = dec.colorspace().map(|c| c.num_components()).unwrap_or(0);
+        (w, h, channels, out)
+    } else {
+        let head: Vec<String> = bytes.iter().take(4).map(|b| format!("{b:02x}")).collect();
+        return Err(format!("not a JPEG or PNG file (starts with {})", head.join(" ")));
+    };
+    let n = w * h;
+    if channels == 0 || data.len() != n * channels {
+        return Err(format!("decoder returned {} bytes for {w}x{h} with {channels} channel(s)", data.len()));
+    }
+    let rgb = match channels {
+        3 => data,
+        4 => data.chunks_exact(4).flat_map(|p| [p[0], p[1], p[2]]).collect(),
+        1 => data.iter().flat_map(|&g| [g, g, g]).collect(),
+        2 => data.chunks_exact(2).flat_map(|p| [p[0], p[0], p[0]]).collect(),
+        c => return Err(format!("{c} colour channels (expected grey, grey+alpha, RGB or RGBA)")),
+    };
+    Ok((w, h, rgb))
+}
+
+/// Resizes the short side to `side` (antialiased bilinear) and cuts out the centre square, as
+/// torchvision's `Resize(side)` + `CenterCrop(side)`; returns CHW.
+pub(crate) fn resize_center_square(w: usize, h: usize, rgb: Vec<u8>, side: usize) -> Result<Vec<u8>, String> {
+    let short = w.min(h) as f64;
+    // The centre square of the source that maps to the output.
+    let (left, top) = ((w as f64 - short) / 2.0, (h as f64 - short) / 2.0);
+    let interleaved = if w == side && h == side {
+        rgb
+    } else {
+        let (w32, h32) = (u32::try_from(w).map_err(|_| "too wide")?, u32::try_from(h).map_err(|_| "too high")?);
+        let src = Image::from_vec_u8(w32, h32, rgb, PixelType::U8x3).map_err(|e| format!("resize: {e}"))?;
+        let mut dst = Image::new(side as u32, side as u32, PixelType::U8x3);
+        let options =
+            ResizeOptions::new().resize_alg(ResizeAlg::Convolution(FilterType::Bilinear)).crop(left, top, short, short);
+        Resizer::new().resize(&src, &mut dst, &options).map_err(|e| format!("resize: {e}"))?;
+        dst.into_vec()
+    };
+    let plane = side * side;
+    let mut chw = vec![0u8; 3 * plane];
+    for (i, p) in interleaved.chunks_exact(3).enumerate() {
+        chw[i] = p[0];
+        chw[plane + i] = p[1];
+        chw[2 * plane + i] = p[2];
+    }
+    Ok(chw)
+}
+
+/// Writes a training and a test set as an image folder of PNG files —
+/// `dir/train/<class>/<index>.png` and `dir/val/<class>/<index>.png`, class folders named by
+/// [`Dataset::class_names`] — which [`load_folder`] (at the same image size) and torchvision's
+/// `ImageFolder` read back as exactly these pixels. 1- and 3-channel images. Returns the
+/// number of files written.
+pub fn export_folder(train: &Dataset, test: &Dataset, dir: &Path) -> Result<usize, DataError> {
+    let mut written = 0;
+    for (ds, split) in [(train, "train"), (test, "val")] {
+        let [c, h, w] = ds.image_shape();
+        let colorspace = match c {
+            1 => ColorSpace::Luma,
+            3 => ColorSpace::RGB,
+            _ => return Err(DataError::config(format!("export: {c}-channel images cannot be written as PNG"))),
+        };
+        let names = ds.class_names();
+        for name in names {
+            if name.is_empty() || name.starts_with('.') || name.contains(['/', '\\']) {
+                return Err(DataError::config(format!("export: class name `{name}` cannot be a folder name")));
+            }
+            let class_dir = dir.join(split).join(name);
+            fs::create_dir_all(&class_dir).map_err(|e| DataError::io(&class_dir, e))?;
+        }
+        let plane = h * w;
+        for i in 0..ds.len() {
+            let (Some(img), Some(label)) = (ds.image(i), ds.label(i)) else { continue };
+            let interleaved: Vec<u8> = (0..plane).flat_map(|p| (0..c).map(move |ch| img[ch * plane + p])).collect();
+            let options =
+                zune_core::options::EncoderOptions::new(w, h, colorspace, zune_core::bit_depth::BitDepth::Eight);
+            let mut out = Vec::new();
+            zune_png::PngEncoder::new(&interleaved, options)
+                .encode(&mut out)
+                .map_err(|e| DataError::config(format!("export: PNG encoding failed: {e:?}")))?;
+            let path = dir.join(split).join(&names[label as usize]).join(format!("{i:06}.png"));
+            fs::write(&path, out).map_err(|e| DataError::io(&path, e))?;
+            written += 1;
+        }
+    }
+    Ok(written)
+}
