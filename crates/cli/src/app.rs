@@ -121,6 +121,10 @@ struct ModelsArgs {
     /// Batch size for the memory figures
     #[arg(long, default_value_t = 32)]
     batch_size: usize,
+    /// Side of the square input images (as `train --image-size` for folder data) [default:
+    /// each model's own: 28, 32 or 224]
+    #[arg(long)]
+    image_size: Option<usize>,
 }
 
 mod bench_cli {
@@ -196,7 +200,9 @@ fn run(cli: Cli, matches: &clap::ArgMatches, registry: &SyncRegistry) -> Result<
             if a.dry_run {
                 let cfg = session.resolve()?;
                 println!("{}", serde_json::to_string_pretty(&cfg).map_err(CliError::run)?);
-                let rows = models_cmd::table(&[cfg.model], cfg.batch_size)?;
+                let size = (cfg.dataset == crossbow_data::DatasetKind::Folder)
+                    .then(|| cfg.image_size.unwrap_or(crossbow_data::DEFAULT_IMAGE_SIZE));
+                let rows = models_cmd::table(&[cfg.model], cfg.batch_size, size)?;
                 models_cmd::print(&rows);
                 return Ok(());
             }
@@ -217,7 +223,12 @@ fn run(cli: Cli, matches: &clap::ArgMatches, registry: &SyncRegistry) -> Result<
             if a.batch_size == 0 {
                 return Err(CliError::usage("--batch-size must be at least 1"));
             }
-            models_cmd::print(&models_cmd::table(&models, a.batch_size)?);
+            if let Some(s) = a.image_size
+                && !(8..=4096).contains(&s)
+            {
+                return Err(CliError::usage(format!("--image-size must be in 8..=4096, got {s}")));
+            }
+            models_cmd::print(&models_cmd::table(&models, a.batch_size, a.image_size)?);
             Ok(())
         }
         Command::Bench(a) => {

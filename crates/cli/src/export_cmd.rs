@@ -91,6 +91,10 @@ pub fn run(a: &ExportArgs) -> Result<(), CliError> {
     if let Some(i) = st.get("iteration") {
         meta.insert("crossbow.iteration".into(), i.to_string());
     }
+    // The label -> class name map (folder data: the class folder names), as a JSON array.
+    if let Some(names) = st.get("class_names").filter(|n| n.is_array()) {
+        meta.insert("crossbow.class_names".into(), names.to_string());
+    }
     write_safetensors(&a.out, &tensors, &meta).map_err(|e| CliError::run(format!("--out {}: {e}", a.out.display())))?;
     println!(
         "wrote {} ({} tensors, {} from {} at iteration {})",

@@ -34,11 +34,16 @@ pub struct ModelRow {
     pub workspace_bytes: usize,
 }
 
-/// Builds the table for `models` at `batch`.
-pub fn table(models: &[ModelKind], batch: usize) -> Result<Vec<ModelRow>, CliError> {
+/// Builds the table for `models` at `batch`, on each model's default input or on
+/// `image_size` squares.
+pub fn table(models: &[ModelKind], batch: usize, image_size: Option<usize>) -> Result<Vec<ModelRow>, CliError> {
     let mut rows = vec![];
     for &m in models {
         let (input, classes) = m.default_input();
+        let input = match image_size {
+            Some(s) => crossbow_tensor::Shape::new(vec![input.dims()[0], s, s]),
+            None => input,
+        };
         let g = m.build(&input, classes)?;
         // Checked sizes: an absurd batch is an error naming the flag, not an overflow.
         let p = crate::preflight::lower_checked(&g, batch, Mode::Train)

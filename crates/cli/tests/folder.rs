@@ -32,8 +32,14 @@ fn export_to_folder(kind: DatasetKind, dir: &Path, train: usize, test: usize) {
     assert_eq!(export_folder(&tr, &te, dir).unwrap(), train + test);
 }
 
+/// The built-in shapes as a folder whose classes are named `shape-0` .. `shape-9`.
 fn shapes_folder(dir: &Path, train: usize, test: usize) {
-    export_to_folder(DatasetKind::SyntheticShapes, dir, train, test);
+    let opts = LoadOptions { seed: 11, train_size: Some(train), test_size: Some(test), ..LoadOptions::default() };
+    let (tr, te) = load(DatasetKind::SyntheticShapes, ".", &opts).unwrap();
+    let names: Vec<String> = (0..10).map(|c| format!("shape-{c}")).collect();
+    let tr = tr.with_class_names(names.clone()).unwrap();
+    let te = te.with_class_names(names).unwrap();
+    assert_eq!(export_folder(&tr, &te, dir).unwrap(), train + test);
 }
 
 /// The evaluation records of a metrics file, with those a resumed run superseded removed and
@@ -151,6 +157,16 @@ fn an_interrupted_folder_run_resumes_bit_identically() {
     let (code, out, err) = crossbow(&["train", "--resume", ck.to_str().unwrap(), "-q"]);
     assert_eq!(code, 0, "{out}{err}");
     assert_eq!(evaluations(&part), want, "a resumed folder run differs from an uninterrupted one");
+    // The class folder names travel with the checkpoint into the exported model.
+    let model = dir.join("model.safetensors");
+    let (code, out, err) =
+        crossbow(&["export", "--checkpoint", ck.to_str().unwrap(), "--out", model.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    let bytes = std::fs::read(&model).unwrap();
+    let (_, header) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+    let meta = header.metadata().clone().unwrap();
+    let names: Vec<String> = serde_json::from_str(&meta["crossbow.class_names"]).unwrap();
+    assert_eq!(names, (0..10).map(|c| format!("shape-{c}")).collect::<Vec<_>>());
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -347,7 +347,14 @@ pub(crate) fn load_image(path: &Path, side: usize, max_pixels: u64) -> Result<Ve
     resize_center_square(w, h, rgb, side)
 }
 
-/// Decodes a JPEG or PNG (recognised by content, not by name) to interleaved RGB.
+/// Decodes a JPEG or PNG (recognised by content, not by name) to `(width, height, RGB)`, the
+/// pixels interleaved row by row, as the folder loader does: grey replicated, alpha dropped,
+/// 16-bit cut to 8. An image of more than `max_pixels` pixels is refused from its header, before
+/// anything is allocated. The error says what is wrong (no path: the caller knows it).
+pub fn decode_image(bytes: &[u8], max_pixels: u64) -> Result<(usize, usize, Vec<u8>), String> {
+    decode_rgb(bytes, max_pixels)
+}
+
 pub(crate) fn decode_rgb(bytes: &[u8], max_pixels: u64) -> Result<(usize, usize, Vec<u8>), String> {
     let check = |w: usize, h: usize| -> Result<(), String> {
         if w == 0 || h == 0 {
