@@ -130,8 +130,9 @@ struct Entry {
 }
 
 /// Loads `dir/train` and `dir/val` (or `dir/test`) as `(train, test)`, with what each left out.
-/// `train_size` / `test_size` keep the first `n` files of the scan's order (classes in sorted
-/// order, files in sorted order within a class), before decoding.
+/// Images are in scan order: classes sorted by name, files sorted within a class.
+/// `train_size` / `test_size` keep `n` files, chosen before decoding as the first `n` of a
+/// round-robin over the classes (the first file of each class, then the second, ...).
 pub fn load_folder(
     dir: &Path,
     opts: &FolderOptions,
@@ -198,6 +199,8 @@ pub fn load_folder(
     Ok(((train, train_report), (test, test_report)))
 }
 
+/// The first `n` entries of a round-robin over the classes (the first file of every class,
+/// then the second, ...), so that a subset keeps the classes balanced; kept in scan order.
 fn first(entries: Vec<Entry>, n: Option<usize>, dir: &Path) -> Result<Vec<Entry>, DataError> {
     match n {
         None => Ok(entries),
@@ -208,9 +211,22 @@ fn first(entries: Vec<Entry>, n: Option<usize>, dir: &Path) -> Result<Vec<Entry>
             entries.len()
         ))),
         Some(n) => {
-            let mut entries = entries;
-            entries.truncate(n);
-            Ok(entries)
+            // Rank of each entry within its class (entries are grouped by class, in order).
+            let mut rank = Vec::with_capacity(entries.len());
+            let mut prev = None;
+            let mut r = 0usize;
+            for e in &entries {
+                r = if prev == Some(e.label) { r + 1 } else { 0 };
+                prev = Some(e.label);
+                rank.push(r);
+            }
+            let mut order: Vec<usize> = (0..entries.len()).collect();
+            order.sort_by_key(|&i| (rank[i], entries[i].label));
+            let mut keep = vec![false; entries.len()];
+            for &i in &order[..n] {
+                keep[i] = true;
+            }
+            Ok(entries.into_iter().zip(keep).filter_map(|(e, k)| k.then_some(e)).collect())
         }
     }
 }

@@ -115,10 +115,17 @@ fn loads_classes_in_sorted_order_with_their_images() {
             assert!(m[0] > 170.0 && m[2] < 70.0, "red image {i}: {m:?}");
         }
     }
-    // Through `load`, with sizes: the first n files of the scan.
+    // Through `load`, with sizes: a round-robin over the classes, kept in scan order.
     let lo = LoadOptions { train_size: Some(3), test_size: Some(5), folder: opts(16), ..LoadOptions::default() };
     let (train, test) = load(DatasetKind::Folder, dir.path(), &lo).unwrap();
     assert_eq!((train.len(), test.len()), (3, 5));
+    assert_eq!(train.labels(), [0, 0, 1]);
+    assert_eq!(test.labels(), [0, 0, 0, 1, 1]);
+    let (full, _) = load(DatasetKind::Folder, dir.path(), &LoadOptions { folder: opts(16), ..LoadOptions::default() }).unwrap();
+    // blue's first two files and red's first: images 0, 1 and 6 of the whole set.
+    for (j, i) in [0, 1, 6].into_iter().enumerate() {
+        assert_eq!(train.image(j), full.image(i));
+    }
     assert!(train.notes().is_empty());
     let lo = LoadOptions { train_size: Some(13), folder: opts(16), ..LoadOptions::default() };
     let e = load(DatasetKind::Folder, dir.path(), &lo).unwrap_err().to_string();
