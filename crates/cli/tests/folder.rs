@@ -109,6 +109,12 @@ fn a_small_model_learns_a_generated_image_folder() {
     assert_eq!(code, 0, "{all}");
     assert!(all.contains("skipped 1 bad image") && all.contains("broken.png"), "{all}");
     assert!(all.contains("ignored 1 file"), "{all}");
+    // And in the metrics file's start record.
+    let start = std::fs::read_to_string(&m).unwrap();
+    let start: serde_json::Value = serde_json::from_str(start.lines().next().unwrap()).unwrap();
+    assert_eq!(start["event"], "start");
+    let notes = start["data_notes"].to_string();
+    assert!(notes.contains("skipped 1 bad image") && notes.contains("broken.png"), "{notes}");
     let acc = evaluations(&m).last().unwrap()["test_accuracy"].as_f64().unwrap();
     assert!(acc > 0.35, "test accuracy {acc} after 6 epochs with resized-crop-flip");
     // Without augmentation (as digits want), as the built-in digits.

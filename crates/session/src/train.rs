@@ -1174,6 +1174,8 @@ fn announce<B: Backend>(
             "samples_per_epoch": per_epoch,
             // The training batches this rank's pipeline prepares: of every `period`, `from..to`.
             "data_share": share.map(|s| json!({ "period": s.period, "from": s.from, "to": s.to })),
+            // What loading left out (folder data: bad images skipped, files ignored, ...).
+            "data_notes": data.train.notes().iter().chain(data.test.notes()).collect::<Vec<_>>(),
         }),
     )
 }

@@ -121,7 +121,8 @@ fn loads_classes_in_sorted_order_with_their_images() {
     assert_eq!((train.len(), test.len()), (3, 5));
     assert_eq!(train.labels(), [0, 0, 1]);
     assert_eq!(test.labels(), [0, 0, 0, 1, 1]);
-    let (full, _) = load(DatasetKind::Folder, dir.path(), &LoadOptions { folder: opts(16), ..LoadOptions::default() }).unwrap();
+    let (full, _) =
+        load(DatasetKind::Folder, dir.path(), &LoadOptions { folder: opts(16), ..LoadOptions::default() }).unwrap();
     // blue's first two files and red's first: images 0, 1 and 6 of the whole set.
     for (j, i) in [0, 1, 6].into_iter().enumerate() {
         assert_eq!(train.image(j), full.image(i));
