@@ -74,6 +74,10 @@ pub struct Summary {
     pub wall_seconds: f64,
     /// Mean training throughput over the run, images per second (over training time).
     pub images_per_sec: f64,
+    /// Seconds the training loop waited for the input pipeline's batches (part of
+    /// `train_seconds`): a large share means the input pipeline, not the model, bounds the run.
+    #[serde(default)]
+    pub input_wait_seconds: f64,
     /// Every evaluation, in order.
     pub evaluations: Vec<EvalLine>,
 }
@@ -365,7 +369,7 @@ impl Reporter {
         self.record("eval", serde_json::to_value(e).unwrap_or(Value::Null))
     }
 
-    /// The end of the run.
+    /// The end of the run (the summary line, and a note when the input pipeline bounded it).
     pub fn finish(&mut self, s: &Summary) -> Result<(), CliError> {
         self.bar.finish_and_clear();
         let tta = match (s.target_accuracy, s.time_to_target_seconds, s.epochs_to_target) {
@@ -375,6 +379,9 @@ impl Reporter {
         };
         if !self.summary {
             return self.record_end(s);
+        }
+        if let Some(line) = input_bound_line(s) {
+            self.warn(&line);
         }
         let line = format!(
             "{} on {}: best test accuracy {:.2}% (final {:.2}%), {tta}; {:.2} epochs, {} iterations, {:.1} s training ({:.1} s wall), {:.0} images/s; learners {:?} on {}, sync {}",
@@ -407,5 +414,59 @@ impl Reporter {
             o.remove("evaluations");
         }
         self.record("end", body)
+    }
+}
+
+/// Share of the training time spent waiting for input above which a run is called input-bound.
+pub const INPUT_BOUND_SHARE: f64 = 0.2;
+
+/// A line saying that the input pipeline, not the model, bounded the run (its training loop
+/// waited for batches for more than [`INPUT_BOUND_SHARE`] of the training time), or `None`.
+pub fn input_bound_line(s: &Summary) -> Option<String> {
+    let share = s.input_wait_seconds / s.train_seconds.max(1e-9);
+    (s.train_seconds > 0.0 && share > INPUT_BOUND_SHARE).then(|| {
+        format!(
+            "input-bound: the training loop waited {:.1} s of {:.1} s ({:.0}%) for batches; more --workers (or a smaller --image-size) would speed this run up",
+            s.input_wait_seconds,
+            s.train_seconds,
+            100.0 * share
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(train: f64, wait: f64) -> Summary {
+        Summary {
+            model: "lenet5".into(),
+            dataset: "folder".into(),
+            devices: vec!["cpu:0".into()],
+            learners: vec![1],
+            sync: "sma".into(),
+            target_accuracy: None,
+            reached_target: false,
+            time_to_target_seconds: None,
+            epochs_to_target: None,
+            best_accuracy: 0.5,
+            final_accuracy: 0.5,
+            epochs: 1.0,
+            iterations: 10,
+            train_seconds: train,
+            wall_seconds: train,
+            images_per_sec: 100.0,
+            input_wait_seconds: wait,
+            evaluations: vec![],
+        }
+    }
+
+    #[test]
+    fn a_run_that_waits_for_input_is_called_input_bound() {
+        assert_eq!(input_bound_line(&summary(10.0, 1.0)), None);
+        assert_eq!(input_bound_line(&summary(10.0, 2.0)), None);
+        let line = input_bound_line(&summary(10.0, 4.0)).unwrap();
+        assert!(line.contains("waited 4.0 s of 10.0 s (40%)") && line.contains("--workers"), "{line}");
+        assert_eq!(input_bound_line(&summary(0.0, 0.0)), None);
     }
 }

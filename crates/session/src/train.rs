@@ -1312,6 +1312,8 @@ struct Run {
     wall_before: f64,
     /// Training time: iterations, and batch-norm recalibration for evaluation.
     train_secs: f64,
+    /// Of that, waiting for training batches.
+    input_wait_secs: f64,
     window: Window,
     evals: Vec<EvalLine>,
     best: f64,
@@ -1365,6 +1367,7 @@ impl Run {
             wall: Instant::now(),
             wall_before: 0.0,
             train_secs: 0.0,
+            input_wait_secs: 0.0,
             window: Window::default(),
             evals: vec![],
             best: 0.0,
@@ -1380,6 +1383,7 @@ impl Run {
             "calibration_cursor": self.calibration.as_ref().map(|(_, c)| c.pipeline.cursor()),
             "next_eval": self.next_eval,
             "train_seconds": self.train_secs,
+            "input_wait_seconds": self.input_wait_secs,
             "wall_seconds": self.wall.elapsed().as_secs_f64() + self.wall_before,
             "window": self.window,
             "evaluations": self.evals,
@@ -1397,6 +1401,9 @@ impl Run {
             calibration_cursor: Option<Cursor>,
             next_eval: f64,
             train_seconds: f64,
+            // Absent from checkpoints of earlier versions.
+            #[serde(default)]
+            input_wait_seconds: f64,
             wall_seconds: f64,
             window: Window,
             evaluations: Vec<EvalLine>,
@@ -1416,6 +1423,7 @@ impl Run {
         }
         self.next_eval = s.next_eval;
         self.train_secs = s.train_seconds;
+        self.input_wait_secs = s.input_wait_seconds;
         self.wall_before = s.wall_seconds;
         self.wall = Instant::now();
         self.window = s.window;
@@ -1449,6 +1457,7 @@ impl Run {
         engine.sync_layout().map_err(|e| StepError::Other(e.to_string()))?;
         let (offset, mine, all) = (engine.learner_offset(), engine.learners(), engine.world_learners());
         let mut batches = Vec::with_capacity(mine);
+        let waiting = Instant::now();
         match self.share {
             // The pipeline prepares only this rank's slice.
             Some(s) => {
@@ -1471,6 +1480,7 @@ impl Run {
                 }
             }
         }
+        self.input_wait_secs += waiting.elapsed().as_secs_f64();
         let rec = match engine.step(batches, self.per_epoch) {
             Ok(r) => r,
             Err(ReplicaError::Diverged(why)) => return Err(StepError::Diverged(why)),
@@ -1559,6 +1569,7 @@ impl Run {
             train_seconds: self.train_secs,
             wall_seconds: self.wall.elapsed().as_secs_f64() + self.wall_before,
             images_per_sec: engine.samples() as f64 / self.train_secs.max(1e-9),
+            input_wait_seconds: self.input_wait_secs,
             evaluations: self.evals.clone(),
         }
     }
