@@ -10,6 +10,7 @@ auto-tuner choosing the learners, as `crossbow train` does by default) and of Py
     cargo build --release -p crossbow-cli -p crossbow-benches
     python3 -m venv ~/torchenv && ~/torchenv/bin/pip install torch   # outside the repository
     python3 benches/peers/compare.py --python ~/torchenv/bin/python --rounds 3
+    python3 benches/peers/compare.py --python ~/torchenv/bin/python --rounds 3 --crossbow-isa avx2   # AVX2 path on an AVX-512 host
 
 CI does not run this (it needs PyTorch and a quiet machine).
 """
@@ -84,7 +85,12 @@ def main():
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--iterations", type=int, default=20)
     p.add_argument("--json", help="also write every measurement here")
+    p.add_argument("--crossbow-isa", choices=["avx512", "avx2", "portable"],
+                   help="cap crossbow's kernels (and peak-flops) at this instruction set (CROSSBOW_CPU_ISA), "
+                        "so an AVX-512 machine measures the AVX2 path too; PyTorch is not capped")
     a = p.parse_args()
+    if a.crossbow_isa:
+        os.environ["CROSSBOW_CPU_ISA"] = a.crossbow_isa
     models = [m.strip() for m in a.models.split(",") if m.strip()]
     batches = [int(b) for b in a.batch_sizes.split(",")]
     for f in (a.crossbow, a.peak_flops, a.python):
@@ -113,7 +119,8 @@ def main():
     unit = peaks[0][0]
     pk = statistics.median(g for _, g in peaks)
     print(f"peak ({unit} FMA, {a.threads} threads, median of {len(peaks)}): {pk / 1e9:.1f} GFLOP/s")
-    print(f"{a.rounds} rounds, {a.iterations} iterations each, {a.threads} threads; medians")
+    print(f"{a.rounds} rounds, {a.iterations} iterations each, {a.threads} threads; medians"
+          + (f"; crossbow capped at {a.crossbow_isa}" if a.crossbow_isa else ""))
     print("| model | batch | crossbow img/s (learners) | PyTorch img/s | ratio | crossbow % of peak | PyTorch % of peak | GFLOP/image |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     rows = []

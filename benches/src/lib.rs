@@ -18,16 +18,11 @@ pub fn has_avx2_fma() -> bool {
     }
 }
 
-/// True when the CPU has AVX-512F (16-wide f32 FMA).
+/// True when the CPU has AVX-512F (16-wide f32 FMA) and `CROSSBOW_CPU_ISA` does not cap the
+/// kernels below it (so that `peak-flops` under `CROSSBOW_CPU_ISA=avx2` gives the AVX2 peak,
+/// the reference of the AVX2 kernels' figures).
 pub fn has_avx512f() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    crossbow_kernels::cpu_isa().map(|i| i >= crossbow_kernels::CpuIsa::Avx512).unwrap_or(false)
 }
 
 /// The widest FMA unit present: `(name, FLOP per FMA instruction)` — `("AVX-512", 32)`,

@@ -328,6 +328,12 @@ pub fn main_with(registry: SyncRegistry) -> ExitCode {
         use std::io::Write;
         let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
     };
+    // A bad CROSSBOW_CPU_ISA is refused before anything runs (the kernels would otherwise
+    // fall back to the portable path silently).
+    if let Err(e) = crossbow_kernels::cpu_isa() {
+        say(format!("{who}: error: {e}"));
+        return ExitCode::from(2);
+    }
     match run(cli, &matches, &registry) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e @ CliError::Interrupted { .. }) => {

@@ -82,6 +82,10 @@ pub fn run(a: &DoctorArgs) -> Result<(), CliError> {
     let inject = a.inject_failure.as_deref();
     check_inject(inject)?;
     println!("crossbow doctor ({} {})", env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION"));
+    let isa = crossbow_kernels::cpu_isa().map_err(CliError::usage)?;
+    let capped =
+        std::env::var(crossbow_kernels::CPU_ISA_ENV).map(|v| format!(" ({}={v})", crossbow_kernels::CPU_ISA_ENV));
+    println!("CPU:     kernels use {}{}", isa.name(), capped.unwrap_or_default());
     if a.emulator {
         return emulator(inject);
     }

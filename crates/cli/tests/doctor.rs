@@ -70,3 +70,27 @@ fn an_unknown_op_to_inject_is_a_usage_error() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("--inject-failure: no op 'nope'"), "{err}");
 }
+
+#[test]
+fn cpu_isa_cap_is_reported_and_a_bad_one_refused() {
+    let detected = crossbow_kernels::cpu_isa_with(None).unwrap();
+    for cap in [crossbow_kernels::CpuIsa::Portable, crossbow_kernels::CpuIsa::Avx2] {
+        let o = doctor(&[], &[("CROSSBOW_FORCE_NO_CUDA", "1"), ("CROSSBOW_CPU_ISA", cap.name())]);
+        let (out, err) = text(&o);
+        assert_eq!(o.status.code(), Some(0), "{out}{err}");
+        let want = format!("CPU:     kernels use {} (CROSSBOW_CPU_ISA={})", detected.min(cap).name(), cap.name());
+        assert!(out.contains(&want), "{out}");
+    }
+    let o = doctor(&[], &[("CROSSBOW_FORCE_NO_CUDA", "1"), ("CROSSBOW_CPU_ISA", "avx1024")]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{out}{err}");
+    assert!(err.contains("CROSSBOW_CPU_ISA=\"avx1024\" is not an instruction set"), "{err}");
+    // Training under the AVX2 cap runs (the direct kernels' AVX2 path on an AVX-512 host).
+    let o = Command::new(env!("CARGO_BIN_EXE_crossbow"))
+        .args(["train", "--model", "resnet20", "--dataset", "synthetic-shapes", "--train-size", "64"])
+        .args(["--test-size", "32", "--batch-size", "16", "--epochs", "0.5", "--devices", "cpu", "-q"])
+        .env("CROSSBOW_CPU_ISA", "avx2")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{:?}", text(&o));
+}

@@ -81,7 +81,7 @@ pub mod testing;
 
 pub use crate::gemm::{CpuGemm, GemmConfig};
 pub use backend::{Backend, Storage, View, ViewMut};
-pub use cpu::CpuBackend;
+pub use cpu::{CPU_ISA_ENV, CpuBackend, CpuIsa, cpu_isa, cpu_isa_with};
 pub use error::{KernelError, Result};
 
 /// The op list: `folder => OpTrait` for every op. For each entry it declares the module,

@@ -203,16 +203,9 @@ impl Direct {
     }
 }
 
-/// Whether the CPU has AVX-512F.
+/// Whether the kernels may use AVX-512F (the CPU has it and `CROSSBOW_CPU_ISA` allows it).
 pub(crate) fn has_avx512() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    crate::cpu::simd::has_avx512()
 }
 
 /// Whether one of the direct kernels runs on this CPU (AVX-512F, or AVX2 and FMA).

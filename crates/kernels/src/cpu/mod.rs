@@ -8,6 +8,8 @@
 
 pub(crate) mod simd;
 
+pub use simd::{CPU_ISA_ENV, CpuIsa, cpu_isa, cpu_isa_with};
+
 use std::ops::Range;
 use std::sync::Arc;
 

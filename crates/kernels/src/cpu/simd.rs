@@ -34,15 +34,96 @@ macro_rules! multiversion {
 }
 pub(crate) use multiversion;
 
-/// Whether the CPU has AVX2 and FMA (checked once; `std` caches the answer).
-pub(crate) fn has_avx2() -> bool {
+/// The widest vector instruction set crossbow's own CPU kernels use (the direct convolutions
+/// and the multiversioned loops; the `gemm` crate detects its own).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum CpuIsa {
+    /// The baseline target (SSE2 on x86-64).
+    Portable,
+    /// AVX2 and FMA.
+    Avx2,
+    /// AVX-512F.
+    Avx512,
+}
+
+impl CpuIsa {
+    /// The name `CROSSBOW_CPU_ISA` takes: `portable`, `avx2`, `avx512`.
+    pub fn name(self) -> &'static str {
+        match self {
+            CpuIsa::Portable => "portable",
+            CpuIsa::Avx2 => "avx2",
+            CpuIsa::Avx512 => "avx512",
+        }
+    }
+}
+
+/// The environment variable that caps the instruction set of crossbow's CPU kernels, so one
+/// AVX-512 machine measures and tests the AVX2 path too: `avx2` (no AVX-512), `portable`
+/// (neither), `avx512` (no cap). It never enables what the CPU lacks.
+pub const CPU_ISA_ENV: &str = "CROSSBOW_CPU_ISA";
+
+/// What the CPU has, capped by `setting` (the value of [`CPU_ISA_ENV`], if set).
+pub fn cpu_isa_with(setting: Option<&str>) -> Result<CpuIsa, String> {
+    let detected = detected_isa();
+    let Some(text) = setting else { return Ok(detected) };
+    let cap = match text.trim().to_ascii_lowercase().as_str() {
+        "portable" | "scalar" | "sse2" => CpuIsa::Portable,
+        "avx2" => CpuIsa::Avx2,
+        "avx512" | "avx-512" | "" => CpuIsa::Avx512,
+        _ => return Err(format!("{CPU_ISA_ENV}={text:?} is not an instruction set (valid: avx512, avx2, portable)")),
+    };
+    Ok(detected.min(cap))
+}
+
+/// The instruction set crossbow's CPU kernels use: what the CPU has, capped by
+/// [`CPU_ISA_ENV`] (read once; an invalid value is an error, which the command line reports
+/// before doing anything).
+pub fn cpu_isa() -> Result<CpuIsa, String> {
+    static ISA: std::sync::OnceLock<Result<CpuIsa, String>> = std::sync::OnceLock::new();
+    ISA.get_or_init(|| cpu_isa_with(std::env::var(CPU_ISA_ENV).ok().as_deref())).clone()
+}
+
+fn detected_isa() -> CpuIsa {
     #[cfg(target_arch = "x86_64")]
     {
-        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+        if std::is_x86_feature_detected!("avx512f") {
+            // Every AVX-512 CPU has AVX2 and FMA.
+            return CpuIsa::Avx512;
+        }
+        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+            return CpuIsa::Avx2;
+        }
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
+    CpuIsa::Portable
+}
+
+/// Whether the kernels may use AVX2 and FMA (the CPU has them and [`CPU_ISA_ENV`] allows
+/// them; an invalid setting allows only the portable path).
+pub(crate) fn has_avx2() -> bool {
+    cpu_isa().map(|i| i >= CpuIsa::Avx2).unwrap_or(false)
+}
+
+/// Whether the kernels may use AVX-512F.
+pub(crate) fn has_avx512() -> bool {
+    cpu_isa().map(|i| i >= CpuIsa::Avx512).unwrap_or(false)
+}
+
+#[cfg(test)]
+mod isa_tests {
+    use super::*;
+
+    #[test]
+    fn the_setting_caps_and_never_raises() {
+        let detected = detected_isa();
+        assert_eq!(cpu_isa_with(None).unwrap(), detected);
+        assert_eq!(cpu_isa_with(Some("portable")).unwrap(), CpuIsa::Portable);
+        assert_eq!(cpu_isa_with(Some("AVX2")).unwrap(), detected.min(CpuIsa::Avx2));
+        assert_eq!(cpu_isa_with(Some("avx512")).unwrap(), detected);
+        let e = cpu_isa_with(Some("avx1024")).unwrap_err();
+        assert!(e.contains("CROSSBOW_CPU_ISA") && e.contains("avx1024") && e.contains("avx2"), "{e}");
+        for i in [CpuIsa::Portable, CpuIsa::Avx2, CpuIsa::Avx512] {
+            assert_eq!(cpu_isa_with(Some(i.name())).unwrap(), detected.min(i));
+        }
     }
 }
 
