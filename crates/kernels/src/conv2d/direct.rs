@@ -12,16 +12,24 @@
 //! blocks of [`MR`] output channels, `wp[((block·c_in + c)·taps + t)·MR + i]`, so the
 //! micro-kernel broadcasts them from consecutive addresses.
 //!
-//! Micro-kernel: [`MR`] = 8 output channels × [`NV`] = 2 vectors of pixels (16 lanes with
-//! AVX-512, 8 with AVX2), 16 accumulators; per input channel and tap, 2 loads of pixels and 8
-//! broadcasts feed 16 FMAs. The sum over `(c, ki, kj)` runs in that order for every output
-//! element, on every machine with the same vector unit (the AVX-512 and AVX2 paths add in the
-//! same order, so they give the same bits; tested).
+//! Micro-kernels: with AVX-512, [`MR`] = 8 output channels × [`NV`] = 2 vectors of 16 pixels,
+//! 16 accumulators; per input channel and tap, 2 loads of pixels and 8 broadcasts feed 16
+//! FMAs. With AVX2 (16 registers), [`AVX2_MR`] = 6 output channels × 2 vectors of 8 pixels,
+//! 12 accumulators, 2 loads and 6 broadcasts per 12 FMAs, the weights packed in blocks of 6.
+//! Where the output rows allow (rows a multiple of 16 or pairs of rows of 8 with AVX-512, a
+//! multiple of 8 with AVX2) the kernels read a zero-padded copy of the image with plain loads
+//! and, for 3×3 kernels, the nine taps unrolled; elsewhere masked loads from a segment plan.
+//! The sum over `(c, ki, kj)` runs in that order for every output element, on every machine
+//! and path (the AVX-512 and AVX2 paths add in the same order, so they give the same bits;
+//! tested).
 
 use super::Conv2dGeom;
 
 /// Output channels per block of packed weights (rows of the micro-kernel's tile).
 pub(crate) const MR: usize = 8;
+/// Output channels per block of packed weights for the padded AVX2 kernel: 6 rows × 2
+/// vectors of 8 pixels are its 12 accumulators.
+pub(crate) const AVX2_MR: usize = 6;
 /// Most pixel vectors per tile (columns of the micro-kernel's tile, in vectors): 2 with
 /// AVX-512 (32 registers), 1 with AVX2 (16 registers: 8 accumulators, the pixels, the
 /// broadcast weight).
@@ -90,21 +98,36 @@ impl Direct {
         self.kh * self.kw
     }
 
-    /// Elements of the packed weights.
-    pub(crate) fn packed_len(&self) -> usize {
-        self.co.div_ceil(MR) * MR * self.c * self.taps()
+    /// Output channels per block of packed weights for the kernel [`Direct::run`] will use
+    /// on this CPU: [`MR`], or [`AVX2_MR`] for the padded AVX2 kernel.
+    pub(crate) fn block(&self) -> usize {
+        if self.padded_rows() == Some(Rows::Eights) { AVX2_MR } else { MR }
     }
 
-    /// Packs `weight(co, c, t)` (t = ki·kw + kj) into `wp` (zero for the padding channels of
-    /// the last block).
+    /// Elements of the packed weights.
+    pub(crate) fn packed_len(&self) -> usize {
+        self.packed_len_for(self.block())
+    }
+
+    fn packed_len_for(&self, mr: usize) -> usize {
+        self.co.div_ceil(mr) * mr * self.c * self.taps()
+    }
+
+    /// Packs `weight(co, c, t)` (t = ki·kw + kj) into `wp` in blocks of [`Direct::block`]
+    /// output channels (zero for the padding channels of the last block).
     pub(crate) fn pack(&self, weight: impl Fn(usize, usize, usize) -> f32, wp: &mut [f32]) {
+        self.pack_for(self.block(), weight, wp)
+    }
+
+    /// [`Direct::pack`] in blocks of `mr`: `wp[((block·c_in + c)·taps + t)·mr + i]`.
+    fn pack_for(&self, mr: usize, weight: impl Fn(usize, usize, usize) -> f32, wp: &mut [f32]) {
         let taps = self.taps();
-        for (b, block) in wp[..self.packed_len()].chunks_mut(self.c * taps * MR).enumerate() {
+        for (b, block) in wp[..self.packed_len_for(mr)].chunks_mut(self.c * taps * mr).enumerate() {
             for c in 0..self.c {
                 for t in 0..taps {
-                    for i in 0..MR {
-                        let co = b * MR + i;
-                        block[(c * taps + t) * MR + i] = if co < self.co { weight(co, c, t) } else { 0.0 };
+                    for i in 0..mr {
+                        let co = b * mr + i;
+                        block[(c * taps + t) * mr + i] = if co < self.co { weight(co, c, t) } else { 0.0 };
                     }
                 }
             }
@@ -125,12 +148,13 @@ impl Direct {
         {
             if let Some(rows) = self.padded_rows() {
                 self.pad_into(src, scratch);
-                // SAFETY: the CPU has AVX-512F (padded_rows checks); the padded copy holds
+                // SAFETY: the CPU has the vector unit padded_rows() chose; the padded copy holds
                 // every tap of every output pixel; the other lengths were checked above.
                 unsafe {
                     match rows {
                         Rows::Whole => x86::run_padded_avx512::<false>(self, scratch, wp, bias, dst),
                         Rows::Pairs => x86::run_padded_avx512::<true>(self, scratch, wp, bias, dst),
+                        Rows::Eights => x86::run_padded_avx2(self, scratch, wp, bias, dst),
                     }
                 };
                 return;
@@ -150,21 +174,27 @@ impl Direct {
     }
 }
 
-/// How the AVX-512 kernel over a zero-padded copy of the source reads a vector of 16 output
-/// pixels: within one output row (rows a multiple of 16 wide), or as two rows of 8.
+/// Which kernel over a zero-padded copy of the source runs, by how it reads a vector of
+/// output pixels: AVX-512 with 16 pixels of one output row (rows a multiple of 16 wide) or two
+/// rows of 8; AVX2 with 8 pixels of one row (rows a multiple of 8 wide).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Rows {
     Whole,
     Pairs,
+    Eights,
 }
 
 impl Direct {
-    /// Where the padded AVX-512 kernel runs: with AVX-512, output rows a multiple of 16 or
-    /// exactly 8 pixels wide and a multiple of 32 output pixels (whole tiles, so no vector
-    /// needs a mask). Elsewhere the masked kernels of [`Direct::run`] run.
+    /// Where a padded kernel runs (no vector needs a mask): with AVX-512, output rows a
+    /// multiple of 16 or exactly 8 pixels wide and a multiple of 32 output pixels (whole
+    /// tiles); with AVX2 alone, output rows a multiple of 8 pixels wide. Elsewhere the masked
+    /// kernels of [`Direct::run`] run.
     pub(crate) fn padded_rows(&self) -> Option<Rows> {
         let (ow, p) = (self.ow(), self.oh() * self.ow());
-        if !has_avx512() || !p.is_multiple_of(16 * NV) {
+        if !has_avx512() {
+            return (crate::cpu::simd::has_avx2() && ow.is_multiple_of(8)).then_some(Rows::Eights);
+        }
+        if !p.is_multiple_of(16 * NV) {
             return None;
         }
         if ow.is_multiple_of(16) {
@@ -305,7 +335,7 @@ fn segments(d: &Direct, p0: usize, p_end: usize, lanes: usize, ki: usize, kj: us
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{Direct, MAX_SEGS, MR, NV, PARAMS_CB, ParamsDirect};
+    use super::{AVX2_MR, Direct, MAX_SEGS, MR, NV, PARAMS_CB, ParamsDirect};
     #[cfg(test)]
     use super::Rows;
 
@@ -524,6 +554,149 @@ mod x86 {
         }
     }
 
+    /// The AVX2 kernel over a zero-padded copy `xp[c, hp, wp]` of the source: no masks and no
+    /// segment table. Register-blocked for 16 YMM registers: a tile is [`AVX2_V`] vectors of 8
+    /// output pixels (each inside one output row) × [`AVX2_MR`] output channels (one block
+    /// of packed weights), 12 accumulators; per input channel and tap, 2 loads and 6
+    /// broadcasts from consecutive addresses feed 12 FMAs (15 registers: with all 16 in use
+    /// LLVM spills an accumulator). Same order of additions as every other direct kernel:
+    /// `(c, ki, kj)`.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and FMA; `xp` holds `c·hp·wp` floats; `wp` (the weights packed in
+    /// blocks of [`AVX2_MR`]), `bias` and `dst` are as long as [`Direct::run`] checks; the
+    /// output rows are a multiple of 8 pixels wide.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn run_padded_avx2(d: &Direct, xp: &[f32], wp: &[f32], bias: Option<&[f32]>, dst: &mut [f32]) {
+        // SAFETY: as this function's contract.
+        unsafe {
+            if (d.kh, d.kw) == (3, 3) {
+                padded_avx2::<true>(d, xp, wp, bias, dst)
+            } else {
+                padded_avx2::<false>(d, xp, wp, bias, dst)
+            }
+        }
+    }
+
+    /// [`run_padded_avx2`], with the taps unrolled at compile time for 3×3 kernels (`K3`).
+    ///
+    /// # Safety
+    /// As [`run_padded_avx2`]; with `K3` a 3×3 kernel.
+    #[inline(always)]
+    unsafe fn padded_avx2<const K3: bool>(d: &Direct, xp: &[f32], wp: &[f32], bias: Option<&[f32]>, dst: &mut [f32]) {
+        let p_end = d.oh() * d.ow();
+        let whole = p_end - p_end % (8 * AVX2_V);
+        let rows = d.co - d.co % AVX2_MR;
+        // SAFETY: as this function's contract; every tile lies below `p_end` and `co`.
+        unsafe {
+            for p0 in (0..whole).step_by(8 * AVX2_V) {
+                for co0 in (0..rows).step_by(AVX2_MR) {
+                    padded_tile_avx2::<AVX2_MR, AVX2_V, K3>(d, xp, wp, bias, dst, p0, co0);
+                }
+                padded_rest_avx2::<AVX2_V, K3>(d, xp, wp, bias, dst, p0, rows);
+            }
+            for p0 in (whole..p_end).step_by(8) {
+                for co0 in (0..rows).step_by(AVX2_MR) {
+                    padded_tile_avx2::<AVX2_MR, 1, K3>(d, xp, wp, bias, dst, p0, co0);
+                }
+                padded_rest_avx2::<1, K3>(d, xp, wp, bias, dst, p0, rows);
+            }
+        }
+    }
+
+    /// The last `co - co0` (fewer than [`AVX2_MR`]) output channels of a tile, in one tile of
+    /// that many rows (one row at a time would leave the FMA units waiting on latency).
+    ///
+    /// # Safety
+    /// As [`padded_tile_avx2`].
+    #[inline(always)]
+    unsafe fn padded_rest_avx2<const V: usize, const K3: bool>(
+        d: &Direct,
+        xp: &[f32],
+        wp: &[f32],
+        bias: Option<&[f32]>,
+        dst: &mut [f32],
+        p0: usize,
+        co0: usize,
+    ) {
+        // SAFETY: as the caller guarantees; each arm's rows end at `co`.
+        unsafe {
+            match d.co - co0 {
+                5 => padded_tile_avx2::<5, V, K3>(d, xp, wp, bias, dst, p0, co0),
+                4 => padded_tile_avx2::<4, V, K3>(d, xp, wp, bias, dst, p0, co0),
+                3 => padded_tile_avx2::<3, V, K3>(d, xp, wp, bias, dst, p0, co0),
+                2 => padded_tile_avx2::<2, V, K3>(d, xp, wp, bias, dst, p0, co0),
+                1 => padded_tile_avx2::<1, V, K3>(d, xp, wp, bias, dst, p0, co0),
+                _ => {}
+            }
+        }
+    }
+
+    /// Vectors of 8 pixels per tile of [`run_padded_avx2`].
+    const AVX2_V: usize = 2;
+
+    /// One tile of [`run_padded_avx2`]: `V` vectors of 8 output pixels from `p0` × `R`
+    /// output channels from `co0` (a multiple of [`AVX2_MR`]).
+    ///
+    /// # Safety
+    /// As [`run_padded_avx2`]; `p0 + 8·V <= oh·ow`, `co0 + R <= co`, `R <= AVX2_MR`; with
+    /// `K3` a 3×3 kernel.
+    #[inline(always)]
+    unsafe fn padded_tile_avx2<const R: usize, const V: usize, const K3: bool>(
+        d: &Direct,
+        xp: &[f32],
+        wp: &[f32],
+        bias: Option<&[f32]>,
+        dst: &mut [f32],
+        p0: usize,
+        co0: usize,
+    ) {
+        // SAFETY: every tap of every output pixel (oy + ki < hp, ox + kj < wp) lies in `xp`;
+        // the weight offsets stay below `packed_len()`; the stores write whole vectors of
+        // the `oh·ow` pixels of output channels below `co`.
+        unsafe {
+            let (hp, pitch) = d.padded_dims();
+            let plane = hp * pitch;
+            let (ow, p_end, taps) = (d.ow(), d.oh() * d.ow(), d.taps());
+            let mut xv = [xp.as_ptr(); V];
+            for (v, x) in xv.iter_mut().enumerate() {
+                let p = p0 + 8 * v;
+                *x = xp.as_ptr().add((p / ow) * pitch + p % ow);
+            }
+            // The block's weights, AVX2_MR per (c, tap), read in order.
+            let mut wt = wp.as_ptr().add(co0 * d.c * taps);
+            let mut acc = [[_mm256_setzero_ps(); V]; R];
+            // Constant trip counts for 3×3 kernels, so the nine taps unroll.
+            let (kh, kw) = if K3 { (3, 3) } else { (d.kh, d.kw) };
+            for c in 0..d.c {
+                for ki in 0..kh {
+                    let row = c * plane + ki * pitch;
+                    for kj in 0..kw {
+                        let mut x = [_mm256_setzero_ps(); V];
+                        for v in 0..V {
+                            x[v] = _mm256_loadu_ps(xv[v].add(row + kj));
+                        }
+                        for (i, a) in acc.iter_mut().enumerate() {
+                            let w = _mm256_set1_ps(*wt.add(i));
+                            for v in 0..V {
+                                a[v] = _mm256_fmadd_ps(w, x[v], a[v]);
+                            }
+                        }
+                        wt = wt.add(AVX2_MR);
+                    }
+                }
+            }
+            for (i, a) in acc.iter().enumerate() {
+                let co = co0 + i;
+                let bv = _mm256_set1_ps(bias.map_or(0.0, |bb| bb[co]));
+                let out = dst.as_mut_ptr().add(co * p_end + p0);
+                for (v, av) in a.iter().enumerate() {
+                    _mm256_storeu_ps(out.add(8 * v), _mm256_add_ps(*av, bv));
+                }
+            }
+        }
+    }
+
     /// Generates the weight-gradient kernel for one vector width: `$tile::<CB>` is the
     /// micro-kernel for CB input channels, `$name` runs it over every channel block.
     macro_rules! params_kernel {
@@ -702,21 +875,38 @@ mod x86 {
 
     /// Both paths, for the tests (each where the CPU has it).
     #[cfg(test)]
-    pub(crate) fn run_paths(d: &Direct, src: &[f32], wp: &[f32], bias: Option<&[f32]>) -> Vec<(&'static str, Vec<f32>)> {
+    pub(crate) fn run_paths(
+        d: &Direct,
+        src: &[f32],
+        weight: impl Fn(usize, usize, usize) -> f32,
+        bias: Option<&[f32]>,
+    ) -> Vec<(&'static str, Vec<f32>)> {
         let mut out = Vec::new();
+        let mut wp = vec![f32::NAN; d.packed_len_for(MR)];
+        d.pack_for(MR, &weight, &mut wp);
+        let wp = &wp[..];
+        let mut wp6 = vec![f32::NAN; d.packed_len_for(AVX2_MR)];
+        d.pack_for(AVX2_MR, &weight, &mut wp6);
         let n = d.co * d.oh() * d.ow();
-        if let Some(rows) = d.padded_rows() {
-            let mut xp = vec![0.0; d.scratch_len()];
-            d.pad_into(src, &mut xp);
+        let (hp, pitch) = d.padded_dims();
+        let mut xp = vec![0.0; d.c * hp * pitch];
+        d.pad_into(src, &mut xp);
+        if let Some(rows) = d.padded_rows().filter(|r| *r != Rows::Eights) {
             let mut y = vec![f32::NAN; n];
             // SAFETY: padded_rows() saw AVX-512F and whole tiles; `xp` is the padded copy.
             unsafe {
                 match rows {
-                    Rows::Whole => run_padded_avx512::<false>(d, &xp, wp, bias, &mut y),
                     Rows::Pairs => run_padded_avx512::<true>(d, &xp, wp, bias, &mut y),
+                    _ => run_padded_avx512::<false>(d, &xp, wp, bias, &mut y),
                 }
             };
             out.push(("avx512-padded", y));
+        }
+        if crate::cpu::simd::has_avx2() && d.ow().is_multiple_of(8) {
+            let mut y = vec![f32::NAN; n];
+            // SAFETY: the CPU has AVX2 and FMA; rows a multiple of 8; `xp` is the padded copy.
+            unsafe { run_padded_avx2(d, &xp, &wp6, bias, &mut y) };
+            out.push(("avx2-padded", y));
         }
         if super::has_avx512() {
             let mut y = vec![f32::NAN; n];

@@ -410,10 +410,8 @@ proptest! {
         #[cfg(target_arch = "x86_64")]
         if let Some(d) = fwd {
             let taps = kh * kw;
-            let mut wp = vec![f32::NAN; d.packed_len()];
-            d.pack(|o, c, t| p[(o * ci + c) * taps + t], &mut wp);
             let bias = g.bias.then(|| &p[g.weight_len()..]);
-            let paths = super::direct::run_paths(&d, &x[..g.input_len() / n], &wp, bias);
+            let paths = super::direct::run_paths(&d, &x[..g.input_len() / n], |o, c, t| p[(o * ci + c) * taps + t], bias);
             for (name, y) in &paths {
                 prop_assert_eq!(y, &out.y[..g.output_len() / n], "{} path {:?}", name, g);
             }
@@ -454,10 +452,13 @@ fn resnet_shapes_run_direct_and_match_the_reference() {
             let (fwd, bwd) = (super::direct::Direct::forward(&g), super::direct::Direct::backward_data(&g));
             assert!(fwd.is_some() && bwd.is_some(), "{g:?}");
             assert!(super::direct::ParamsDirect::of(&g).is_some(), "{g:?}");
-            if super::direct::has_avx512() {
-                // The unmasked kernel over a padded copy (rows of 32 and 16, pairs of rows of 8).
-                assert!(fwd.and_then(|d| d.padded_rows()).is_some(), "{g:?}");
-                assert!(bwd.and_then(|d| d.padded_rows()).is_some(), "{g:?}");
+            // The unmasked kernel over a padded copy, on both vector units (AVX-512: rows of
+            // 32 and 16, pairs of rows of 8; AVX2: vectors of 8 pixels of one row).
+            use super::direct::Rows;
+            let want = if super::direct::has_avx512() { [Rows::Whole, Rows::Pairs] } else { [Rows::Eights; 2] };
+            for d in [fwd, bwd] {
+                let rows = d.and_then(|d| d.padded_rows());
+                assert!(rows.is_some_and(|r| want.contains(&r)), "{g:?}: {rows:?}");
             }
         }
         let be = CpuBackend::with_threads(0, 2).unwrap();
