@@ -838,7 +838,7 @@ mod x86 {
     );
 
     params_kernel!(
-        params_avx2,
+        params_avx2_one_vector,
         params_tile_avx2,
         params_general_avx2,
         12,
@@ -853,6 +853,94 @@ mod x86 {
         _mm256_fmadd_ps,
         _mm256_add_ps
     );
+
+    /// The AVX2 weight gradient: for 3×3 kernels and output channels a multiple of 16,
+    /// [`params3_avx2`]; elsewhere one vector of output channels per tile.
+    ///
+    /// # Safety
+    /// As [`ParamsDirect::accumulate`], on a CPU with AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn params_avx2(d: &ParamsDirect, xp: &[f32], dyt: &[f32], dwt: &mut [f32], first: bool) {
+        // SAFETY: as this function's contract.
+        unsafe {
+            if (d.kh, d.kw) != (3, 3) || !d.cop.is_multiple_of(16) {
+                params_avx2_one_vector(d, xp, dyt, dwt, first);
+                return;
+            }
+            let mut c0 = 0;
+            while c0 < d.c {
+                let cb = (d.c - c0).min(2);
+                for ob in (0..d.cop).step_by(16) {
+                    for ki in 0..3 {
+                        if cb == 2 {
+                            params3_avx2::<2>(d, xp, dyt, dwt, first, c0, ob, ki);
+                        } else {
+                            params3_avx2::<1>(d, xp, dyt, dwt, first, c0, ob, ki);
+                        }
+                    }
+                }
+                c0 += cb;
+            }
+        }
+    }
+
+    /// One tile of the AVX2 weight gradient of a 3×3 kernel: `CB` input channels × the three
+    /// taps of kernel row `ki` × 2 vectors of output channels (16 from `ob`), 12 accumulators
+    /// with `CB = 2`; per output pixel, 2 loads of `dyt` and 6 broadcasts feed 12 FMAs (the
+    /// one-vector kernel needs 10 loads per 9 FMAs). Each sum runs over the output pixels in
+    /// order, as in every other weight-gradient kernel (same bits).
+    ///
+    /// # Safety
+    /// As [`ParamsDirect::accumulate`], on a CPU with AVX2 and FMA; a 3×3 kernel, `c0 + CB <=
+    /// c`, `ob + 16 <= cop`, `ki < 3`.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn params3_avx2<const CB: usize>(
+        d: &ParamsDirect,
+        xp: &[f32],
+        dyt: &[f32],
+        dwt: &mut [f32],
+        first: bool,
+        c0: usize,
+        ob: usize,
+        ki: usize,
+    ) {
+        // SAFETY: every tap of every output pixel lies inside the padded copy `xp`
+        // (`padded()`), `dyt` holds `oh·ow` rows of `cop` and `dwt` `c·9` rows of `cop`.
+        unsafe {
+            let (hp, wp) = d.padded();
+            let plane = hp * wp;
+            let mut acc = [[[_mm256_setzero_ps(); 2]; 3]; CB];
+            let xb = xp.as_ptr().add(c0 * plane + ki * wp);
+            for oy in 0..d.oh {
+                let row = oy * d.sh * wp;
+                let drow = dyt.as_ptr().add(oy * d.ow * d.cop + ob);
+                for ox in 0..d.ow {
+                    let dp = drow.add(ox * d.cop);
+                    let dv = [_mm256_loadu_ps(dp), _mm256_loadu_ps(dp.add(8))];
+                    let q = xb.add(row + ox * d.sw);
+                    for (j, aj) in acc.iter_mut().enumerate() {
+                        let xc = q.add(j * plane);
+                        for (kj, a) in aj.iter_mut().enumerate() {
+                            let x = _mm256_set1_ps(*xc.add(kj));
+                            a[0] = _mm256_fmadd_ps(x, dv[0], a[0]);
+                            a[1] = _mm256_fmadd_ps(x, dv[1], a[1]);
+                        }
+                    }
+                }
+            }
+            for (j, aj) in acc.iter().enumerate() {
+                for (kj, a) in aj.iter().enumerate() {
+                    let p = dwt.as_mut_ptr().add(((c0 + j) * 9 + ki * 3 + kj) * d.cop + ob);
+                    for (v, av) in a.iter().enumerate() {
+                        let pv = p.add(8 * v);
+                        let sum = if first { *av } else { _mm256_add_ps(*av, _mm256_loadu_ps(pv)) };
+                        _mm256_storeu_ps(pv, sum);
+                    }
+                }
+            }
+        }
+    }
 
     /// Both weight-gradient paths, for the tests (each where the CPU has it).
     #[cfg(test)]
