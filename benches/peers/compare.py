@@ -2,10 +2,13 @@
 """crossbow against PyTorch on the same CPU cores: the same models, batch sizes and thread
 count, run alternately for several rounds, with the machine's peak measured in the same run.
 
-For each model and batch size it prints the median images/s of crossbow (its `bench` with the
-auto-tuner choosing the learners, as `crossbow train` does by default) and of PyTorch
-(`pytorch_bench.py`), their ratio, each as a fraction of the peak FLOP/s of all cores
-(training = 3 x the forward FLOPs `crossbow models` reports), and the GFLOP per image.
+Both sides are measured the same way: warm-up, then several timed windows, reporting the
+median window (crossbow: its `bench` with the auto-tuner choosing the learners, as `crossbow
+train` does by default; PyTorch: `pytorch_bench.py`, eager mode, run both in NCHW and in
+channels_last, the better of the two being PyTorch's figure for the round). For each model and
+batch size it prints the median over rounds of each side, the range over rounds, their ratio,
+each as a fraction of the peak FLOP/s of all cores (training = 3 x the forward FLOPs
+`crossbow models` reports), and the GFLOP per image.
 
     cargo build --release -p crossbow-cli -p crossbow-benches
     python3 -m venv ~/torchenv && ~/torchenv/bin/pip install torch   # outside the repository
@@ -68,9 +71,10 @@ def crossbow_ips(crossbow, model, batch, threads, iterations):
     return body["rows"][0]["images_per_sec"], 1
 
 
-def torch_ips(python, model, batch, threads, iterations):
-    out = run([python, os.path.join(HERE, "pytorch_bench.py"), "--model", model, "--batch-size", str(batch),
-               "--threads", str(threads), "--iterations", str(iterations)])
+def torch_ips(python, model, batch, threads, iterations, channels_last):
+    cmd = [python, os.path.join(HERE, "pytorch_bench.py"), "--model", model, "--batch-size", str(batch),
+           "--threads", str(threads), "--iterations", str(iterations), "--windows", "3"]
+    out = run(cmd + (["--channels-last"] if channels_last else []))
     return json.loads(out.strip().splitlines()[-1])["images_per_sec"]
 
 
@@ -100,6 +104,7 @@ def main():
     peaks = []
     cb = {(m, b): [] for m in models for b in batches}
     pt = {(m, b): [] for m in models for b in batches}
+    variants = {(m, b): {"nchw": [], "channels_last": []} for m in models for b in batches}
     picked = {}
     for r in range(a.rounds):
         peaks.append(peak(a.peak_flops))
@@ -113,15 +118,22 @@ def main():
                         cb[(m, b)].append(ips)
                         picked.setdefault((m, b), []).append(k)
                     else:
-                        pt[(m, b)].append(torch_ips(a.python, m, b, a.threads, a.iterations))
-                print(f"round {r + 1}/{a.rounds} {m} b{b}: crossbow {cb[(m, b)][-1]:.0f}, "
-                      f"pytorch {pt[(m, b)][-1]:.0f} img/s", file=sys.stderr)
+                        v = variants[(m, b)]
+                        v["nchw"].append(torch_ips(a.python, m, b, a.threads, a.iterations, False))
+                        v["channels_last"].append(torch_ips(a.python, m, b, a.threads, a.iterations, True))
+                        pt[(m, b)].append(max(v["nchw"][-1], v["channels_last"][-1]))
+                v = variants[(m, b)]
+                print(f"round {r + 1}/{a.rounds} {m} b{b}: crossbow {cb[(m, b)][-1]:.0f}, pytorch "
+                      f"{pt[(m, b)][-1]:.0f} img/s (nchw {v['nchw'][-1]:.0f}, channels_last "
+                      f"{v['channels_last'][-1]:.0f})", file=sys.stderr)
     unit = peaks[0][0]
     pk = statistics.median(g for _, g in peaks)
     print(f"peak ({unit} FMA, {a.threads} threads, median of {len(peaks)}): {pk / 1e9:.1f} GFLOP/s")
     print(f"{a.rounds} rounds, {a.iterations} iterations each, {a.threads} threads; medians"
           + (f"; crossbow capped at {a.crossbow_isa}" if a.crossbow_isa else ""))
-    print("| model | batch | crossbow img/s (learners) | PyTorch img/s | ratio | crossbow % of peak | PyTorch % of peak | GFLOP/image |")
+    print("PyTorch: per round the better of NCHW and channels_last (how often each won in brackets)")
+    print("| model | batch | crossbow img/s [range] (learners) | PyTorch img/s [range] (nchw/cl wins) | ratio "
+          "[per-round range] | crossbow % of peak | PyTorch % of peak | GFLOP/image |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     rows = []
     for m in models:
@@ -129,9 +141,15 @@ def main():
             c, t = statistics.median(cb[(m, b)]), statistics.median(pt[(m, b)])
             f = 3 * fwd.get(m, float("nan"))
             ks = sorted(set(picked[(m, b)]))
-            print(f"| {m} | {b} | {c:.0f} ({'/'.join(map(str, ks))}) | {t:.0f} | {c / t:.2f}x | "
+            v = variants[(m, b)]
+            cl_wins = sum(1 for n, cl in zip(v["nchw"], v["channels_last"]) if cl > n)
+            ratios = [x / y for x, y in zip(cb[(m, b)], pt[(m, b)])]
+            print(f"| {m} | {b} | {c:.0f} [{min(cb[(m, b)]):.0f}–{max(cb[(m, b)]):.0f}] ({'/'.join(map(str, ks))}) | "
+                  f"{t:.0f} [{min(pt[(m, b)]):.0f}–{max(pt[(m, b)]):.0f}] ({len(ratios) - cl_wins}/{cl_wins}) | "
+                  f"{c / t:.2f}x [{min(ratios):.2f}–{max(ratios):.2f}] | "
                   f"{100 * c * f / pk:.1f}% | {100 * t * f / pk:.1f}% | {f / 1e9:.3f} |")
             rows.append({"model": m, "batch": b, "crossbow": cb[(m, b)], "pytorch": pt[(m, b)],
+                         "pytorch_nchw": v["nchw"], "pytorch_channels_last": v["channels_last"],
                          "learners": picked[(m, b)], "train_flop_per_image": f})
     if a.json:
         with open(a.json, "w") as fh:
