@@ -47,11 +47,14 @@ pub(crate) struct Direct {
     pub kw: usize,
     pub ph: usize,
     pub pw: usize,
+    /// Stride (the same along both axes): 1, or 2 where a padded kernel runs.
+    pub s: usize,
 }
 
 impl Direct {
-    /// The forward pass of `g`, where the direct kernel applies: stride 1, not pointwise,
-    /// output rows at least 8 pixels wide.
+    /// The forward pass of `g`, where the direct kernel applies: not pointwise, output rows at
+    /// least 8 pixels wide, stride 1, or stride 2 along both axes for kernels larger than 1×1
+    /// where a padded kernel runs (the masked kernels' segment plans assume stride 1).
     pub(crate) fn forward(g: &Conv2dGeom) -> Option<Direct> {
         let d = Direct {
             c: g.in_channels,
@@ -62,15 +65,21 @@ impl Direct {
             kw: g.kernel_w,
             ph: g.pad_h,
             pw: g.pad_w,
+            s: g.stride_h,
         };
-        (g.stride_h == 1 && g.stride_w == 1 && !g.is_pointwise() && d.ow() >= 8 && has_kernel()).then_some(d)
+        // A 1×1 kernel with stride 2 stays with im2col + GEMM (a strided gather, then one
+        // GEMM): here it would copy the whole image for one tap per channel (measured 19% of
+        // peak against 40%).
+        let stride_ok =
+            g.stride_h == g.stride_w && (d.s == 1 || (d.s == 2 && d.taps() > 1 && d.padded_rows().is_some()));
+        (stride_ok && !g.is_pointwise() && d.ow() >= 8 && has_kernel()).then_some(d)
     }
 
     /// The backward-data pass of `g` as a convolution of `dy[co, oh, ow]` with the transposed,
     /// flipped kernel and padding `k - 1 - p`, whose output is `dx[c, h, w]`.
     pub(crate) fn backward_data(g: &Conv2dGeom) -> Option<Direct> {
         Direct::forward(g)?;
-        if g.pad_h >= g.kernel_h || g.pad_w >= g.kernel_w {
+        if g.stride_h != 1 || g.pad_h >= g.kernel_h || g.pad_w >= g.kernel_w {
             return None;
         }
         let d = Direct {
@@ -82,16 +91,17 @@ impl Direct {
             kw: g.kernel_w,
             ph: g.kernel_h - 1 - g.pad_h,
             pw: g.kernel_w - 1 - g.pad_w,
+            s: 1,
         };
         (d.ow() >= 8 && d.oh() == g.in_h && d.ow() == g.in_w).then_some(d)
     }
 
     pub(crate) fn oh(&self) -> usize {
-        self.h + 2 * self.ph + 1 - self.kh
+        (self.h + 2 * self.ph - self.kh) / self.s + 1
     }
 
     pub(crate) fn ow(&self) -> usize {
-        self.w + 2 * self.pw + 1 - self.kw
+        (self.w + 2 * self.pw - self.kw) / self.s + 1
     }
 
     fn taps(&self) -> usize {
@@ -152,8 +162,10 @@ impl Direct {
                 // every tap of every output pixel; the other lengths were checked above.
                 unsafe {
                     match rows {
-                        Rows::Whole => x86::run_padded_avx512::<false>(self, scratch, wp, bias, dst),
-                        Rows::Pairs => x86::run_padded_avx512::<true>(self, scratch, wp, bias, dst),
+                        Rows::Whole if self.s == 1 => x86::run_padded_avx512::<false, 1>(self, scratch, wp, bias, dst),
+                        Rows::Whole => x86::run_padded_avx512::<false, 2>(self, scratch, wp, bias, dst),
+                        Rows::Pairs if self.s == 1 => x86::run_padded_avx512::<true, 1>(self, scratch, wp, bias, dst),
+                        Rows::Pairs => x86::run_padded_avx512::<true, 2>(self, scratch, wp, bias, dst),
                         Rows::Eights => x86::run_padded_avx2(self, scratch, wp, bias, dst),
                     }
                 };
@@ -206,28 +218,56 @@ impl Direct {
         }
     }
 
-    /// Height and row pitch of the zero-padded copy of the source.
+    /// Height and row pitch of the zero-padded copy of the source. With stride `s` each
+    /// channel's padded image is stored as `s` phase planes, plane `q` holding the columns
+    /// `x ≡ q (mod s)` (`x / s` within a row), so that the taps of consecutive output pixels
+    /// are consecutive floats for every stride: `xp[((c·s + q)·hp + y)·pitch + x / s]`.
     pub(crate) fn padded_dims(&self) -> (usize, usize) {
-        (self.h + 2 * self.ph, self.w + 2 * self.pw)
+        let hp = (self.h + 2 * self.ph).max(self.s * (self.oh() - 1) + self.kh);
+        let wfull = (self.w + 2 * self.pw).max(self.s * (self.ow() - 1) + self.kw);
+        (hp, wfull.div_ceil(self.s))
     }
 
     /// Scratch floats [`Direct::run`] needs per image: the padded copy, where it is used.
     pub(crate) fn scratch_len(&self) -> usize {
         if self.padded_rows().is_some() {
             let (hp, wp) = self.padded_dims();
-            self.c * hp * wp
+            self.c * self.s * hp * wp
         } else {
             0
         }
     }
 
-    /// Copies `src[c, h, w]` into the interior of the padded `xp[c, hp, wp]`.
+    /// Copies `src[c, h, w]` into the interior of the padded `xp` ([`Direct::padded_dims`]).
     fn pad_into(&self, src: &[f32], xp: &mut [f32]) {
         let (hp, wp) = self.padded_dims();
+        let s = self.s;
         for c in 0..self.c {
             for y in 0..self.h {
-                let d0 = (c * hp + y + self.ph) * wp + self.pw;
-                xp[d0..d0 + self.w].copy_from_slice(&src[(c * self.h + y) * self.w..][..self.w]);
+                let row = &src[(c * self.h + y) * self.w..][..self.w];
+                if s == 1 {
+                    let d0 = (c * hp + y + self.ph) * wp + self.pw;
+                    xp[d0..d0 + self.w].copy_from_slice(row);
+                    continue;
+                }
+                // Stride 2: even padded columns to phase 0, odd ones to phase 1. Source
+                // column x is padded column x + pw: the pair (2i, 2i + 1) lands at column
+                // i + pw/2 of (phase 0, phase 1) for even pw, at (i + (pw - 1)/2 of phase 1,
+                // i + (pw + 1)/2 of phase 0) for odd pw.
+                debug_assert_eq!(s, 2);
+                let r0 = (c * s * hp + y + self.ph) * wp;
+                let r1 = r0 + hp * wp;
+                let (a, b) = if self.pw.is_multiple_of(2) {
+                    (r0 + self.pw / 2, r1 + self.pw / 2)
+                } else {
+                    (r1 + (self.pw - 1) / 2, r0 + self.pw.div_ceil(2))
+                };
+                for (i, v) in row.iter().step_by(2).enumerate() {
+                    xp[a + i] = *v;
+                }
+                for (i, v) in row.iter().skip(1).step_by(2).enumerate() {
+                    xp[b + i] = *v;
+                }
             }
         }
     }
@@ -485,14 +525,15 @@ mod x86 {
     /// The AVX-512 kernel over a zero-padded copy `xp[c, hp, wp]` of the source: no masks and
     /// no segment table. A tile is 32 output pixels (2 vectors) × [`MR`] output channels;
     /// with `PAIRS` each vector is two output rows of 8 pixels (two half loads), else 16
-    /// pixels of one row. Same order of additions as the masked kernels: `(c, ki, kj)`.
+    /// pixels of one row; `S` is the stride (the copy's phase planes make every stride read
+    /// consecutive floats). Same order of additions as the masked kernels: `(c, ki, kj)`.
     ///
     /// # Safety
     /// The CPU has AVX-512F; `xp` holds `c·hp·wp` floats; `wp` (the packed weights), `bias`
     /// and `dst` are as long as [`Direct::run`] checks; `oh·ow` is a multiple of 32 and the
     /// row width a multiple of 16 (or 8 with `PAIRS`).
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn run_padded_avx512<const PAIRS: bool>(
+    pub(super) unsafe fn run_padded_avx512<const PAIRS: bool, const S: usize>(
         d: &Direct,
         xp: &[f32],
         wp: &[f32],
@@ -504,9 +545,9 @@ mod x86 {
         // the `oh·ow` pixels of output channels below `co`.
         unsafe {
             let (hp, pitch) = d.padded_dims();
-            let plane = hp * pitch;
+            let plane = S * hp * pitch;
             let (ow, p_end, taps) = (d.ow(), d.oh() * d.ow(), d.taps());
-            let start = |p: usize| (p / ow) * pitch + p % ow;
+            let start = |p: usize| S * (p / ow) * pitch + p % ow;
             let (lo, hi) = (0x00ff as __mmask16, 0xff00 as __mmask16);
             for p0 in (0..p_end).step_by(32) {
                 let (s0, s1) = (start(p0), start(p0 + 16));
@@ -521,7 +562,7 @@ mod x86 {
                         let wc = wb.add(c * taps * MR);
                         for ki in 0..d.kh {
                             for kj in 0..d.kw {
-                                let off = ki * pitch + kj;
+                                let off = ki * pitch + (kj % S) * hp * pitch + kj / S;
                                 let x = if PAIRS {
                                     [
                                         _mm512_mask_loadu_ps(_mm512_maskz_loadu_ps(lo, xc.add(s0 + off)), hi, xc.add(h0 + off)),
@@ -570,20 +611,22 @@ mod x86 {
     pub(super) unsafe fn run_padded_avx2(d: &Direct, xp: &[f32], wp: &[f32], bias: Option<&[f32]>, dst: &mut [f32]) {
         // SAFETY: as this function's contract.
         unsafe {
-            if (d.kh, d.kw) == (3, 3) {
-                padded_avx2::<true>(d, xp, wp, bias, dst)
-            } else {
-                padded_avx2::<false>(d, xp, wp, bias, dst)
+            match ((d.kh, d.kw) == (3, 3), d.s) {
+                (true, 1) => padded_avx2::<true, 1>(d, xp, wp, bias, dst),
+                (false, 1) => padded_avx2::<false, 1>(d, xp, wp, bias, dst),
+                // Unrolled, the strided taps make LLVM spill an accumulator.
+                (_, _) => padded_avx2::<false, 2>(d, xp, wp, bias, dst),
             }
         }
     }
 
-    /// [`run_padded_avx2`], with the taps unrolled at compile time for 3×3 kernels (`K3`).
+    /// [`run_padded_avx2`], with the taps unrolled at compile time for 3×3 kernels (`K3`), for
+    /// stride `S` (the copy's phase planes make every stride read consecutive floats).
     ///
     /// # Safety
     /// As [`run_padded_avx2`]; with `K3` a 3×3 kernel.
     #[inline(always)]
-    unsafe fn padded_avx2<const K3: bool>(d: &Direct, xp: &[f32], wp: &[f32], bias: Option<&[f32]>, dst: &mut [f32]) {
+    unsafe fn padded_avx2<const K3: bool, const S: usize>(d: &Direct, xp: &[f32], wp: &[f32], bias: Option<&[f32]>, dst: &mut [f32]) {
         let p_end = d.oh() * d.ow();
         let whole = p_end - p_end % (8 * AVX2_V);
         let rows = d.co - d.co % AVX2_MR;
@@ -591,15 +634,15 @@ mod x86 {
         unsafe {
             for p0 in (0..whole).step_by(8 * AVX2_V) {
                 for co0 in (0..rows).step_by(AVX2_MR) {
-                    padded_tile_avx2::<AVX2_MR, AVX2_V, K3>(d, xp, wp, bias, dst, p0, co0);
+                    padded_tile_avx2::<AVX2_MR, AVX2_V, K3, S>(d, xp, wp, bias, dst, p0, co0);
                 }
-                padded_rest_avx2::<AVX2_V, K3>(d, xp, wp, bias, dst, p0, rows);
+                padded_rest_avx2::<AVX2_V, K3, S>(d, xp, wp, bias, dst, p0, rows);
             }
             for p0 in (whole..p_end).step_by(8) {
                 for co0 in (0..rows).step_by(AVX2_MR) {
-                    padded_tile_avx2::<AVX2_MR, 1, K3>(d, xp, wp, bias, dst, p0, co0);
+                    padded_tile_avx2::<AVX2_MR, 1, K3, S>(d, xp, wp, bias, dst, p0, co0);
                 }
-                padded_rest_avx2::<1, K3>(d, xp, wp, bias, dst, p0, rows);
+                padded_rest_avx2::<1, K3, S>(d, xp, wp, bias, dst, p0, rows);
             }
         }
     }
@@ -610,7 +653,7 @@ mod x86 {
     /// # Safety
     /// As [`padded_tile_avx2`].
     #[inline(always)]
-    unsafe fn padded_rest_avx2<const V: usize, const K3: bool>(
+    unsafe fn padded_rest_avx2<const V: usize, const K3: bool, const S: usize>(
         d: &Direct,
         xp: &[f32],
         wp: &[f32],
@@ -622,11 +665,11 @@ mod x86 {
         // SAFETY: as the caller guarantees; each arm's rows end at `co`.
         unsafe {
             match d.co - co0 {
-                5 => padded_tile_avx2::<5, V, K3>(d, xp, wp, bias, dst, p0, co0),
-                4 => padded_tile_avx2::<4, V, K3>(d, xp, wp, bias, dst, p0, co0),
-                3 => padded_tile_avx2::<3, V, K3>(d, xp, wp, bias, dst, p0, co0),
-                2 => padded_tile_avx2::<2, V, K3>(d, xp, wp, bias, dst, p0, co0),
-                1 => padded_tile_avx2::<1, V, K3>(d, xp, wp, bias, dst, p0, co0),
+                5 => padded_tile_avx2::<5, V, K3, S>(d, xp, wp, bias, dst, p0, co0),
+                4 => padded_tile_avx2::<4, V, K3, S>(d, xp, wp, bias, dst, p0, co0),
+                3 => padded_tile_avx2::<3, V, K3, S>(d, xp, wp, bias, dst, p0, co0),
+                2 => padded_tile_avx2::<2, V, K3, S>(d, xp, wp, bias, dst, p0, co0),
+                1 => padded_tile_avx2::<1, V, K3, S>(d, xp, wp, bias, dst, p0, co0),
                 _ => {}
             }
         }
@@ -642,7 +685,7 @@ mod x86 {
     /// As [`run_padded_avx2`]; `p0 + 8·V <= oh·ow`, `co0 + R <= co`, `R <= AVX2_MR`; with
     /// `K3` a 3×3 kernel.
     #[inline(always)]
-    unsafe fn padded_tile_avx2<const R: usize, const V: usize, const K3: bool>(
+    unsafe fn padded_tile_avx2<const R: usize, const V: usize, const K3: bool, const S: usize>(
         d: &Direct,
         xp: &[f32],
         wp: &[f32],
@@ -656,12 +699,12 @@ mod x86 {
         // the `oh·ow` pixels of output channels below `co`.
         unsafe {
             let (hp, pitch) = d.padded_dims();
-            let plane = hp * pitch;
+            let plane = S * hp * pitch;
             let (ow, p_end, taps) = (d.ow(), d.oh() * d.ow(), d.taps());
             let mut xv = [xp.as_ptr(); V];
             for (v, x) in xv.iter_mut().enumerate() {
                 let p = p0 + 8 * v;
-                *x = xp.as_ptr().add((p / ow) * pitch + p % ow);
+                *x = xp.as_ptr().add(S * (p / ow) * pitch + p % ow);
             }
             // The block's weights, AVX2_MR per (c, tap), read in order.
             let mut wt = wp.as_ptr().add(co0 * d.c * taps);
@@ -673,8 +716,9 @@ mod x86 {
                     let row = c * plane + ki * pitch;
                     for kj in 0..kw {
                         let mut x = [_mm256_setzero_ps(); V];
+                        let tap = row + (kj % S) * hp * pitch + kj / S;
                         for v in 0..V {
-                            x[v] = _mm256_loadu_ps(xv[v].add(row + kj));
+                            x[v] = _mm256_loadu_ps(xv[v].add(tap));
                         }
                         for (i, a) in acc.iter_mut().enumerate() {
                             let w = _mm256_set1_ps(*wt.add(i));
@@ -977,15 +1021,17 @@ mod x86 {
         d.pack_for(AVX2_MR, &weight, &mut wp6);
         let n = d.co * d.oh() * d.ow();
         let (hp, pitch) = d.padded_dims();
-        let mut xp = vec![0.0; d.c * hp * pitch];
+        let mut xp = vec![0.0; d.c * d.s * hp * pitch];
         d.pad_into(src, &mut xp);
         if let Some(rows) = d.padded_rows().filter(|r| *r != Rows::Eights) {
             let mut y = vec![f32::NAN; n];
             // SAFETY: padded_rows() saw AVX-512F and whole tiles; `xp` is the padded copy.
             unsafe {
-                match rows {
-                    Rows::Pairs => run_padded_avx512::<true>(d, &xp, wp, bias, &mut y),
-                    _ => run_padded_avx512::<false>(d, &xp, wp, bias, &mut y),
+                match (rows, d.s) {
+                    (Rows::Pairs, 1) => run_padded_avx512::<true, 1>(d, &xp, wp, bias, &mut y),
+                    (Rows::Pairs, _) => run_padded_avx512::<true, 2>(d, &xp, wp, bias, &mut y),
+                    (_, 1) => run_padded_avx512::<false, 1>(d, &xp, wp, bias, &mut y),
+                    _ => run_padded_avx512::<false, 2>(d, &xp, wp, bias, &mut y),
                 }
             };
             out.push(("avx512-padded", y));
@@ -996,14 +1042,15 @@ mod x86 {
             unsafe { run_padded_avx2(d, &xp, &wp6, bias, &mut y) };
             out.push(("avx2-padded", y));
         }
-        if super::has_avx512() {
+        // The masked kernels (stride 1 only).
+        if super::has_avx512() && d.s == 1 {
             let mut y = vec![f32::NAN; n];
             let plan = Plan::for_lanes(d, 16, NV);
             // SAFETY: the CPU has AVX-512F; lengths as the tests make them.
             unsafe { run_avx512(d, &plan, src, wp, bias, &mut y) };
             out.push(("avx512", y));
         }
-        if crate::cpu::simd::has_avx2() {
+        if crate::cpu::simd::has_avx2() && d.s == 1 {
             let mut y = vec![f32::NAN; n];
             let plan = Plan::for_lanes(d, 8, 1);
             // SAFETY: the CPU has AVX2 and FMA; lengths as the tests make them.

@@ -436,6 +436,81 @@ proptest! {
     }
 }
 
+#[cfg(test)]
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    /// The direct forward pass with stride 2 (over the phase-split padded copy) matches the
+    /// f64 definition: output rows of 8-32 pixels, odd and even input sizes, 1-5 × 1-5
+    /// kernels, padding 0-2, with 1-3 threads; every padded path the CPU has gives the bits
+    /// of the one the backend runs.
+    #[test]
+    fn direct_stride_two_forward_matches_the_reference(
+        n in 1usize..3, ci in 1usize..12, oh in 1usize..6, owv in 1usize..5, co in 1usize..20,
+        kh in 1usize..6, kw in 1usize..6, ph in 0usize..3, pw in 0usize..3, ex in 0usize..2, ey in 0usize..2,
+        bias in any::<bool>(), threads in 1usize..4, seed in any::<u64>(),
+    ) {
+        let ow = 8 * owv;
+        let (hf, wf) = (2 * (oh - 1) + kh + ey, 2 * (ow - 1) + kw + ex);
+        prop_assume!(hf > 2 * ph && wf > 2 * pw);
+        let g = Conv2dGeom {
+            batch: n, in_channels: ci, in_h: hf - 2 * ph, in_w: wf - 2 * pw, out_channels: co, kernel_h: kh,
+            kernel_w: kw, stride_h: 2, stride_w: 2, pad_h: ph, pad_w: pw, bias,
+        };
+        prop_assume!(g.validate().is_ok());
+        prop_assert_eq!((g.out_h(), g.out_w()), (oh, ow));
+        let be = CpuBackend::with_threads(0, threads).unwrap();
+        let x = random_vec(seed, g.input_len(), 1.0);
+        let p = random_vec(seed ^ 7, g.params_len(), 0.5);
+        let dy = random_vec(seed ^ 9, g.output_len(), 1.0);
+        let out = run(&be, &g, &x, &p, &dy);
+        let (xd, pd, dyd) = (to_f64(&x), to_f64(&p), to_f64(&dy));
+        assert_close(&out.y, &conv_ref(&g, &xd, &pd), Tolerance::new(1e-5, 1e-5), &format!("forward {g:?}"));
+        assert_close(&out.dx, &dx_ref(&g, &pd, &dyd), Tolerance::new(1e-5, 1e-5), &format!("dx {g:?}"));
+        #[cfg(target_arch = "x86_64")]
+        if let Some(d) = super::direct::Direct::forward(&g) {
+            let taps = kh * kw;
+            let bias = g.bias.then(|| &p[g.weight_len()..]);
+            let paths = super::direct::run_paths(&d, &x[..g.input_len() / n], |o, c, t| p[(o * ci + c) * taps + t], bias);
+            prop_assert!(!paths.is_empty());
+            for (name, y) in &paths {
+                prop_assert_eq!(y, &out.y[..g.output_len() / n], "{} path {:?}", name, g);
+            }
+        }
+    }
+}
+
+/// The strided ResNet layers (3×3 stride 2 into 16 and 8 pixels) run the direct forward
+/// kernel on both vector units, the 1×1 stride-2 projections stay with im2col, and all match
+/// the f64 definitions in all three passes.
+#[test]
+fn strided_resnet_shapes_run_direct_forward_and_match_the_reference() {
+    let shapes = [
+        Conv2dGeom::square(2, 16, (32, 32), 32, 3, 2, 1, false),
+        Conv2dGeom::square(2, 32, (16, 16), 64, 3, 2, 1, false),
+        Conv2dGeom::square(2, 16, (32, 32), 32, 1, 2, 0, false),
+        Conv2dGeom::square(2, 32, (16, 16), 64, 1, 2, 0, false),
+    ];
+    for g in shapes {
+        if super::direct::has_kernel() {
+            let d = super::direct::Direct::forward(&g);
+            if g.kernel_h == 3 {
+                assert!(d.and_then(|d| d.padded_rows()).is_some(), "{g:?}: {d:?}");
+            } else {
+                assert!(d.is_none(), "{g:?}: {d:?}");
+            }
+        }
+        let be = CpuBackend::with_threads(0, 2).unwrap();
+        let x = random_vec(1, g.input_len(), 1.0);
+        let p = random_vec(2, g.params_len(), 0.3);
+        let dy = random_vec(3, g.output_len(), 1.0);
+        let out = run(&be, &g, &x, &p, &dy);
+        let (xd, pd, dyd) = (to_f64(&x), to_f64(&p), to_f64(&dy));
+        assert_close(&out.y, &conv_ref(&g, &xd, &pd), Tolerance::new(1e-5, 1e-4), &format!("forward {g:?}"));
+        assert_close(&out.dx, &dx_ref(&g, &pd, &dyd), Tolerance::new(1e-5, 1e-4), &format!("dx {g:?}"));
+        assert_close(&out.dp, &dparams_ref(&g, &xd, &dyd), Tolerance::new(1e-4, 1e-4), &format!("dparams {g:?}"));
+    }
+}
+
 /// The ResNet layer shapes (3×3, padding 1, 16/32/64 channels at 32/16/8 pixels, the 3-channel
 /// stem) take the direct path where the CPU has a vector unit for it, and match the f64
 /// definitions in all three passes.
