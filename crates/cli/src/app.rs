@@ -209,9 +209,13 @@ fn run(cli: Cli, matches: &clap::ArgMatches, registry: &SyncRegistry) -> Result<
             session.run().map(|_| ())
         }
         Command::Export(a) => crate::export_cmd::run(&a),
-        Command::Doctor(a) => crate::doctor::run(&a),
+        Command::Doctor(a) => {
+            die_quietly_on_broken_pipe();
+            crate::doctor::run(&a)
+        }
         Command::Explore(a) => crate::explore::run(&a, registry),
         Command::Models(a) => {
+            die_quietly_on_broken_pipe();
             let models: Vec<ModelKind> = if a.model.is_empty() {
                 ModelKind::NAMES.iter().filter_map(|n| n.parse().ok()).collect()
             } else {
@@ -344,6 +348,19 @@ pub fn main_with(registry: SyncRegistry) -> ExitCode {
             say(format!("{who}: error: {}", shorten(&e.to_string())));
             ExitCode::from(e.exit_code() as u8)
         }
+    }
+}
+
+/// Reporting commands (`doctor`, `models`) end quietly when their reader goes away
+/// (`crossbow doctor | head -3`), as Unix tools do, instead of panicking in `println!`: Rust
+/// starts programs with SIGPIPE ignored, so a write to a closed pipe fails and `println!`
+/// panics. Training commands keep it ignored: their checkpoints matter more than their output,
+/// and their interrupt handling stays in charge.
+fn die_quietly_on_broken_pipe() {
+    #[cfg(unix)]
+    // SAFETY: sets the disposition of one signal to its default; no handler is involved.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 

@@ -94,3 +94,28 @@ fn cpu_isa_cap_is_reported_and_a_bad_one_refused() {
         .unwrap();
     assert!(o.status.success(), "{:?}", text(&o));
 }
+
+/// `crossbow doctor | head` and `crossbow models | head`: when the reader has gone before the
+/// command writes, it ends quietly (SIGPIPE, as Unix tools do), not with a panic message.
+#[cfg(unix)]
+#[test]
+fn reporting_commands_end_quietly_when_the_reader_goes_away() {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+    for args in [&["doctor"][..], &["models", "--model", "resnet20"][..]] {
+        // A pipe whose read end is closed before the child starts: every write fails.
+        let (reader, writer) = std::io::pipe().expect("a pipe");
+        drop(reader);
+        let o = Command::new(env!("CARGO_BIN_EXE_crossbow"))
+            .args(args)
+            .env("CROSSBOW_FORCE_NO_CUDA", "1")
+            .stdout(Stdio::from(writer))
+            .stderr(Stdio::piped())
+            .output()
+            .expect("running crossbow");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        // Killed by SIGPIPE (13 on Linux and the BSDs).
+        assert_eq!(o.status.signal(), Some(13), "{args:?}: {:?} {err}", o.status);
+    }
+}
