@@ -11,19 +11,16 @@ GRID=0.0125,0.025,0.05,0.1
 nice -n 19 "$CROSSBOW" experiment tta --model resnet20 --dataset cifar10 --data-dir data/cifar10-4k \
   --learners 1 --batch-size 8,16,32 --seeds 1 --tune-seed 0 --target 0.99 --epochs 12 --eval-every 0.5 \
   --lr $GRID --sync sma --resume --out "$EXP/pilot-k1" >> "$EXP/pilot-k1.log" 2>&1
-# The target: the best accuracy the best single learner (k=1, any b, its tuned rate, seed 1)
-# has reached by epoch 10 in the pilot, rounded down to a whole percent.
-T=$(python3 - "$EXP/pilot-k1/results.json" <<'PY'
-import json, math, sys
-d = json.load(open(sys.argv[1]))
-best = 0.0
-for e in d['eval']:
-    acc = [p['test_accuracy'] for p in e['curve'] if p['epoch'] <= 10.0 + 1e-9]
-    if acc:
-        best = max(best, max(acc))
-print(f"{math.floor(best * 100) / 100:.2f}")
+# The pilot's single learners, accuracy by epoch (seed 1, each b at its tuned rate):
+python3 - "$EXP/pilot-k1/results.json" <<'PY'
+import json, sys
+for e in json.load(open(sys.argv[1]))['eval']:
+    print(f"k=1 b={e['batch']} lr={e['lr']}:", ", ".join(
+        f"{p['epoch']:g}: {p['test_accuracy']:.3f}" for p in e['curve'] if p['epoch'] % 2 == 0))
 PY
-)
+# The target, chosen from that output (NOTES.md): 0.55, reached by the best single learner
+# (b = 32) at epoch 8, below the plateau of 0.57-0.58 where it ends.
+T=0.55
 mkdir -p "$EXP/fair-resnet20"
 echo "$T" > "$EXP/fair-resnet20/TARGET"
 nice -n 19 "$CROSSBOW" experiment tta --model resnet20 --dataset cifar10 --data-dir data/cifar10-4k \
