@@ -21,7 +21,8 @@
 #   gpu-tests  each GPU test of gpu-tests in its own process (streams, ordering with its
 #              negative control, module cache, offsets, drops, ResNet shapes; not the
 #              emulator test, which CI runs).
-#   engine     engine-tests four_learners_match_the_cpu_engine and
+#   engine     replica-unit engine::tests::graphs_*::cuda_async (CUDA graphs against plain
+#              launches, bit for bit), engine-tests four_learners_match_the_cpu_engine and
 #              tuner_adds_and_removes_learners, `::cuda` and `::cuda_async`, one process each.
 #   sanitizer  tuner_adds_and_removes_learners::cuda under compute-sanitizer (memcheck) on the
 #              fallback kernels (CROSSBOW_DISABLE_CUDNN=1), timeout SANITIZER_TIMEOUT.
@@ -33,6 +34,8 @@
 #   crossbow/PyTorch b32, b128  ResNet-32, `crossbow bench` learners 1, 2, 4, 8 and the tuner's
 #              choice; PyTorch eager and torch.compile on the same GPU
 #              (benches/peers/pytorch_gpu_bench.py).
+#   graphs off b32 only: `crossbow bench` learners 1 and 8 with CROSSBOW_CUDA_GRAPHS=0, the
+#              rows "N, CUDA graphs off" of the table (what replaying iterations as graphs brings).
 #   table      the throughput table with ratios ($OUT/throughput.md).
 #
 # With a GPU (nvidia-smi works) nothing passes by being skipped; a step fails, named in the
@@ -104,16 +107,17 @@ PY=${PYTHON:-python3}
 # the GPU pays 2-3 s (context, cuBLAS and cuDNN loaded; kernels from the disk cache the doctor
 # fills), NVRTC compiles the 10 .cu sources (about 500 lines) in a few seconds per
 # architecture, `import torch` takes 3-5 s and torch.compile of ResNet-32 30-60 s per shape,
-# compute-sanitizer memcheck slows kernels 10-100x. Sums: correctness 265 s, speed 257 s.
+# compute-sanitizer memcheck slows kernels 10-100x. Sums: correctness 270 s, speed 272 s.
 EST_LIBRARIES=10 # python + import torch + nvidia-smi
 EST_DOCTOR=30    # first NVRTC compile of every kernel for sm_90, self-test on both cuDNN paths
 EST_NVRTC=25     # every kernel for sm_80 and for sm_90, disk-cache tests
 EST_OPS=45       # 14 op folders x ~3 s (one process each)
 EST_GPU_TESTS=35 # 14 tests x 2-3 s (one process each)
-EST_ENGINE=40    # 4 processes; 20 iterations x 4 synchronisers with the CPU engine in lockstep
+EST_ENGINE=45    # 6 processes; 20 iterations x 4 synchronisers with the CPU engine in lockstep; 2 graph tests
 EST_SANITIZER=60 # one tuner run under memcheck on the fallback kernels
 EST_NCCL=20      # 1 + 8 processes; two LeNet-5 engine runs
 EST_CB32=50      # 4 learner counts x 35 iterations + the tuner (up to 8 learners) + NVRTC
+EST_NOGRAPHS=15  # learners 1 and 8 x 35 iterations, plain launches
 EST_PT32=70      # eager, then torch.compile (the compile dominates)
 EST_CB128=70     # as b32 with 4x the images per iteration
 EST_PT128=55     # torch.compile again for the new shape (some of the compile cache reused)
@@ -460,6 +464,14 @@ engine() {
         for name in $LISTED; do
             run_cmd "$name" env "${GPU_ENV[@]}" "$BUNDLE/engine-tests" --exact "$name" --include-ignored --nocapture
         done
+        # CUDA graphs (cuda::replay): the engine replays each learner's forward and backward as
+        # a captured graph to the bits of plain launches, and turns graphs off when every
+        # iteration differs (dropout).
+        if need_bin replica-unit && list_tests "$BUNDLE/replica-unit" '^engine::tests::graphs_[a-z_]+::cuda_async$'; then
+            for name in $LISTED; do
+                run_cmd "$name" env "${GPU_ENV[@]}" "$BUNDLE/replica-unit" --exact "$name" --nocapture
+            done
+        fi
         check_cudnn_fallback
     fi
     step_end
@@ -562,6 +574,24 @@ bench_crossbow() { # batch estimate
     step_end
 }
 
+bench_no_graphs() { # batch estimate: CUDA graphs off (CROSSBOW_CUDA_GRAPHS=0), 1 and the most learners
+    step_begin "crossbow bench, batch $1, CUDA graphs off" "$2" || return
+    COUNTED=0
+    if [ ! -x "$CROSSBOW_BIN" ]; then
+        if [ "$GPU" = 1 ]; then
+            problem "bundle binary crossbow is missing ($CROSSBOW_BIN)"
+        else
+            note "no crossbow in the bundle (not run; a failure with a GPU)"
+        fi
+    else
+        run_cmd "crossbow bench (graphs off)" env NVIDIA_TF32_OVERRIDE=0 CROSSBOW_CUDA_GRAPHS=0 "$CROSSBOW_BIN" bench \
+            --model resnet32 --batch-size "$1" --learners "1,$MAXL" --devices "$DEV" --iterations "$IT" --warmup "$WU" \
+            --json "$OUT/crossbow-$1-nographs.json"
+        [ -s "$OUT/crossbow-$1-nographs.json" ] || problem "no $OUT/crossbow-$1-nographs.json written"
+    fi
+    step_end
+}
+
 bench_pytorch() { # batch estimate
     step_begin "PyTorch ($MODES), batch $1" "$2" || return
     COUNTED=0
@@ -605,6 +635,12 @@ for b in batches:
         cb = {"rows": [], "tuner": []}
     rows = [(str(r["learners_per_device"]), r["images_per_sec"]) for r in cb.get("rows", [])]
     rows += [(f"tuner: {r['picked']}", r["images_per_sec"]) for r in cb.get("tuner", [])]
+    try:
+        ng = json.load(open(os.path.join(out, f"crossbow-{b}-nographs.json")))
+        rows += [(f"{r['learners_per_device']}, CUDA graphs off", r["images_per_sec"]) for r in ng.get("rows", [])]
+    except (OSError, ValueError):
+        if b == batches[0]:
+            missing.append(f"crossbow with CUDA graphs off at batch {b}")
     if not rows:
         missing.append(f"crossbow at batch {b}")
     missing += [f"PyTorch {m} at batch {b}" for m in modes if m not in peers]
@@ -668,6 +704,8 @@ if [ "$PART" != correctness ]; then
     for b in $BATCHES; do
         if [ "$b" = 32 ]; then ec=$EST_CB32 ep=$EST_PT32; else ec=$EST_CB128 ep=$EST_PT128; fi
         bench_crossbow "$b" "$ec"
+        # What CUDA graphs bring: the same bench with plain launches (first batch only).
+        [ "$b" = "${BATCHES%% *}" ] && bench_no_graphs "$b" "$EST_NOGRAPHS"
         bench_pytorch "$b" "$ep"
     done
     table

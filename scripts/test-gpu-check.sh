@@ -64,6 +64,9 @@ list() {
         fi
         printf 'comm::nccl::tests::%s: test\n' choices_parse_and_print nccl_matches_the_host_all_reduce_on_every_gpu \
             engine_with_nccl_matches_the_host_path two_ranks_of_one_gpu_each
+        for t in graphs_replay_the_plain_bits graphs_turn_off_when_every_iteration_differs; do
+            printf 'engine::tests::%s::%s: test\n' "$t" emu "$t" cuda_async
+        done
         ;;
     esac
 }
@@ -214,8 +217,9 @@ check dry-correctness 0 "$T/nogpu-bin" "$T/bundle" correctness
 has dry-correctness '^no GPU' 'gpu-check correctness: OK'
 hasnt dry-correctness 'FAIL'
 check dry-speed 0 "$T/nogpu-bin" "$T/bundle" speed
-has dry-speed '^no GPU' 'gpu-check speed: OK' 'crossbow bench, batch 32'
+has dry-speed '^no GPU' 'gpu-check speed: OK' 'crossbow bench, batch 32' 'crossbow bench, batch 32, CUDA graphs off'
 [ -s "$T/dry-speed/crossbow-32.json" ] || fail "dry-speed: no crossbow-32.json in OUT"
+[ -s "$T/dry-speed/crossbow-32-nographs.json" ] || fail "dry-speed: no crossbow-32-nographs.json in OUT"
 # A deadline shorter than a step's estimate: "not run: deadline", a failure.
 check dry-deadline 1 "$T/nogpu-bin" "$T/bundle" correctness DEADLINE=12
 has dry-deadline 'not run: deadline'
@@ -229,6 +233,12 @@ row_is dry-timeout 'op tests' PASS
 check gpu-speed any "$T/gpu-bin" "$T/bundle" speed BENCH_ITERATIONS=1 BENCH_WARMUP=0 PYTORCH_MODES=eager
 has gpu-speed 'crossbow bench, batch 32' 'crossbow bench, batch 128'
 row_is gpu-speed 'crossbow bench, batch 128' PASS
+row_is gpu-speed 'crossbow bench, batch 32, CUDA graphs off' PASS
+has gpu-speed '\| 32 \| 1, CUDA graphs off \|'
+hasnt gpu-speed 'batch 128, CUDA graphs off'
+# With a GPU the engine step runs the CUDA-graph tests of replica-unit (and they skip here).
+grep -q 'graphs_replay_the_plain_bits::cuda_async' "$T/gpu-skips"/correctness-*-engine*.log ||
+    fail "gpu-skips: the engine step did not run the CUDA-graph tests"
 if grep -q 'PyTorch is not importable' "$T/gpu-speed.out"; then
     has gpu-speed 'gpu-check speed: FAILED'
     row_is gpu-speed 'PyTorch \(eager\), batch 32' FAIL

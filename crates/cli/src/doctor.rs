@@ -145,6 +145,14 @@ pub fn run(a: &DoctorArgs) -> Result<(), CliError> {
             }
             cuda::CudnnStatus::Disabled { reason } => println!("         cuDNN not used: {reason}"),
         }
+        if CudaOptions::from_env().graphs {
+            println!(
+                "         CUDA graphs: on (a learner's unchanged forward and backward is replayed; {}=0 turns them off)",
+                cuda::env::GRAPHS
+            );
+        } else {
+            println!("         CUDA graphs: off ({}=0)", cuda::env::GRAPHS);
+        }
         if a.no_self_test {
             usable += 1;
             continue;

@@ -85,6 +85,19 @@ pub trait Backend: Ops + Send + Sync + 'static {
     /// ordered after work on another stream that touched the same buffers. CPU ops finish
     /// before they return, so there it does nothing.
     fn wait(&self, event: &Self::Event) -> Result<()>;
+
+    /// Runs `work` — code that only enqueues ops on this backend (no upload, download,
+    /// synchronisation or event) — as one unit that may be replayed: on a GPU with graphs on
+    /// it is recorded and, when identical to the last unit, issued as the cached CUDA graph
+    /// (`crossbow_kernels::cuda::replay`); it may then run `work` a second time, plainly, so
+    /// `work` must be repeatable. Elsewhere it just runs `work`. The results are the same
+    /// bits either way.
+    fn replayable<T, Er: From<KernelError>>(
+        &self,
+        mut work: impl FnMut() -> std::result::Result<T, Er>,
+    ) -> std::result::Result<T, Er> {
+        work()
+    }
 }
 
 /// A read-only region of a backend buffer: `(buffer, offset, len)`.

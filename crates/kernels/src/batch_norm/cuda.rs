@@ -56,7 +56,7 @@ impl<E: Launcher> BatchNorm for GpuBackend<E> {
 }
 
 /// A batch-norm call offered to cuDNN (views as in [`BatchNorm`]).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) enum BnCall {
     Train { x: DeviceRegion, params: DeviceRegion, y: DeviceRegion, saved: DeviceRegion, running: DeviceRegion },
@@ -69,8 +69,11 @@ pub(crate) enum BnCall {
 #[allow(unused_variables)]
 fn cudnn<E: Launcher>(e: &E, g: &BatchNormGeom, call: BnCall) -> Result<bool> {
     #[cfg(feature = "cuda")]
-    if let Some(done) = e.with_cudnn(|c| super::cudnn::batch_norm(c, g, call))? {
-        return Ok(done);
+    {
+        let op = crate::cuda::cudnn::CudnnOp(crate::cuda::cudnn::CudnnCall::BatchNorm { g: *g, call });
+        if let Some(done) = e.cudnn_op(op)? {
+            return Ok(done);
+        }
     }
     Ok(false)
 }

@@ -34,10 +34,15 @@ struct Descs(HashMap<(usize, usize, usize), BnDescs>);
 /// 1e-5 in older cuDNN; the f32 `1e-5`, a hair below it as a double, is passed as 1e-5),
 /// at least two values per channel, sizes within `int`.
 pub(crate) fn batch_norm(c: &Cudnn, g: &BatchNormGeom, call: BnCall) -> Result<bool> {
-    if f64::from(g.eps) < 1e-5 - 1e-12 || g.count() < 2 || i32::try_from(g.len()).is_err() {
+    if !accepts(g) {
         return Ok(false);
     }
     c.with(|h, cache: &mut Descs| run(h, &mut cache.0, g, call))?
+}
+
+/// Whether cuDNN serves batch norm of this geometry (the conditions above).
+pub(crate) fn accepts(g: &BatchNormGeom) -> bool {
+    f64::from(g.eps) >= 1e-5 - 1e-12 && g.count() >= 2 && i32::try_from(g.len()).is_ok()
 }
 
 fn run(

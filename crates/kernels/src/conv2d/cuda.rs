@@ -76,8 +76,11 @@ pub(crate) enum ConvPass {
 #[allow(unused_variables)]
 fn cudnn_pass<E: Launcher>(e: &E, pass: ConvPass, g: &Conv2dGeom, a: DeviceRegion, b: DeviceRegion, out: DeviceRegion, ws: DeviceRegion) -> Result<bool> {
     #[cfg(feature = "cuda")]
-    if let Some(done) = e.with_cudnn(|c| super::cudnn::conv(c, pass, g, a, b, out, ws))? {
-        return Ok(done);
+    {
+        let op = crate::cuda::cudnn::CudnnOp(crate::cuda::cudnn::CudnnCall::Conv { pass, g: *g, a, b, out, ws });
+        if let Some(done) = e.cudnn_op(op)? {
+            return Ok(done);
+        }
     }
     Ok(false)
 }

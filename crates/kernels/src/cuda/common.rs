@@ -26,6 +26,17 @@ pub mod env {
     /// `1`: let cuDNN use its fastest convolution algorithms even where they are not
     /// deterministic (atomics in the backward passes), giving up bit-identical reruns.
     pub const CUDNN_NONDETERMINISTIC: &str = "CROSSBOW_CUDNN_NONDETERMINISTIC";
+    /// `0`: issue every learner's iteration launch by launch instead of replaying it as a
+    /// CUDA graph (`crossbow_kernels::cuda::replay`; graphs are on by default).
+    pub const GRAPHS: &str = "CROSSBOW_CUDA_GRAPHS";
+
+    /// True when the variable is set to `0`, `false`, `no` or `off`.
+    pub fn off(name: &str) -> bool {
+        matches!(
+            std::env::var(name).as_deref().map(str::trim),
+            Ok("0" | "false" | "no" | "off" | "FALSE" | "NO" | "OFF")
+        )
+    }
 
     /// True when the variable is set to `1`, `true` or `yes`.
     pub fn flag(name: &str) -> bool {
@@ -149,6 +160,14 @@ pub struct CudaOptions {
     /// Only deterministic cuDNN convolution algorithms, so that a run repeated gives the
     /// same bits (default true; [`env::CUDNN_NONDETERMINISTIC`] clears it).
     pub deterministic: bool,
+    /// Replay each learner's forward and backward pass as a CUDA graph when it is identical
+    /// to the last one (default true; [`env::GRAPHS`] `=0` clears it; off while
+    /// `sync_launches`).
+    pub graphs: bool,
+    /// Pinned staging buffers per learner for uploads, used in turn (default 4: an
+    /// iteration uploads images and labels, so the host can stage iteration t + 1 while the
+    /// device still copies iteration t's; at least 1).
+    pub staging_buffers: usize,
 }
 
 impl Default for CudaOptions {
@@ -159,6 +178,8 @@ impl Default for CudaOptions {
             require_cudnn: false,
             kernel_cache: kernel_cache_dir(),
             deterministic: true,
+            graphs: true,
+            staging_buffers: 4,
         }
     }
 }
@@ -172,6 +193,7 @@ impl CudaOptions {
             sync_launches: env::flag(env::SYNC_LAUNCHES),
             require_cudnn: env::flag(env::REQUIRE_CUDNN),
             deterministic: !env::flag(env::CUDNN_NONDETERMINISTIC),
+            graphs: !env::off(env::GRAPHS),
             ..CudaOptions::default()
         }
     }

@@ -21,7 +21,45 @@ use std::sync::Mutex;
 use cudarc::cudnn::sys;
 
 use super::common::CudnnStatus;
+use super::launch::DeviceRegion;
+use crate::batch_norm::BatchNormGeom;
+use crate::batch_norm::cuda::BnCall;
+use crate::conv2d::Conv2dGeom;
+use crate::conv2d::cuda::ConvPass;
 use crate::error::{KernelError, Result};
+
+/// One cuDNN call as data (which call, its geometry, every device address), so that it can
+/// be recorded into a CUDA graph and compared with the call a graph was captured from
+/// ([`super::replay`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CudnnOp(pub(crate) CudnnCall);
+
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum CudnnCall {
+    Conv { pass: ConvPass, g: Conv2dGeom, a: DeviceRegion, b: DeviceRegion, out: DeviceRegion, ws: DeviceRegion },
+    BatchNorm { g: BatchNormGeom, call: BnCall },
+}
+
+impl CudnnOp {
+    /// Runs the call: `Ok(false)` when cuDNN does not take it (the op's fallback runs).
+    pub(crate) fn run(&self, c: &Cudnn) -> Result<bool> {
+        match &self.0 {
+            CudnnCall::Conv { pass, g, a, b, out, ws } => crate::conv2d::cudnn::conv(c, *pass, g, *a, *b, *out, *ws),
+            CudnnCall::BatchNorm { g, call } => crate::batch_norm::cudnn::batch_norm(c, g, *call),
+        }
+    }
+
+    /// Whether cuDNN takes the call, decided from its geometry alone (a convolution plan
+    /// exists; batch norm's conditions hold), issuing nothing: what a recording assumes. A
+    /// call cuDNN then refuses at capture (an operand it finds misaligned) fails the capture,
+    /// and the work runs plainly, with the fallback.
+    pub(crate) fn accepted(&self, c: &Cudnn) -> bool {
+        match &self.0 {
+            CudnnCall::Conv { g, .. } => crate::conv2d::cudnn::workspace(c, g).is_some(),
+            CudnnCall::BatchNorm { g, .. } => crate::batch_norm::cudnn::accepts(g),
+        }
+    }
+}
 
 /// The cuDNN functions this module calls.
 const SYMBOLS: &[&str] = &[

@@ -18,9 +18,10 @@ use super::common::{CudaOptions, CudnnStatus, DeviceInfo, DriverStatus, MemInfo}
 use super::cudnn::{self, Cudnn};
 use super::driver::{device_info, driver_status, status_error};
 use super::gpu::GpuBackend;
-use super::launch::{BLOCK, ColGemm, KernelArg, Launcher, Sealed};
+use super::launch::{BLOCK, ColGemm, KernelArg, Launcher, Sealed, forbidden, recorded, replay_state};
 use super::libs::{self, CudaLib};
 use super::nvrtc;
+use super::replay::{Op, Replay};
 use crate::error::{KernelError, Result};
 
 /// The backend of one learner on a GPU: [`GpuBackend`] on a [`CudaLauncher`] (its own stream,
@@ -163,12 +164,18 @@ impl CudaDevice {
         Ok(GpuBackend {
             launcher: CudaLauncher {
                 dev: self.clone(),
-                up: Mutex::new(Staging { buf: None, done: event("upload")? }),
+                up: Mutex::new(Ring::new(
+                    (0..d.options.staging_buffers.max(1))
+                        .map(|_| Ok(Staging { buf: None, done: event("upload")? }))
+                        .collect::<Result<Vec<_>>>()?,
+                )),
                 down: Mutex::new(Staging { buf: None, done: event("download")? }),
                 stream,
                 blas,
                 cudnn,
                 index,
+                // A graph cannot hold the synchronisation after every launch.
+                replay: Mutex::new(Replay::new(d.options.graphs && !d.options.sync_launches)),
             },
         })
     }
@@ -272,16 +279,48 @@ impl Staging {
     }
 }
 
+/// Slots used in turn: the pinned upload buffers, so that an upload waits only for the copy
+/// that used its buffer `len` uploads earlier, not for the last one (which is queued behind
+/// all the stream's work so far).
+pub(crate) struct Ring<T> {
+    slots: Vec<T>,
+    next: usize,
+}
+
+impl<T> Ring<T> {
+    pub(crate) fn new(slots: Vec<T>) -> Self {
+        assert!(!slots.is_empty(), "a ring needs a slot");
+        Ring { slots, next: 0 }
+    }
+
+    /// The next slot, in turn.
+    pub(crate) fn next_slot(&mut self) -> &mut T {
+        let i = self.next;
+        self.next = (i + 1) % self.slots.len();
+        &mut self.slots[i]
+    }
+}
+
+/// A captured graph. `CudaGraph` holds raw driver handles and is not `Send`; it is only
+/// touched under its executor's replay mutex, as the driver's thread-safety rules for graph
+/// objects require.
+pub struct GraphExec(cudarc::driver::CudaGraph);
+
+// SAFETY: every use of the graph (launch, drop) happens under the launcher's replay mutex or
+// when the launcher is dropped, never from two threads at once.
+unsafe impl Send for GraphExec {}
+
 /// One learner's executor on a GPU: a non-blocking stream, cuBLAS (and cuDNN) bound to it,
-/// and pinned staging buffers for host↔device copies.
+/// pinned staging buffers for host↔device copies, and its CUDA graph state.
 pub struct CudaLauncher {
     dev: CudaDevice,
     stream: Arc<CudaStream>,
     blas: CudaBlas,
     cudnn: Option<Cudnn>,
-    up: Mutex<Staging>,
+    up: Mutex<Ring<Staging>>,
     down: Mutex<Staging>,
     index: usize,
+    replay: Mutex<Replay<GraphExec>>,
 }
 
 impl Sealed for CudaLauncher {}
@@ -294,6 +333,9 @@ impl Drop for CudaLauncher {
     fn drop(&mut self) {
         if self.bind().is_ok() {
             let _ = self.stream.synchronize();
+        }
+        if let Ok(mut r) = self.replay.lock() {
+            r.set_enabled(false);
         }
         self.cudnn.take();
     }
@@ -367,10 +409,12 @@ impl Launcher for CudaLauncher {
     }
 
     fn upload(&self, src: &[f32], dst: u64) -> Result<()> {
+        forbidden(self, "an upload")?;
         self.bind()?;
         let ctx = self.dev.context();
-        let mut st = locked(&self.up)?;
+        let mut ring = locked(&self.up)?;
         for (i, chunk) in src.chunks(STAGING).enumerate() {
+            let st = ring.next_slot();
             let p = st.get(ctx, chunk.len(), true)?;
             // SAFETY: `p` points to at least chunk.len() pinned f32s no copy is using.
             let host = unsafe { std::slice::from_raw_parts_mut(p, chunk.len()) };
@@ -391,6 +435,7 @@ impl Launcher for CudaLauncher {
     }
 
     fn download(&self, src: u64, dst: &mut [f32]) -> Result<()> {
+        forbidden(self, "a download")?;
         self.bind()?;
         let ctx = self.dev.context();
         let mut st = locked(&self.down)?;
@@ -414,6 +459,9 @@ impl Launcher for CudaLauncher {
     }
 
     fn copy(&self, src: u64, dst: u64, len: usize) -> Result<()> {
+        if recorded(self, || Op::Copy { src, dst, len })? {
+            return Ok(());
+        }
         self.bind()?;
         // SAFETY: both regions hold `len` f32s (checked by the caller).
         unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, 4 * len, self.stream.cu_stream()) }
@@ -421,6 +469,7 @@ impl Launcher for CudaLauncher {
     }
 
     fn synchronize(&self) -> Result<()> {
+        forbidden(self, "a synchronisation")?;
         self.stream
             .synchronize()
             .map_err(|e| drv(format!("synchronizing cuda:{} stream {}", self.dev.ordinal(), self.index), e))
@@ -429,14 +478,19 @@ impl Launcher for CudaLauncher {
     type Event = CudaEvent;
 
     fn record(&self) -> Result<CudaEvent> {
+        forbidden(self, "an event record")?;
         self.stream.record_event(None).map_err(|e| drv("cuEventRecord", e))
     }
 
     fn wait(&self, event: &CudaEvent) -> Result<()> {
+        forbidden(self, "an event wait")?;
         self.stream.wait(event).map_err(|e| drv("cuStreamWaitEvent", e))
     }
 
     fn launch(&self, kernel: &'static str, grid: u32, args: &[KernelArg]) -> Result<()> {
+        if recorded(self, || Op::Launch { kernel, grid, args: args.to_vec() })? {
+            return Ok(());
+        }
         let f = self.dev.inner.functions.get(kernel).ok_or_else(|| KernelError::Cuda {
             context: "kernel launch".into(),
             msg: format!("kernel {kernel} is not loaded"),
@@ -461,9 +515,12 @@ impl Launcher for CudaLauncher {
     }
 
     fn gemm(&self, g: &ColGemm) -> Result<()> {
-        use cudarc::cublas::sys::cublasOperation_t as Op;
+        use cudarc::cublas::sys::cublasOperation_t as BlasOp;
+        if recorded(self, || Op::Gemm(*g))? {
+            return Ok(());
+        }
         self.bind()?;
-        let op = |t: bool| if t { Op::CUBLAS_OP_T } else { Op::CUBLAS_OP_N };
+        let op = |t: bool| if t { BlasOp::CUBLAS_OP_T } else { BlasOp::CUBLAS_OP_N };
         let (m, n, k) = (int32(g.m, "m")?, int32(g.n, "n")?, int32(g.k, "k")?);
         let (lda, ldb, ldc) = (int32(g.lda, "lda")?, int32(g.ldb, "ldb")?, int32(g.ldc, "ldc")?);
         let h = *self.blas.handle();
@@ -528,6 +585,90 @@ impl Launcher for CudaLauncher {
         }
         Ok(Some(out))
     }
+
+    fn cudnn_op(&self, op: cudnn::CudnnOp) -> Result<Option<bool>> {
+        let Some(c) = self.cudnn.as_ref() else { return Ok(None) };
+        self.bind()?;
+        {
+            let mut r = replay_state(&self.replay)?;
+            if r.recording() {
+                let accepted = op.accepted(c);
+                if accepted {
+                    r.record(|| Op::Cudnn(op));
+                }
+                return Ok(Some(accepted));
+            }
+        }
+        let done = op.run(c)?;
+        if self.dev.inner.options.sync_launches {
+            self.synchronize()?;
+        }
+        Ok(Some(done))
+    }
+
+    type Graph = GraphExec;
+
+    fn replay(&self) -> &Mutex<Replay<GraphExec>> {
+        &self.replay
+    }
+
+    fn issue(&self, op: &Op) -> Result<bool> {
+        match op {
+            Op::Launch { kernel, grid, args } => self.launch(kernel, *grid, args)?,
+            Op::Gemm(g) => self.gemm(g)?,
+            Op::Copy { src, dst, len } => self.copy(*src, *dst, *len)?,
+            Op::Cudnn(c) => match self.cudnn.as_ref() {
+                Some(h) => {
+                    self.bind()?;
+                    return c.run(h);
+                }
+                None => return Ok(false),
+            },
+        }
+        Ok(true)
+    }
+
+    /// Stream capture of exactly `ops` (thread-local mode: other threads' devices are not
+    /// disturbed), instantiated. A refused cuDNN call or any failure ends the capture and
+    /// discards it.
+    fn capture(&self, ops: &[Op]) -> Result<GraphExec> {
+        use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+        self.bind()?;
+        self.stream
+            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(|e| drv("cuStreamBeginCapture", e))?;
+        let mut failed = None;
+        for op in ops {
+            match self.issue(op) {
+                Ok(true) => {}
+                Ok(false) => {
+                    failed = Some(format!("cuDNN refused {op:?} during capture"));
+                    break;
+                }
+                Err(e) => {
+                    failed = Some(e.to_string());
+                    break;
+                }
+            }
+        }
+        let graph = self.stream.end_capture(CUgraphInstantiate_flags(0));
+        if let Some(why) = failed {
+            drop(graph);
+            return Err(KernelError::Cuda { context: "graph capture".into(), msg: why });
+        }
+        match graph {
+            Ok(Some(g)) => Ok(GraphExec(g)),
+            Ok(None) => {
+                Err(KernelError::Cuda { context: "graph capture".into(), msg: "the driver returned no graph".into() })
+            }
+            Err(e) => Err(drv("cuStreamEndCapture / cuGraphInstantiate", e)),
+        }
+    }
+
+    fn launch_graph(&self, graph: &GraphExec) -> Result<()> {
+        graph.0.launch().map_err(|e| drv("cuGraphLaunch", e))?;
+        Ok(())
+    }
 }
 
 /// Stream-level controls of a learner's backend, for the engine.
@@ -561,5 +702,21 @@ impl GpuBackend<CudaLauncher> {
     /// Makes this backend's later work wait for everything enqueued so far on `other`.
     pub fn wait_for(&self, other: &CudaBackend) -> Result<()> {
         self.launcher.stream.join(&other.launcher.stream).map_err(|e| drv("cuStreamWaitEvent", e))
+    }
+}
+
+#[cfg(test)]
+mod ring_tests {
+    use super::Ring;
+
+    /// Uploads take the staging buffers in turn, so the n-th upload reuses (and waits for)
+    /// only the copy of upload n - len.
+    #[test]
+    fn staging_buffers_are_used_in_turn() {
+        let mut r = Ring::new(vec![0usize, 1, 2, 3]);
+        let order: Vec<usize> = (0..9).map(|_| *r.next_slot()).collect();
+        assert_eq!(order, [0, 1, 2, 3, 0, 1, 2, 3, 0]);
+        let mut one = Ring::new(vec![7]);
+        assert_eq!((*one.next_slot(), *one.next_slot()), (7, 7));
     }
 }

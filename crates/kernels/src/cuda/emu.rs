@@ -25,7 +25,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crossbow_tensor::Device;
 
 use super::gpu::GpuBackend;
-use super::launch::{BLOCK, ColGemm, KernelArg, Launcher, PRELUDE, Sealed, fnv1a, source_of, sources};
+use super::launch::{
+    BLOCK, ColGemm, KernelArg, Launcher, PRELUDE, Sealed, fnv1a, forbidden, recorded, source_of, sources,
+};
+use super::replay::{Op, Replay};
 use crate::error::{KernelError, Result};
 
 /// The GPU backend running on the emulator.
@@ -244,12 +247,25 @@ impl Drop for EmuBuffer {
 
 /// The emulator executor.
 /// Clones share the library and the buffer registry: like streams of one device, they may
-/// use each other's buffers.
-#[derive(Clone)]
+/// use each other's buffers. Each clone has its own graph state (graphs off by default;
+/// [`GpuBackend::set_graphs`]), with the setting of the executor it was cloned from.
 pub struct EmuLauncher {
     lib: Arc<Lib>,
     live: Live,
     col_budget: usize,
+    replay: Mutex<Replay<Vec<Op>>>,
+}
+
+impl Clone for EmuLauncher {
+    fn clone(&self) -> Self {
+        let on = self.replay.lock().map(|r| r.active()).unwrap_or(false);
+        EmuLauncher {
+            lib: self.lib.clone(),
+            live: self.live.clone(),
+            col_budget: self.col_budget,
+            replay: Mutex::new(Replay::new(on)),
+        }
+    }
 }
 
 impl Sealed for EmuLauncher {}
@@ -263,7 +279,12 @@ pub fn emu_backend() -> Result<Option<EmuBackend>> {
 /// can force the multi-chunk path with small shapes.
 pub fn emu_backend_with_col_budget(col_budget: usize) -> Result<Option<EmuBackend>> {
     Ok(library()?.map(|lib| GpuBackend {
-        launcher: EmuLauncher { lib, live: Arc::new(Mutex::new(BTreeMap::new())), col_budget: col_budget.max(1) },
+        launcher: EmuLauncher {
+            lib,
+            live: Arc::new(Mutex::new(BTreeMap::new())),
+            col_budget: col_budget.max(1),
+            replay: Mutex::new(Replay::new(false)),
+        },
     }))
 }
 
@@ -331,6 +352,7 @@ impl Launcher for EmuLauncher {
     }
 
     fn upload(&self, src: &[f32], dst: u64) -> Result<()> {
+        forbidden(self, "an upload")?;
         self.check_extent("upload", dst, 4 * src.len() as u64)?;
         // SAFETY: the destination extent lies inside a live buffer (checked above).
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst as usize as *mut f32, src.len()) };
@@ -338,6 +360,7 @@ impl Launcher for EmuLauncher {
     }
 
     fn download(&self, src: u64, dst: &mut [f32]) -> Result<()> {
+        forbidden(self, "a download")?;
         if dst.is_empty() {
             return Ok(());
         }
@@ -349,6 +372,9 @@ impl Launcher for EmuLauncher {
     }
 
     fn copy(&self, src: u64, dst: u64, len: usize) -> Result<()> {
+        if recorded(self, || Op::Copy { src, dst, len })? {
+            return Ok(());
+        }
         self.check_extent("copy source", src, 4 * len as u64)?;
         self.check_extent("copy destination", dst, 4 * len as u64)?;
         // SAFETY: both extents lie inside live buffers; `copy` tolerates overlap.
@@ -357,20 +383,23 @@ impl Launcher for EmuLauncher {
     }
 
     fn synchronize(&self) -> Result<()> {
-        Ok(())
+        forbidden(self, "a synchronisation")
     }
 
     type Event = ();
 
     fn record(&self) -> Result<()> {
-        Ok(())
+        forbidden(self, "an event record")
     }
 
     fn wait(&self, _event: &()) -> Result<()> {
-        Ok(())
+        forbidden(self, "an event wait")
     }
 
     fn launch(&self, kernel: &'static str, grid: u32, args: &[KernelArg]) -> Result<()> {
+        if recorded(self, || Op::Launch { kernel, grid, args: args.to_vec() })? {
+            return Ok(());
+        }
         let src = source_of(kernel).ok_or_else(|| emu_err(format!("kernel {kernel} is in no source's list")))?;
         let name = CString::new(kernel).map_err(|_| emu_err("kernel name with NUL"))?;
         // SAFETY: a NUL-terminated name; the result is null or a static NUL-terminated string.
@@ -410,6 +439,9 @@ impl Launcher for EmuLauncher {
     }
 
     fn gemm(&self, g: &ColGemm) -> Result<()> {
+        if recorded(self, || Op::Gemm(*g))? {
+            return Ok(());
+        }
         if g.batch == 0 || g.m == 0 || g.n == 0 || g.k == 0 {
             return Err(emu_err(format!("degenerate GEMM reached the executor: {g:?}")));
         }
@@ -451,5 +483,34 @@ impl Launcher for EmuLauncher {
 
     fn conv_col_budget(&self) -> usize {
         self.col_budget
+    }
+
+    /// The emulator's graph is the op list itself, replayed op by op.
+    type Graph = Vec<Op>;
+
+    fn replay(&self) -> &Mutex<Replay<Vec<Op>>> {
+        &self.replay
+    }
+
+    fn issue(&self, op: &Op) -> Result<bool> {
+        match op {
+            Op::Launch { kernel, grid, args } => self.launch(kernel, *grid, args)?,
+            Op::Gemm(g) => self.gemm(g)?,
+            Op::Copy { src, dst, len } => self.copy(*src, *dst, *len)?,
+            #[cfg(feature = "cuda")]
+            Op::Cudnn(_) => return Err(emu_err("the emulator has no cuDNN")),
+        }
+        Ok(true)
+    }
+
+    fn capture(&self, ops: &[Op]) -> Result<Vec<Op>> {
+        Ok(ops.to_vec())
+    }
+
+    fn launch_graph(&self, graph: &Vec<Op>) -> Result<()> {
+        for op in graph {
+            self.issue(op)?;
+        }
+        Ok(())
     }
 }

@@ -4,9 +4,10 @@
 
 use crossbow_tensor::Device;
 
-use super::launch::{DeviceRegion, Launcher};
+use super::launch::{DeviceRegion, Launcher, replay_state};
+use super::replay::ReplayStats;
 use crate::backend::{Backend, Storage, View, ViewMut};
-use crate::error::{Result, check_len};
+use crate::error::{KernelError, Result, check_len};
 
 /// A backend that runs this crate's GPU kernels (the `.cu` sources next to each op) and
 /// GEMMs on an executor: [`super::CudaLauncher`] on a real GPU — [`super::CudaBackend`] is
@@ -26,6 +27,25 @@ impl<E: Launcher> GpuBackend<E> {
     /// The device region of a view (ops' `cuda.rs` launch kernels on these).
     pub(crate) fn region(&self, v: View<'_, Self>) -> Result<DeviceRegion> {
         Ok(DeviceRegion { addr: self.launcher.addr(v.buffer())? + 4 * v.offset() as u64, len: v.len() })
+    }
+
+    /// Turns CUDA graphs on or off for this backend ([`super::replay`]); on again forgets why
+    /// they were turned off.
+    pub fn set_graphs(&self, on: bool) -> Result<()> {
+        replay_state(self.launcher.replay())?.set_enabled(on);
+        Ok(())
+    }
+
+    /// Whether units of work run through graphs now, and if they were turned off on their
+    /// own, why.
+    pub fn graphs(&self) -> Result<(bool, Option<String>)> {
+        let r = replay_state(self.launcher.replay())?;
+        Ok((r.active(), r.off_reason().map(str::to_string)))
+    }
+
+    /// What graphs did on this backend so far.
+    pub fn graph_stats(&self) -> Result<ReplayStats> {
+        Ok(replay_state(self.launcher.replay())?.stats())
     }
 
     /// The device region of a view that is written.
@@ -108,4 +128,74 @@ impl<E: Launcher> Backend for GpuBackend<E> {
     fn wait(&self, event: &E::Event) -> Result<()> {
         self.launcher.wait(event)
     }
+
+    fn replayable<T, Er: From<KernelError>>(
+        &self,
+        mut work: impl FnMut() -> std::result::Result<T, Er>,
+    ) -> std::result::Result<T, Er> {
+        let e = &self.launcher;
+        {
+            let mut r = replay_state(e.replay())?;
+            if !r.active() {
+                r.count_plain();
+                drop(r);
+                return work();
+            }
+            r.start();
+        }
+        let out = work();
+        let recorded = replay_state(e.replay())?.finish();
+        let ops = match recorded {
+            Ok(ops) => ops,
+            // Nothing was issued: turn graphs off and run the work plainly.
+            Err(why) => return plain_after(e, why, work),
+        };
+        // An error of the work itself (nothing was issued either).
+        let value = out?;
+        if ops.is_empty() {
+            return Ok(value);
+        }
+        let hit = replay_state(e.replay())?.take_hit(&ops);
+        if let Some((cached, graph)) = hit {
+            let launched = e.launch_graph(&graph);
+            replay_state(e.replay())?.restore(cached, graph);
+            launched?;
+            return Ok(value);
+        }
+        {
+            let mut r = replay_state(e.replay())?;
+            if r.miss() {
+                drop(r);
+                let why = format!(
+                    "the recorded work changed {} times in a row (arguments that vary every iteration, e.g. dropout seeds)",
+                    super::replay::MAX_MISSES + 1
+                );
+                return plain_after(e, why, work);
+            }
+        }
+        match e.capture(&ops) {
+            Ok(graph) => {
+                e.launch_graph(&graph)?;
+                replay_state(e.replay())?.cache(ops, graph);
+                Ok(value)
+            }
+            Err(err) => plain_after(e, format!("capturing a graph failed: {err}"), work),
+        }
+    }
+}
+
+/// Turns graphs off on `e` for `why` (said once on stderr) and runs `work` plainly.
+fn plain_after<E: Launcher, T, Er: From<KernelError>>(
+    e: &E,
+    why: String,
+    mut work: impl FnMut() -> std::result::Result<T, Er>,
+) -> std::result::Result<T, Er> {
+    {
+        let mut r = replay_state(e.replay())?;
+        if r.turn_off(why.clone()) {
+            eprintln!("crossbow: {}: CUDA graphs off, plain launches from now on: {why}", e.describe());
+        }
+        r.count_plain();
+    }
+    work()
 }

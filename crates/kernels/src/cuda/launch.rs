@@ -9,8 +9,11 @@
 //! pointer under the emulator) in [`DeviceRegion`]s built from range-checked views, so every address
 //! an op computes lies inside a buffer whose length was checked against the geometry.
 
+use std::sync::{Mutex, MutexGuard};
+
 use crossbow_tensor::Device;
 
+use super::replay::{Op, Replay};
 use crate::error::{KernelError, Result};
 
 /// Threads per block of every launch (`CB_BLOCK` in `prelude.cuh`).
@@ -230,6 +233,30 @@ pub trait Launcher: Sealed + Send + Sync + 'static {
     /// Runs a column-major GEMM.
     fn gemm(&self, g: &ColGemm) -> Result<()>;
 
+    /// What a recorded unit of work is replayed with: a CUDA graph; under the emulator the
+    /// frozen op list ([`super::replay`]).
+    type Graph: Send + 'static;
+    /// The executor's replay state: while it records, `launch`, `gemm`, `copy` and cuDNN
+    /// calls are recorded instead of issued, and `upload`, `download`, `synchronize`,
+    /// `record` and `wait` fail the recording.
+    fn replay(&self) -> &Mutex<Replay<Self::Graph>>;
+    /// Issues one op plainly: `Ok(false)` when cuDNN refused it (the op code's fallback must
+    /// run instead).
+    fn issue(&self, op: &Op) -> Result<bool>;
+    /// Captures `ops` into a graph; nothing runs until it is launched.
+    fn capture(&self, ops: &[Op]) -> Result<Self::Graph>;
+    /// Launches a captured graph on the executor's queue.
+    fn launch_graph(&self, graph: &Self::Graph) -> Result<()>;
+
+    /// Runs one cuDNN call given as data ([`super::cudnn::CudnnOp`]): `Ok(None)` when this
+    /// executor has no cuDNN, `Ok(Some(false))` when cuDNN does not take the call (the op's
+    /// fallback kernels run), `Ok(Some(true))` when done (or recorded).
+    #[cfg(feature = "cuda")]
+    fn cudnn_op(&self, op: super::cudnn::CudnnOp) -> Result<Option<bool>> {
+        let _ = op;
+        Ok(None)
+    }
+
     /// Most `f32`s of im2col workspace the conv2d fallback uses per chunk of images.
     fn conv_col_budget(&self) -> usize {
         crate::conv2d::cuda::COL_BUDGET
@@ -243,4 +270,28 @@ pub trait Launcher: Sealed + Send + Sync + 'static {
         let _ = f;
         Ok(None)
     }
+}
+
+/// The replay state, locked.
+pub(crate) fn replay_state<G>(m: &Mutex<Replay<G>>) -> Result<MutexGuard<'_, Replay<G>>> {
+    m.lock().map_err(|_| KernelError::Cuda { context: "graph replay".into(), msg: "state poisoned by a panic".into() })
+}
+
+/// True when `op` was recorded (a recording is in progress): the caller issues nothing.
+#[cfg(any(feature = "cuda", feature = "testing"))]
+pub(crate) fn recorded<E: Launcher>(e: &E, op: impl FnOnce() -> Op) -> Result<bool> {
+    Ok(replay_state(e.replay())?.record(op))
+}
+
+/// An error while a recording is in progress (`what` cannot be part of a graph; the
+/// recording fails and the work runs again plainly), `Ok` otherwise.
+#[cfg(any(feature = "cuda", feature = "testing"))]
+pub(crate) fn forbidden<E: Launcher>(e: &E, what: &str) -> Result<()> {
+    if replay_state(e.replay())?.forbid(what) {
+        return Err(KernelError::Cuda {
+            context: "graph recording".into(),
+            msg: format!("{what} cannot be part of a graph"),
+        });
+    }
+    Ok(())
 }

@@ -43,6 +43,16 @@
 //! (or [`CudaBackend::wait_for`]); and a buffer is dropped only after the work of every
 //! stream that used it (dropping frees it asynchronously on its allocating stream).
 //!
+//! # CUDA graphs and staging
+//!
+//! A learner's forward and backward pass is run through [`crate::Backend::replayable`]:
+//! recorded as data ([`replay::Op`]: kernel, grid, every argument; GEMMs; copies; cuDNN
+//! calls), compared with the recording the cached graph was captured from, and launched as
+//! that graph when identical, else captured anew ([`replay`] has the rules and the fallbacks).
+//! [`CudaOptions::graphs`] (env `CROSSBOW_CUDA_GRAPHS=0` turns it off). Uploads rotate through
+//! [`CudaOptions::staging_buffers`] pinned buffers, so staging an upload waits only for the
+//! copy that used its buffer several uploads before, not for the stream's queue.
+//!
 //! # Kernel cache
 //!
 //! Compiled modules are cached in memory for the whole process, keyed by (device, source
@@ -66,7 +76,8 @@
 //!
 //! See [`env`](mod@env): `CROSSBOW_DISABLE_CUDNN`, `CROSSBOW_REQUIRE_CUDNN` (fail when cuDNN is
 //! not actually used), `CROSSBOW_KERNEL_CACHE`, `CROSSBOW_FORCE_NO_CUDA`,
-//! `CROSSBOW_CUDA_SYNC` (synchronise after each launch, for debugging), and for tests
+//! `CROSSBOW_CUDA_SYNC` (synchronise after each launch, for debugging; no graphs then),
+//! `CROSSBOW_CUDA_GRAPHS=0` (plain launches), and for tests
 //! `CROSSBOW_REQUIRE_GPU` and `CROSSBOW_REQUIRE_NVRTC`. Libraries are found through
 //! `LD_LIBRARY_PATH` by versioned names matching the driver's CUDA version (`libcuda.so.1`,
 //! `libnvrtc.so.13`/`.12`, `libcublas.so.13`/`.12`, `libcudnn.so.9`, and `libnccl.so.2` only
@@ -94,6 +105,7 @@ pub mod nccl;
 
 mod gpu;
 pub mod launch;
+pub mod replay;
 pub use gpu::GpuBackend;
 
 #[cfg(feature = "testing")]
@@ -121,7 +133,7 @@ pub use cudarc;
 #[cfg(feature = "cuda")]
 pub use cudarc::driver::CudaEvent;
 #[cfg(feature = "cuda")]
-pub use cudnn::Cudnn;
+pub use cudnn::{Cudnn, CudnnOp};
 #[cfg(feature = "cuda")]
 pub use device::{CudaBackend, CudaBuffer, CudaDevice, CudaLauncher};
 #[cfg(feature = "cuda")]

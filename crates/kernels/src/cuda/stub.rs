@@ -12,6 +12,7 @@ use crossbow_tensor::Device;
 use super::common::{CompiledSource, CudaOptions, CudnnStatus, DeviceInfo, DriverStatus, KernelCacheStats, MemInfo};
 use super::gpu::GpuBackend;
 use super::launch::{ColGemm, KernelArg, Launcher, Sealed};
+use super::replay::{Op, Replay};
 use crate::error::{KernelError, Result};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -148,6 +149,24 @@ impl Launcher for NoDevice {
     }
 
     fn gemm(&self, _g: &ColGemm) -> Result<()> {
+        match self.0 {}
+    }
+
+    type Graph = ();
+
+    fn replay(&self) -> &std::sync::Mutex<Replay<()>> {
+        match self.0 {}
+    }
+
+    fn issue(&self, _op: &Op) -> Result<bool> {
+        match self.0 {}
+    }
+
+    fn capture(&self, _ops: &[Op]) -> Result<()> {
+        match self.0 {}
+    }
+
+    fn launch_graph(&self, _graph: &()) -> Result<()> {
         match self.0 {}
     }
 }

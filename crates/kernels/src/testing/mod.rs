@@ -332,8 +332,11 @@ impl TestBackend for EmuBackend {
 }
 
 impl TestBackend for CudaBackend {
+    /// A new stream, with this backend's graph setting.
     fn sibling(&self) -> crate::Result<Self> {
-        self.cuda_device().new_backend()
+        let b = self.cuda_device().new_backend()?;
+        b.set_graphs(self.graphs()?.0)?;
+        Ok(b)
     }
 
     fn synchronous_twin(&self) -> crate::Result<Option<Self>> {

@@ -78,13 +78,11 @@ impl<B: Backend> Learner<B> {
             self.backend.wait(r)?;
         }
         self.exec.upload_batch(&self.backend, batch.images(), batch.labels())?;
-        self.exec.run(
-            &self.backend,
-            &self.replica.params,
-            Some(&mut self.replica.grads),
-            &mut self.replica.state,
-            mix(seed, self.id as u64),
-        )?;
+        // Forward and backward only enqueue work on the learner's backend: on a GPU they are
+        // replayed as one CUDA graph while they stay identical (`Backend::replayable`).
+        let (exec, replica, be) = (&mut self.exec, &mut self.replica, &self.backend);
+        let seed = mix(seed, self.id as u64);
+        be.replayable(|| exec.run(be, &replica.params, Some(&mut replica.grads), &mut replica.state, seed))?;
         self.finish_step(sync, info, z, z_ready, len)
     }
 

@@ -223,3 +223,89 @@ fn ranks_train_as_devices_of_one_process_and_agree_on_learner_changes() {
         assert!(z.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "rank {rank} differs from one process");
     }
 }
+
+crossbow_kernels::test_backends! {
+    graphs_replay_the_plain_bits: [emu, cuda_async],
+    graphs_turn_off_when_every_iteration_differs: [emu, cuda_async],
+}
+
+/// [`tiny`]'s net with batch norm (and optionally dropout) before the pooling.
+fn graph_with(dropout: bool) -> Graph {
+    let mut b = crate::graph::GraphBuilder::new("tiny-bn", Shape::new(vec![1, 6, 6])).unwrap();
+    let x = b.input();
+    let c = b.conv2d("c", x, 3, 3, 1, 1, false).unwrap();
+    let n = b.batch_norm("bn", c).unwrap();
+    let mut r = b.relu("r", n).unwrap();
+    if dropout {
+        r = b.dropout("d", r, 0.25).unwrap();
+    }
+    let p = b.max_pool("p", r, 2, 2, 0, false).unwrap();
+    let out = b.linear("fc", p, 4, true).unwrap();
+    b.finish(out).unwrap()
+}
+
+/// Trains `layout` for `iters` iterations with graphs on or off; the losses, every learner's
+/// parameters and the central model, and what the learners' graphs did.
+fn train_with_graphs<E: crossbow_kernels::cuda::launch::Launcher>(
+    be: &crossbow_kernels::cuda::GpuBackend<E>,
+    g: &Graph,
+    on: bool,
+    iters: u64,
+) -> (Vec<u64>, Vec<Vec<u32>>, Vec<crossbow_kernels::cuda::replay::ReplayStats>)
+where
+    crossbow_kernels::cuda::GpuBackend<E>: TestBackend,
+{
+    let base = be.sibling().unwrap();
+    base.set_graphs(on).unwrap();
+    let mut e = engine(&base, g, &[2]);
+    let mut losses = vec![];
+    for t in 0..iters {
+        losses.push(e.step(batches(g, 3, 2, t), 1000).unwrap().loss.to_bits());
+    }
+    let bits = |v: Vec<f32>| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+    let mut params = vec![bits(e.central_to_host(0).unwrap())];
+    params.extend((0..2).map(|j| bits(e.learner_params(0, j).unwrap())));
+    let stats = e.devices[0].learners.iter().map(|l| l.backend.graph_stats().unwrap()).collect();
+    (losses, params, stats)
+}
+
+/// With CUDA graphs (recorded, compared, captured once, then replayed) the engine trains to
+/// the bits of plain launches; and the graphs were really replayed, not silently skipped.
+fn graphs_replay_the_plain_bits<E: crossbow_kernels::cuda::launch::Launcher>(be: &crossbow_kernels::cuda::GpuBackend<E>)
+where
+    crossbow_kernels::cuda::GpuBackend<E>: TestBackend,
+{
+    let g = graph_with(false);
+    let (l_off, p_off, s_off) = train_with_graphs(be, &g, false, 5);
+    let (l_on, p_on, s_on) = train_with_graphs(be, &g, true, 5);
+    assert_eq!(l_on, l_off, "losses");
+    assert_eq!(p_on, p_off, "central model and learners' parameters");
+    for s in &s_off {
+        assert_eq!((s.captures, s.replays, s.plain), (0, 0, 5), "graphs off: {s:?}");
+    }
+    for s in &s_on {
+        assert_eq!((s.captures, s.replays, s.plain), (1, 4, 0), "one capture, then replays: {s:?}");
+    }
+}
+
+/// Dropout draws new masks every iteration (its seed is a kernel argument): no recording
+/// matches the graph, so after a few captures graphs turn themselves off, and the bits are
+/// still those of plain launches.
+fn graphs_turn_off_when_every_iteration_differs<E: crossbow_kernels::cuda::launch::Launcher>(
+    be: &crossbow_kernels::cuda::GpuBackend<E>,
+) where
+    crossbow_kernels::cuda::GpuBackend<E>: TestBackend,
+{
+    let g = graph_with(true);
+    let iters = crossbow_kernels::cuda::replay::MAX_MISSES as u64 + 4;
+    let (l_off, p_off, _) = train_with_graphs(be, &g, false, iters);
+    let (l_on, p_on, s_on) = train_with_graphs(be, &g, true, iters);
+    assert_eq!(l_on, l_off, "losses");
+    assert_eq!(p_on, p_off, "parameters");
+    let misses = crossbow_kernels::cuda::replay::MAX_MISSES as u64;
+    for s in &s_on {
+        assert_eq!(s.replays, 0, "{s:?}");
+        assert_eq!(s.captures, misses, "{s:?}");
+        assert_eq!(s.plain, iters - misses, "{s:?}");
+    }
+}
