@@ -9,6 +9,9 @@ use std::process::Command;
 
 use crossbow_data::{DatasetKind, LoadOptions, export_folder, load};
 
+mod common;
+use common::evaluations;
+
 fn crossbow(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_crossbow")).args(args).output().expect("run crossbow");
     (
@@ -40,31 +43,6 @@ fn shapes_folder(dir: &Path, train: usize, test: usize) {
     let tr = tr.with_class_names(names.clone()).unwrap();
     let te = te.with_class_names(names).unwrap();
     assert_eq!(export_folder(&tr, &te, dir).unwrap(), train + test);
-}
-
-/// The evaluation records of a metrics file, with those a resumed run superseded removed and
-/// without their times.
-fn evaluations(metrics: &Path) -> Vec<serde_json::Value> {
-    let mut out: Vec<serde_json::Value> = vec![];
-    for line in std::fs::read_to_string(metrics).unwrap().lines() {
-        let v: serde_json::Value = serde_json::from_str(line).unwrap();
-        match v["event"].as_str() {
-            Some("resume") => {
-                let at = v["iteration"].as_u64().unwrap();
-                out.retain(|e| e["iteration"].as_u64().unwrap() <= at);
-            }
-            Some("eval") => {
-                let mut e = v.clone();
-                let o = e.as_object_mut().unwrap();
-                for k in ["event", "train_seconds", "wall_seconds", "images_per_sec"] {
-                    o.remove(k);
-                }
-                out.push(e);
-            }
-            _ => {}
-        }
-    }
-    out
 }
 
 fn train_on(data: &Path, metrics: &Path, extra: &[&str]) -> (i32, String) {

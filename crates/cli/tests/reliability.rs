@@ -12,6 +12,9 @@ use std::time::{Duration, Instant};
 use crossbow_replica::checkpoint::CheckpointFile;
 use serde_json::Value;
 
+mod common;
+use common::evaluations;
+
 const BIN: &str = env!("CARGO_BIN_EXE_crossbow");
 
 fn tmp(name: &str) -> PathBuf {
@@ -75,31 +78,6 @@ fn newest(dir: &Path) -> (PathBuf, CheckpointFile) {
     let p = names.pop().expect("a checkpoint");
     let f = CheckpointFile::read(&p).unwrap();
     (p, f)
-}
-
-/// The evaluations of a metrics file, with the records a resumed run superseded removed
-/// (those after the iteration it resumed from), without their times.
-fn evaluations(metrics: &Path) -> Vec<Value> {
-    let mut out: Vec<Value> = vec![];
-    for line in std::fs::read_to_string(metrics).unwrap().lines() {
-        let v: Value = serde_json::from_str(line).unwrap();
-        match v["event"].as_str() {
-            Some("resume") => {
-                let at = v["iteration"].as_u64().unwrap();
-                out.retain(|e| e["iteration"].as_u64().unwrap() <= at);
-            }
-            Some("eval") => {
-                let mut e = v.clone();
-                let o = e.as_object_mut().unwrap();
-                for k in ["event", "train_seconds", "wall_seconds", "images_per_sec"] {
-                    o.remove(k);
-                }
-                out.push(e);
-            }
-            _ => {}
-        }
-    }
-    out
 }
 
 fn engine_tensors(f: &CheckpointFile) -> BTreeMap<String, Vec<u32>> {

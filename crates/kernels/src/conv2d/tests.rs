@@ -479,6 +479,20 @@ proptest! {
     }
 }
 
+/// All three passes of `g` on 2 threads against the f64 definitions.
+#[cfg(test)]
+fn check_all_passes_against_the_reference(g: &Conv2dGeom) {
+    let be = CpuBackend::with_threads(0, 2).unwrap();
+    let x = random_vec(1, g.input_len(), 1.0);
+    let p = random_vec(2, g.params_len(), 0.3);
+    let dy = random_vec(3, g.output_len(), 1.0);
+    let out = run(&be, g, &x, &p, &dy);
+    let (xd, pd, dyd) = (to_f64(&x), to_f64(&p), to_f64(&dy));
+    assert_close(&out.y, &conv_ref(g, &xd, &pd), Tolerance::new(1e-5, 1e-4), &format!("forward {g:?}"));
+    assert_close(&out.dx, &dx_ref(g, &pd, &dyd), Tolerance::new(1e-5, 1e-4), &format!("dx {g:?}"));
+    assert_close(&out.dp, &dparams_ref(g, &xd, &dyd), Tolerance::new(1e-4, 1e-4), &format!("dparams {g:?}"));
+}
+
 /// The strided ResNet layers (3×3 stride 2 into 16 and 8 pixels) run the direct forward
 /// kernel on both vector units, the 1×1 stride-2 projections stay with im2col, and all match
 /// the f64 definitions in all three passes.
@@ -499,15 +513,7 @@ fn strided_resnet_shapes_run_direct_forward_and_match_the_reference() {
                 assert!(d.is_none(), "{g:?}: {d:?}");
             }
         }
-        let be = CpuBackend::with_threads(0, 2).unwrap();
-        let x = random_vec(1, g.input_len(), 1.0);
-        let p = random_vec(2, g.params_len(), 0.3);
-        let dy = random_vec(3, g.output_len(), 1.0);
-        let out = run(&be, &g, &x, &p, &dy);
-        let (xd, pd, dyd) = (to_f64(&x), to_f64(&p), to_f64(&dy));
-        assert_close(&out.y, &conv_ref(&g, &xd, &pd), Tolerance::new(1e-5, 1e-4), &format!("forward {g:?}"));
-        assert_close(&out.dx, &dx_ref(&g, &pd, &dyd), Tolerance::new(1e-5, 1e-4), &format!("dx {g:?}"));
-        assert_close(&out.dp, &dparams_ref(&g, &xd, &dyd), Tolerance::new(1e-4, 1e-4), &format!("dparams {g:?}"));
+        check_all_passes_against_the_reference(&g);
     }
 }
 
@@ -536,15 +542,7 @@ fn resnet_shapes_run_direct_and_match_the_reference() {
                 assert!(rows.is_some_and(|r| want.contains(&r)), "{g:?}: {rows:?}");
             }
         }
-        let be = CpuBackend::with_threads(0, 2).unwrap();
-        let x = random_vec(1, g.input_len(), 1.0);
-        let p = random_vec(2, g.params_len(), 0.3);
-        let dy = random_vec(3, g.output_len(), 1.0);
-        let out = run(&be, &g, &x, &p, &dy);
-        let (xd, pd, dyd) = (to_f64(&x), to_f64(&p), to_f64(&dy));
-        assert_close(&out.y, &conv_ref(&g, &xd, &pd), Tolerance::new(1e-5, 1e-4), &format!("forward {g:?}"));
-        assert_close(&out.dx, &dx_ref(&g, &pd, &dyd), Tolerance::new(1e-5, 1e-4), &format!("dx {g:?}"));
-        assert_close(&out.dp, &dparams_ref(&g, &xd, &dyd), Tolerance::new(1e-4, 1e-4), &format!("dparams {g:?}"));
+        check_all_passes_against_the_reference(&g);
     }
 }
 
