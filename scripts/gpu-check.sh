@@ -34,8 +34,9 @@
 #   crossbow/PyTorch b32, b128  ResNet-32, `crossbow bench` learners 1, 2, 4, 8 and the tuner's
 #              choice; PyTorch eager and torch.compile on the same GPU
 #              (benches/peers/pytorch_gpu_bench.py).
-#   graphs off b32 only: `crossbow bench` learners 1 and 8 with CROSSBOW_CUDA_GRAPHS=0, the
-#              rows "N, CUDA graphs off" of the table (what replaying iterations as graphs brings).
+#   variants   b32 only, 15 iterations: `crossbow bench` learners 1 and 8 with
+#              CROSSBOW_CUDA_GRAPHS=0, then with CROSSBOW_STAGING_BUFFERS=1: the table's rows
+#              "N, CUDA graphs off" and "N, 1 staging buffer" (what each of the two brings).
 #   table      the throughput table with ratios ($OUT/throughput.md).
 #
 # With a GPU (nvidia-smi works) nothing passes by being skipped; a step fails, named in the
@@ -107,7 +108,7 @@ PY=${PYTHON:-python3}
 # the GPU pays 2-3 s (context, cuBLAS and cuDNN loaded; kernels from the disk cache the doctor
 # fills), NVRTC compiles the 10 .cu sources (about 500 lines) in a few seconds per
 # architecture, `import torch` takes 3-5 s and torch.compile of ResNet-32 30-60 s per shape,
-# compute-sanitizer memcheck slows kernels 10-100x. Sums: correctness 270 s, speed 272 s.
+# compute-sanitizer memcheck slows kernels 10-100x. Sums: correctness 270 s, speed 277 s.
 EST_LIBRARIES=10 # python + import torch + nvidia-smi
 EST_DOCTOR=30    # first NVRTC compile of every kernel for sm_90, self-test on both cuDNN paths
 EST_NVRTC=25     # every kernel for sm_80 and for sm_90, disk-cache tests
@@ -117,7 +118,7 @@ EST_ENGINE=45    # 6 processes; 20 iterations x 4 synchronisers with the CPU eng
 EST_SANITIZER=60 # one tuner run under memcheck on the fallback kernels
 EST_NCCL=20      # 1 + 8 processes; two LeNet-5 engine runs
 EST_CB32=50      # 4 learner counts x 35 iterations + the tuner (up to 8 learners) + NVRTC
-EST_NOGRAPHS=15  # learners 1 and 8 x 35 iterations, plain launches
+EST_VARIANT=10   # learners 1 and 8 x 15 iterations, one setting changed (two such steps)
 EST_PT32=70      # eager, then torch.compile (the compile dominates)
 EST_CB128=70     # as b32 with 4x the images per iteration
 EST_PT128=55     # torch.compile again for the new shape (some of the compile cache reused)
@@ -574,8 +575,8 @@ bench_crossbow() { # batch estimate
     step_end
 }
 
-bench_no_graphs() { # batch estimate: CUDA graphs off (CROSSBOW_CUDA_GRAPHS=0), 1 and the most learners
-    step_begin "crossbow bench, batch $1, CUDA graphs off" "$2" || return
+bench_variant() { # batch estimate label json-suffix VAR=VALUE: one setting changed, learners 1 and the most
+    step_begin "crossbow bench, batch $1, $3" "$2" || return
     COUNTED=0
     if [ ! -x "$CROSSBOW_BIN" ]; then
         if [ "$GPU" = 1 ]; then
@@ -584,10 +585,10 @@ bench_no_graphs() { # batch estimate: CUDA graphs off (CROSSBOW_CUDA_GRAPHS=0), 
             note "no crossbow in the bundle (not run; a failure with a GPU)"
         fi
     else
-        run_cmd "crossbow bench (graphs off)" env NVIDIA_TF32_OVERRIDE=0 CROSSBOW_CUDA_GRAPHS=0 "$CROSSBOW_BIN" bench \
-            --model resnet32 --batch-size "$1" --learners "1,$MAXL" --devices "$DEV" --iterations "$IT" --warmup "$WU" \
-            --json "$OUT/crossbow-$1-nographs.json"
-        [ -s "$OUT/crossbow-$1-nographs.json" ] || problem "no $OUT/crossbow-$1-nographs.json written"
+        run_cmd "crossbow bench ($3)" env NVIDIA_TF32_OVERRIDE=0 "$5" "$CROSSBOW_BIN" bench \
+            --model resnet32 --batch-size "$1" --learners "1,$MAXL" --devices "$DEV" --iterations "$IT_VARIANT" \
+            --warmup "$WU" --json "$OUT/crossbow-$1-$4.json"
+        [ -s "$OUT/crossbow-$1-$4.json" ] || problem "no $OUT/crossbow-$1-$4.json written"
     fi
     step_end
 }
@@ -635,12 +636,13 @@ for b in batches:
         cb = {"rows": [], "tuner": []}
     rows = [(str(r["learners_per_device"]), r["images_per_sec"]) for r in cb.get("rows", [])]
     rows += [(f"tuner: {r['picked']}", r["images_per_sec"]) for r in cb.get("tuner", [])]
-    try:
-        ng = json.load(open(os.path.join(out, f"crossbow-{b}-nographs.json")))
-        rows += [(f"{r['learners_per_device']}, CUDA graphs off", r["images_per_sec"]) for r in ng.get("rows", [])]
-    except (OSError, ValueError):
-        if b == batches[0]:
-            missing.append(f"crossbow with CUDA graphs off at batch {b}")
+    for suffix, label in [("nographs", "CUDA graphs off"), ("staging1", "1 staging buffer")]:
+        try:
+            v = json.load(open(os.path.join(out, f"crossbow-{b}-{suffix}.json")))
+            rows += [(f"{r['learners_per_device']}, {label}", r["images_per_sec"]) for r in v.get("rows", [])]
+        except (OSError, ValueError):
+            if b == batches[0]:
+                missing.append(f"crossbow with {label} at batch {b}")
     if not rows:
         missing.append(f"crossbow at batch {b}")
     missing += [f"PyTorch {m} at batch {b}" for m in modes if m not in peers]
@@ -695,17 +697,22 @@ if [ "$PART" != correctness ]; then
     rm -f "$OUT"/crossbow-*.json "$OUT"/pytorch-*.jsonl "$OUT/throughput.md"
     if [ "$GPU" = 1 ]; then
         DEV=cuda:0 TDEV=cuda IT=${BENCH_ITERATIONS:-30} WU=${BENCH_WARMUP:-5} MODES=${PYTORCH_MODES:-eager,compile}
+        IT_VARIANT=${BENCH_ITERATIONS:-15}
         LEARNERS=1,2,4,8 MAXL=8 BATCHES="32 128"
     else
         # Dry run: the same commands on the CPU, batch 32 only, 1 iteration, learners 1 and
         # 2, eager only.
-        DEV=cpu TDEV=cpu IT=1 WU=0 MODES=eager LEARNERS=1,2 MAXL=2 BATCHES=32
+        DEV=cpu TDEV=cpu IT=1 IT_VARIANT=1 WU=0 MODES=eager LEARNERS=1,2 MAXL=2 BATCHES=32
     fi
     for b in $BATCHES; do
         if [ "$b" = 32 ]; then ec=$EST_CB32 ep=$EST_PT32; else ec=$EST_CB128 ep=$EST_PT128; fi
         bench_crossbow "$b" "$ec"
-        # What CUDA graphs bring: the same bench with plain launches (first batch only).
-        [ "$b" = "${BATCHES%% *}" ] && bench_no_graphs "$b" "$EST_NOGRAPHS"
+        # What CUDA graphs and the rotating pinned upload buffers bring: the same bench with
+        # one of them off (first batch only, fewer iterations).
+        if [ "$b" = "${BATCHES%% *}" ]; then
+            bench_variant "$b" "$EST_VARIANT" "CUDA graphs off" nographs CROSSBOW_CUDA_GRAPHS=0
+            bench_variant "$b" "$EST_VARIANT" "1 staging buffer" staging1 CROSSBOW_STAGING_BUFFERS=1
+        fi
         bench_pytorch "$b" "$ep"
     done
     table

@@ -217,14 +217,16 @@ check dry-correctness 0 "$T/nogpu-bin" "$T/bundle" correctness
 has dry-correctness '^no GPU' 'gpu-check correctness: OK'
 hasnt dry-correctness 'FAIL'
 check dry-speed 0 "$T/nogpu-bin" "$T/bundle" speed
-has dry-speed '^no GPU' 'gpu-check speed: OK' 'crossbow bench, batch 32' 'crossbow bench, batch 32, CUDA graphs off'
-[ -s "$T/dry-speed/crossbow-32.json" ] || fail "dry-speed: no crossbow-32.json in OUT"
-[ -s "$T/dry-speed/crossbow-32-nographs.json" ] || fail "dry-speed: no crossbow-32-nographs.json in OUT"
+has dry-speed '^no GPU' 'gpu-check speed: OK' 'crossbow bench, batch 32' 'crossbow bench, batch 32, CUDA graphs off' \
+    'crossbow bench, batch 32, 1 staging buffer'
+for f in crossbow-32.json crossbow-32-nographs.json crossbow-32-staging1.json; do
+    [ -s "$T/dry-speed/$f" ] || fail "dry-speed: no $f in OUT"
+done
 # A deadline shorter than a step's estimate: "not run: deadline", a failure.
 check dry-deadline 1 "$T/nogpu-bin" "$T/bundle" correctness DEADLINE=12
 has dry-deadline 'not run: deadline'
 # A hanging test process: stopped at the step's timeout, the step fails, the next steps run.
-check dry-timeout 1 "$T/nogpu-bin" "$T/bundle" correctness STEP_TIMEOUT=1 FAKE_HANG_ON=nvrtc
+check dry-timeout 1 "$T/nogpu-bin" "$T/bundle" correctness STEP_TIMEOUT=5 FAKE_HANG_ON=nvrtc
 has dry-timeout 'nvrtc: exit status 124 \(timed out after [0-9]+s\)'
 row_is dry-timeout 'NVRTC compile' FAIL
 row_is dry-timeout 'op tests' PASS
@@ -234,8 +236,9 @@ check gpu-speed any "$T/gpu-bin" "$T/bundle" speed BENCH_ITERATIONS=1 BENCH_WARM
 has gpu-speed 'crossbow bench, batch 32' 'crossbow bench, batch 128'
 row_is gpu-speed 'crossbow bench, batch 128' PASS
 row_is gpu-speed 'crossbow bench, batch 32, CUDA graphs off' PASS
-has gpu-speed '\| 32 \| 1, CUDA graphs off \|'
-hasnt gpu-speed 'batch 128, CUDA graphs off'
+row_is gpu-speed 'crossbow bench, batch 32, 1 staging buffer' PASS
+has gpu-speed '\| 32 \| 1, CUDA graphs off \|' '\| 32 \| 1, 1 staging buffer \|'
+hasnt gpu-speed 'batch 128, CUDA graphs off' 'batch 128, 1 staging buffer'
 # With a GPU the engine step runs the CUDA-graph tests of replica-unit (and they skip here).
 grep -q 'graphs_replay_the_plain_bits::cuda_async' "$T/gpu-skips"/correctness-*-engine*.log ||
     fail "gpu-skips: the engine step did not run the CUDA-graph tests"

@@ -153,6 +153,11 @@ pub fn run(a: &DoctorArgs) -> Result<(), CliError> {
         } else {
             println!("         CUDA graphs: off ({}=0)", cuda::env::GRAPHS);
         }
+        println!(
+            "         pinned upload buffers per learner: {} ({})",
+            CudaOptions::from_env().staging_buffers,
+            cuda::env::STAGING_BUFFERS
+        );
         if a.no_self_test {
             usable += 1;
             continue;

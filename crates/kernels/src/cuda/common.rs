@@ -27,8 +27,38 @@ pub mod env {
     /// deterministic (atomics in the backward passes), giving up bit-identical reruns.
     pub const CUDNN_NONDETERMINISTIC: &str = "CROSSBOW_CUDNN_NONDETERMINISTIC";
     /// `0`: issue every learner's iteration launch by launch instead of replaying it as a
-    /// CUDA graph (`crossbow_kernels::cuda::replay`; graphs are on by default).
+    /// CUDA graph (`crossbow_kernels::cuda::replay`; graphs are on by default). Values other
+    /// than 0/1 (true/false, yes/no, on/off) are an error when a device is opened.
     pub const GRAPHS: &str = "CROSSBOW_CUDA_GRAPHS";
+
+    /// Pinned staging buffers each learner's uploads rotate through, 1-64 (default 4; `1` is
+    /// the single buffer of earlier versions, for comparing).
+    pub const STAGING_BUFFERS: &str = "CROSSBOW_STAGING_BUFFERS";
+
+    /// An error naming the variable and its value when [`GRAPHS`] or [`STAGING_BUFFERS`] is
+    /// set to something it does not take (checked when a device is opened).
+    pub fn check() -> Result<(), String> {
+        check_values(std::env::var(GRAPHS).ok().as_deref(), std::env::var(STAGING_BUFFERS).ok().as_deref())
+    }
+
+    pub(crate) fn check_values(graphs: Option<&str>, staging: Option<&str>) -> Result<(), String> {
+        if let Some(v) = graphs {
+            let ok =
+                ["0", "1", "true", "false", "yes", "no", "on", "off"].contains(&v.trim().to_ascii_lowercase().as_str());
+            if !ok {
+                return Err(format!("{GRAPHS}={v:?}: expected 0 (plain launches) or 1 (CUDA graphs, the default)"));
+            }
+        }
+        if let Some(v) = staging.filter(|v| staging_buffers(v).is_none()) {
+            return Err(format!("{STAGING_BUFFERS}={v:?}: expected a number of pinned buffers from 1 to 64"));
+        }
+        Ok(())
+    }
+
+    /// The number of staging buffers a value of [`STAGING_BUFFERS`] asks for.
+    pub(crate) fn staging_buffers(v: &str) -> Option<usize> {
+        v.trim().parse::<usize>().ok().filter(|n| (1..=64).contains(n))
+    }
 
     /// True when the variable is set to `0`, `false`, `no` or `off`.
     pub fn off(name: &str) -> bool {
@@ -166,7 +196,7 @@ pub struct CudaOptions {
     pub graphs: bool,
     /// Pinned staging buffers per learner for uploads, used in turn (default 4: an
     /// iteration uploads images and labels, so the host can stage iteration t + 1 while the
-    /// device still copies iteration t's; at least 1).
+    /// device still copies iteration t's; at least 1; [`env::STAGING_BUFFERS`]).
     pub staging_buffers: usize,
 }
 
@@ -194,6 +224,10 @@ impl CudaOptions {
             require_cudnn: env::flag(env::REQUIRE_CUDNN),
             deterministic: !env::flag(env::CUDNN_NONDETERMINISTIC),
             graphs: !env::off(env::GRAPHS),
+            staging_buffers: std::env::var(env::STAGING_BUFFERS)
+                .ok()
+                .and_then(|v| env::staging_buffers(&v))
+                .unwrap_or(CudaOptions::default().staging_buffers),
             ..CudaOptions::default()
         }
     }
@@ -243,4 +277,25 @@ pub struct CompiledSource {
     pub cubin_len: usize,
     /// The NVRTC log (warnings); empty for a clean compile.
     pub log: String,
+}
+
+#[cfg(test)]
+mod env_tests {
+    use super::env::{GRAPHS, STAGING_BUFFERS, check_values, staging_buffers};
+
+    /// A bad value of the graph or staging variable is an error naming the variable and the
+    /// value; good values and unset pass.
+    #[test]
+    fn bad_graph_and_staging_values_are_errors_that_name_them() {
+        assert!(check_values(None, None).is_ok());
+        assert!(check_values(Some("0"), Some("1")).is_ok());
+        assert!(check_values(Some(" off "), Some("64")).is_ok());
+        let e = check_values(Some("maybe"), None).unwrap_err();
+        assert!(e.contains(GRAPHS) && e.contains("maybe"), "{e}");
+        for bad in ["0", "65", "-1", "four", ""] {
+            let e = check_values(None, Some(bad)).unwrap_err();
+            assert!(e.contains(STAGING_BUFFERS) && e.contains(&format!("{bad:?}")), "{e}");
+        }
+        assert_eq!(staging_buffers(" 2 "), Some(2));
+    }
 }

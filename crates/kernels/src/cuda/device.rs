@@ -73,6 +73,7 @@ impl CudaDevice {
         if !matches!(status, DriverStatus::Ready { .. }) {
             return Err(status_error(&status));
         }
+        super::env::check().map_err(|msg| KernelError::Cuda { context: format!("opening cuda:{ordinal}"), msg })?;
         let info = device_info(ordinal)?;
         // SAFETY (of the checks above): libcuda is loaded, so no driver call below panics.
         let ctx = CudaContext::new(ordinal).map_err(|e| drv(format!("creating a context on cuda:{ordinal}"), e))?;

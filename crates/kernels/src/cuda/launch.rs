@@ -264,7 +264,9 @@ pub trait Launcher: Sealed + Send + Sync + 'static {
 
     /// Runs `f` with this executor's cuDNN handle (context bound, and synchronised after
     /// when launches are), or returns `Ok(None)` when it has none: then the op runs its
-    /// fallback kernels. Ops' `cudnn.rs` files are the only callers.
+    /// fallback kernels. For host-side queries only (workspace sizes, plans): work on the
+    /// stream goes through [`Launcher::cudnn_op`], as data, so that a recording can hold it.
+    /// Ops' `cuda.rs` files are the only callers.
     #[cfg(feature = "cuda")]
     fn with_cudnn<T>(&self, f: impl FnOnce(&super::cudnn::Cudnn) -> Result<T>) -> Result<Option<T>> {
         let _ = f;
