@@ -46,7 +46,8 @@
 # is missing or a log shows it fell back (`using the im2col fallback`, `uses the fallback
 # kernels`, `running crossbow's own kernels`); compute-sanitizer is not found (SANITIZER=0
 # opts out, saying so); NCCL refuses two_ranks_of_one_gpu_each (or it fails otherwise);
-# PyTorch is not importable (speed); a measurement is missing from the table. The tests run
+# PyTorch is not importable (speed); a measurement is missing from the table; a learner's CUDA
+# graphs turned themselves off during the main bench (speed). The tests run
 # with CROSSBOW_REQUIRE_GPU=1, CROSSBOW_REQUIRE_CUDNN=1 (not in the sanitizer step, which sets
 # CROSSBOW_DISABLE_CUDNN=1), CROSSBOW_REQUIRE_NVRTC=1 and CROSSBOW_REQUIRE_NCCL=1.
 #
@@ -285,6 +286,15 @@ check_cudnn_fallback() {
     local hit
     hit=$(grep -hE 'using the im2col fallback|uses the fallback kernels|running crossbow.s own kernels' "$STEP_LOG" | head -1)
     [ -n "$hit" ] && problem "cuDNN fell back: $hit"
+}
+
+# With a GPU, a learner whose CUDA graphs turned themselves off (a capture the driver refused,
+# work a graph cannot hold) fails the step: its figures would be plain launches' figures.
+check_graphs_stayed_on() {
+    [ "$GPU" = 1 ] || return 0
+    local hit
+    hit=$(grep -h 'CUDA graphs off, plain launches' "$STEP_LOG" | head -1)
+    [ -n "$hit" ] && problem "CUDA graphs turned themselves off: $hit"
 }
 
 # Killed (the GPU machine's limit, Ctrl-C): stop the running command (its `timeout`, by its
@@ -571,6 +581,7 @@ bench_crossbow() { # batch estimate
             --learners "$LEARNERS" --devices "$DEV" --iterations "$IT" --warmup "$WU" --tuner --max-learners "$MAXL" \
             --json "$OUT/crossbow-$1.json"
         [ -s "$OUT/crossbow-$1.json" ] || problem "no $OUT/crossbow-$1.json written"
+        check_graphs_stayed_on
     fi
     step_end
 }

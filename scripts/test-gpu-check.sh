@@ -111,6 +111,7 @@ bench)
         case $1 in --json) json=$2 ;; --batch-size) batch=$2 ;; esac
         shift
     done
+    [ -n "${FAKE_GRAPHS_OFF:-}" ] && echo "crossbow: cuda:0 stream 3: CUDA graphs off, plain launches from now on: capturing a graph failed: fake" >&2
     echo "| resnet32 | $batch | 1 | fake | 100.0 | 1.00x |"
     printf '{"rows": [{"learners_per_device": 1, "images_per_sec": 100.0}], "tuner": [{"picked": 1, "images_per_sec": 90.0}]}\n' >"$json"
     ;;
@@ -242,6 +243,12 @@ hasnt gpu-speed 'batch 128, CUDA graphs off' 'batch 128, 1 staging buffer'
 # With a GPU the engine step runs the CUDA-graph tests of replica-unit (and they skip here).
 grep -q 'graphs_replay_the_plain_bits::cuda_async' "$T/gpu-skips"/correctness-*-engine*.log ||
     fail "gpu-skips: the engine step did not run the CUDA-graph tests"
+# Graphs that turn themselves off during the bench fail its step, quoting the line.
+check gpu-speed-graphs-off 1 "$T/gpu-bin" "$T/bundle" speed BENCH_ITERATIONS=1 BENCH_WARMUP=0 PYTORCH_MODES=eager \
+    FAKE_GRAPHS_OFF=1
+has gpu-speed-graphs-off 'CUDA graphs turned themselves off: crossbow: cuda:0 stream 3: CUDA graphs off'
+row_is gpu-speed-graphs-off 'crossbow bench, batch 32 ' FAIL
+hasnt gpu-speed 'CUDA graphs turned themselves off'
 if grep -q 'PyTorch is not importable' "$T/gpu-speed.out"; then
     has gpu-speed 'gpu-check speed: FAILED'
     row_is gpu-speed 'PyTorch \(eager\), batch 32' FAIL
