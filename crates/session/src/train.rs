@@ -1283,7 +1283,7 @@ impl DivergenceWatch {
         }
         if !engine.central_is_finite()? {
             return Ok(Some(format!(
-                "the central model has a NaN or infinite value after iteration {} (epoch {:.3})",
+                "the central model has a NaN or infinite value (or values beyond about 1e19) after iteration {} (epoch {:.3})",
                 rec.iteration, rec.epoch
             )));
         }

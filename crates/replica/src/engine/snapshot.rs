@@ -367,10 +367,18 @@ impl<B: Backend> Engine<B> {
             .collect()
     }
 
-    /// Whether every value of the central model (device 0's copy) is finite.
+    /// Whether the central model (device 0's copy) is finite: its sum of squares, taken on
+    /// the device with f64 partial sums, is — so one number crosses to the host each
+    /// iteration, not the model (on a GPU, megabytes over PCIe and a scan per iteration).
+    /// False for any NaN or infinity, and also for values beyond about 1e19, whose squares
+    /// overflow the f32 sum (a diverged model all the same).
     pub fn central_is_finite(&self) -> Result<bool> {
         let dev = self.devices.first().ok_or_else(|| ReplicaError::Config("no devices".into()))?;
-        Ok(Self::download(&dev.backend, &dev.central.z, self.graph.param_len)?.iter().all(|v| v.is_finite()))
+        let mut out = dev.backend.alloc(1)?;
+        dev.backend.sum_squares(View::new(&dev.central.z, 0..self.graph.param_len)?, ViewMut::whole(&mut out))?;
+        let mut s = [0.0f32];
+        dev.backend.download(View::whole(&out), &mut s)?;
+        Ok(s[0].is_finite())
     }
 
     /// Sets the base learning rate (before the schedule), e.g. halved after a divergence.

@@ -309,3 +309,24 @@ fn graphs_turn_off_when_every_iteration_differs<E: crossbow_kernels::cuda::launc
         assert_eq!(s.plain, iters - misses, "{s:?}");
     }
 }
+
+crossbow_kernels::test_backends! {
+    the_central_model_is_checked_on_the_device: [cpu, emu],
+}
+
+/// `central_is_finite` (the divergence watch's per-iteration check, one number to the host):
+/// true for a trained model, false for a NaN, an infinity or a value whose square overflows.
+fn the_central_model_is_checked_on_the_device<B: TestBackend>(be: &B) {
+    let g = graph();
+    let mut e = engine(be, &g, &[2]);
+    e.step(batches(&g, 3, 2, 0), 1000).unwrap();
+    assert!(e.central_is_finite().unwrap());
+    let snap = e.snapshot().unwrap();
+    for (bad, finite) in [(f32::NAN, false), (f32::INFINITY, false), (-1e20, false), (-1e3, true)] {
+        let mut s = snap.clone();
+        let last = s.devices[0].z.len() - 1;
+        s.devices[0].z[last] = bad;
+        e.restore(&s).unwrap();
+        assert_eq!(e.central_is_finite().unwrap(), finite, "a central value of {bad}");
+    }
+}
