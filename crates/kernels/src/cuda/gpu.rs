@@ -143,7 +143,11 @@ impl<E: Launcher> Backend for GpuBackend<E> {
             }
             r.start();
         }
+        // A panic inside `work` must not leave the executor recording (it would then issue
+        // nothing, silently): the guard ends the recording on the way out.
+        let guard = EndRecording(e.replay());
         let out = work();
+        std::mem::forget(guard);
         let recorded = replay_state(e.replay())?.finish();
         let ops = match recorded {
             Ok(ops) => ops,
@@ -180,6 +184,17 @@ impl<E: Launcher> Backend for GpuBackend<E> {
                 Ok(value)
             }
             Err(err) => plain_after(e, format!("capturing a graph failed: {err}"), work),
+        }
+    }
+}
+
+/// Ends a recording when dropped (only on a panic: the normal path forgets it).
+struct EndRecording<'a, G>(&'a std::sync::Mutex<super::replay::Replay<G>>);
+
+impl<G> Drop for EndRecording<'_, G> {
+    fn drop(&mut self) {
+        if let Ok(mut r) = self.0.lock() {
+            let _ = r.finish();
         }
     }
 }

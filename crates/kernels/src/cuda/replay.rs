@@ -236,6 +236,28 @@ mod tests {
         assert!(!r.record(|| launch(3.0)), "nothing is recorded outside a recording");
     }
 
+    /// A panic in the recorded work (a bug in op code) does not leave the executor recording:
+    /// later work is issued, not silently swallowed.
+    #[cfg(feature = "testing")]
+    #[test]
+    fn a_panic_while_recording_leaves_the_executor_issuing() {
+        use crate::{Backend, View, ViewMut};
+        let Some(be) = crate::testing::emu_backend_or_skip("a_panic_while_recording_leaves_the_executor_issuing")
+        else {
+            return;
+        };
+        be.set_graphs(true).unwrap();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _ = be.replayable(|| -> crate::Result<()> { panic!("a bug in op code") });
+        }));
+        assert!(r.is_err());
+        let mut buf = be.alloc(4).unwrap();
+        be.fill(ViewMut::whole(&mut buf), 2.5).unwrap();
+        let mut host = [0.0f32; 4];
+        be.download(View::whole(&buf), &mut host).unwrap();
+        assert_eq!(host, [2.5; 4]);
+    }
+
     /// Downloads and the like fail the recording; too many misses in a row turn graphs off.
     #[test]
     fn violations_and_repeated_misses_turn_graphs_off() {
