@@ -64,6 +64,20 @@ pub trait Backend: Ops + Send + Sync + 'static {
     /// Copies a view to host memory, waiting for pending work (`src.len() == dst.len()`).
     fn download(&self, src: View<'_, Self>, dst: &mut [f32]) -> Result<()>;
 
+    /// A download started by [`Backend::start_download`] and not yet finished.
+    type Pending: Send + 'static;
+
+    /// Starts copying a view to host memory at this point of the backend's queue, without
+    /// waiting for the work issued before it: [`Backend::finish_download`] then waits for
+    /// that copy only, and returns the values the view held at this point (later work may
+    /// overwrite the view meanwhile). For small reads whose values are wanted later, e.g. a
+    /// loss read one iteration late so the host does not wait for the device every
+    /// iteration. On the CPU the copy is made at once.
+    fn start_download(&self, src: View<'_, Self>) -> Result<Self::Pending>;
+
+    /// Waits for a started download and returns its values.
+    fn finish_download(&self, pending: Self::Pending) -> Result<Vec<f32>>;
+
     /// Copies between two views of this device (`src.len() == dst.len()`).
     fn copy(&self, src: View<'_, Self>, dst: ViewMut<'_, Self>) -> Result<()>;
 

@@ -210,6 +210,16 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    type Pending = Vec<f32>;
+
+    fn start_download(&self, src: View<'_, Self>) -> Result<Vec<f32>> {
+        Ok(host_slice(src).to_vec())
+    }
+
+    fn finish_download(&self, pending: Vec<f32>) -> Result<Vec<f32>> {
+        Ok(pending)
+    }
+
     fn copy(&self, src: View<'_, Self>, dst: ViewMut<'_, Self>) -> Result<()> {
         check_len("copy", "dst", src.len(), dst.len())?;
         host_slice_mut(dst).copy_from_slice(host_slice(src));

@@ -171,6 +171,7 @@ impl CudaDevice {
                         .collect::<Result<Vec<_>>>()?,
                 )),
                 down: Mutex::new(Staging { buf: None, done: event("download")? }),
+                reads: Mutex::new(Vec::new()),
                 stream,
                 blas,
                 cudnn,
@@ -255,6 +256,14 @@ struct Staging {
     done: CudaEvent,
 }
 
+/// A started download ([`crate::Backend::start_download`]): the pinned buffer the device
+/// copies into, the event that marks the copy's end, and how many values it holds.
+pub struct ReadSlot {
+    buf: PinnedHostSlice<f32>,
+    done: CudaEvent,
+    len: usize,
+}
+
 /// Most `f32`s staged per copy (4 MiB); larger copies go in chunks.
 const STAGING: usize = 1 << 20;
 
@@ -320,6 +329,8 @@ pub struct CudaLauncher {
     cudnn: Option<Cudnn>,
     up: Mutex<Ring<Staging>>,
     down: Mutex<Staging>,
+    /// Pinned buffers of finished started downloads, for the next ones.
+    reads: Mutex<Vec<ReadSlot>>,
     index: usize,
     replay: Mutex<Replay<GraphExec>>,
 }
@@ -457,6 +468,51 @@ impl Launcher for CudaLauncher {
             chunk.copy_from_slice(host);
         }
         Ok(())
+    }
+
+    type Pending = ReadSlot;
+
+    fn start_download(&self, src: u64, len: usize) -> Result<ReadSlot> {
+        forbidden(self, "a download")?;
+        self.bind()?;
+        let ctx = self.dev.context();
+        // A finished read's buffer when one is large enough, else a new one (64 values at
+        // least, so the loss reads of a run reuse one or two buffers).
+        let reused = {
+            let mut free = locked(&self.reads)?;
+            free.iter().position(|r| r.buf.len() >= len).map(|i| free.swap_remove(i))
+        };
+        let mut slot = match reused {
+            Some(r) => r,
+            None => ReadSlot {
+                // SAFETY: the device writes the buffer before the host reads it.
+                buf: unsafe { ctx.alloc_pinned::<f32>(len.max(64)) }.map_err(|e| drv("cuMemHostAlloc", e))?,
+                done: ctx.new_event(None).map_err(|e| drv("creating a read event", e))?,
+                len,
+            },
+        };
+        slot.len = len;
+        let p = slot.buf.as_mut_ptr().map_err(|e| drv("pinned buffer", e))?;
+        // SAFETY: `p` points to at least `len` pinned f32s no other copy uses.
+        let host = unsafe { std::slice::from_raw_parts_mut(p, len) };
+        if len > 0 {
+            // SAFETY: `src` holds `len` f32s (checked by the caller); the host reads the
+            // buffer only after `done` has passed.
+            unsafe { cudarc::driver::result::memcpy_dtoh_async(host, src, self.stream.cu_stream()) }
+                .map_err(|e| drv("cuMemcpyDtoHAsync", e))?;
+        }
+        slot.done.record(&self.stream).map_err(|e| drv("cuEventRecord", e))?;
+        Ok(slot)
+    }
+
+    fn finish_download(&self, mut slot: ReadSlot) -> Result<Vec<f32>> {
+        self.bind()?;
+        slot.done.synchronize().map_err(|e| drv("waiting for a started download", e))?;
+        let p = slot.buf.as_mut_ptr().map_err(|e| drv("pinned buffer", e))?;
+        // SAFETY: the copy into the first `len` values has finished.
+        let v = unsafe { std::slice::from_raw_parts(p, slot.len) }.to_vec();
+        locked(&self.reads)?.push(slot);
+        Ok(v)
     }
 
     fn copy(&self, src: u64, dst: u64, len: usize) -> Result<()> {

@@ -100,6 +100,17 @@ impl<E: Launcher> Backend for GpuBackend<E> {
         self.launcher.download(s.addr, dst)
     }
 
+    type Pending = E::Pending;
+
+    fn start_download(&self, src: View<'_, Self>) -> Result<E::Pending> {
+        let s = self.region(src)?;
+        self.launcher.start_download(s.addr, s.len)
+    }
+
+    fn finish_download(&self, pending: E::Pending) -> Result<Vec<f32>> {
+        self.launcher.finish_download(pending)
+    }
+
     fn copy(&self, src: View<'_, Self>, dst: ViewMut<'_, Self>) -> Result<()> {
         check_len("copy", "dst", src.len(), dst.len())?;
         if src.is_empty() {

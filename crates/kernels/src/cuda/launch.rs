@@ -218,6 +218,12 @@ pub trait Launcher: Sealed + Send + Sync + 'static {
     fn upload(&self, src: &[f32], dst: u64) -> Result<()>;
     /// Device → host after all pending work, `dst.len()` elements from `src`.
     fn download(&self, src: u64, dst: &mut [f32]) -> Result<()>;
+    /// A started device → host copy.
+    type Pending: Send + 'static;
+    /// Starts copying `len` elements from `src` to host memory behind the queued work.
+    fn start_download(&self, src: u64, len: usize) -> Result<Self::Pending>;
+    /// Waits for a started copy and returns its values.
+    fn finish_download(&self, pending: Self::Pending) -> Result<Vec<f32>>;
     /// Device → device, `len` elements.
     fn copy(&self, src: u64, dst: u64, len: usize) -> Result<()>;
     /// Waits for all pending work.

@@ -135,7 +135,7 @@ pub use cudarc::driver::CudaEvent;
 #[cfg(feature = "cuda")]
 pub use cudnn::{Cudnn, CudnnOp};
 #[cfg(feature = "cuda")]
-pub use device::{CudaBackend, CudaBuffer, CudaDevice, CudaLauncher};
+pub use device::{CudaBackend, CudaBuffer, CudaDevice, CudaLauncher, ReadSlot};
 #[cfg(feature = "cuda")]
 pub use driver::{device_count, device_info, devices, driver_status};
 #[cfg(feature = "cuda")]

@@ -126,6 +126,16 @@ impl Launcher for NoDevice {
         match self.0 {}
     }
 
+    type Pending = Vec<f32>;
+
+    fn start_download(&self, _src: u64, _len: usize) -> Result<Vec<f32>> {
+        match self.0 {}
+    }
+
+    fn finish_download(&self, _pending: Vec<f32>) -> Result<Vec<f32>> {
+        match self.0 {}
+    }
+
     fn copy(&self, _src: u64, _dst: u64, _len: usize) -> Result<()> {
         match self.0 {}
     }

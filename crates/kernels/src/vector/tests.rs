@@ -120,7 +120,27 @@ pub fn vector_matches_cpu<B: Backend>(be: &B) {
     });
 }
 
+/// A started download returns what its view held where it was started in the queue, even
+/// when later work overwrites the view before it is finished; downloads finish in any order,
+/// and their buffers are reused at any size.
+pub fn started_downloads_see_their_point_in_the_queue<B: Backend>(be: &B) {
+    for len in [0usize, 2, 5000] {
+        let first: Vec<f32> = (0..len).map(|i| i as f32 + 0.5).collect();
+        let mut buf = upload(be, &first);
+        let a = be.start_download(View::whole(&buf)).unwrap();
+        be.fill(ViewMut::whole(&mut buf), 9.0).unwrap();
+        let tail = len.min(3);
+        let b = be.start_download(View::new(&buf, len - tail..len).unwrap()).unwrap();
+        be.fill(ViewMut::whole(&mut buf), -1.0).unwrap();
+        assert_eq!(be.finish_download(b).unwrap(), vec![9.0; tail], "len {len}: the later read");
+        assert_eq!(be.finish_download(a).unwrap(), first, "len {len}: the earlier read");
+        let c = be.start_download(View::whole(&buf)).unwrap();
+        assert_eq!(be.finish_download(c).unwrap(), vec![-1.0; len], "len {len}: a reused buffer");
+    }
+}
+
 crate::test_backends! {
+    started_downloads_see_their_point_in_the_queue: [cpu, emu, cuda, cuda_async],
     vector_ops,
     axpby_with_zero_beta_ignores_nan,
     views_select_regions_and_check_bounds,
