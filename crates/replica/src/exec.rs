@@ -193,6 +193,12 @@ impl<B: Backend> Executor<B> {
         Ok(())
     }
 
+    /// Starts reading the loss statistics of the last batch (`[sum of losses, correct]`)
+    /// behind the work issued so far ([`Backend::start_download`]).
+    pub fn start_loss_read(&self, be: &B) -> Result<B::Pending> {
+        Ok(be.start_download(View::whole(&self.stats))?)
+    }
+
     /// `(sum of per-sample losses, correct predictions)` of the last run (waits for the device).
     pub fn loss_stats(&self, be: &B) -> Result<(f64, usize)> {
         let mut s = [0.0f32; 2];

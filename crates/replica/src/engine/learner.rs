@@ -18,8 +18,11 @@ pub struct Learner<B: Backend> {
     pub(super) exec: Executor<B>,
     /// The synchroniser's own per-learner buffers.
     pub(super) sync_buffers: Vec<B::Buffer>,
-    /// `(sum of per-sample losses, correct predictions)` of the learner's last batch.
+    /// `(sum of per-sample losses, correct predictions)` of the learner's last batch whose
+    /// loss was read.
     pub(super) last_loss: (f64, usize),
+    /// Its last batch's loss statistics on their way to the host ([`super::LossRead::Lagged`]).
+    pub(super) pending_loss: Option<super::losses::PendingRead<B>>,
 }
 
 impl<B: Backend> Learner<B> {

@@ -11,13 +11,15 @@
 //! The parts, one file each: [`devices`] (what a device is: [`DeviceFactory`], CPU and CUDA
 //! devices, memory budgets), [`source`] (where batches come from), [`learner`] (one learner's
 //! forward, backward and local step), [`step`] (one iteration over every device, then the
-//! synchroniser), [`evaluation`] (the central model on the test set, batch-norm statistics)
+//! synchroniser), [`losses`] (the learners' losses, read every iteration or one late),
+//! [`evaluation`] (the central model on the test set, batch-norm statistics)
 //! [`tuning`] (the auto-tuner driving the learner count) and [`snapshot`] (the whole state on
 //! the host, for checkpoints).
 
 pub mod devices;
 pub mod evaluation;
 pub mod learner;
+pub mod losses;
 pub mod snapshot;
 pub mod source;
 pub mod step;
@@ -34,6 +36,7 @@ pub use crate::comm::nccl::{self, AllReduceChoice, NcclAllReduce};
 pub use devices::{CpuDevices, CudaDevices, DeviceFactory, cpu_memory_budget};
 pub use evaluation::EvalResult;
 pub use learner::Learner;
+pub use losses::{LossRead, LossRecord};
 pub use snapshot::{DeviceSnapshot, EngineSnapshot, LearnerSnapshot};
 pub use source::{EvalSource, EvalVisitor, TrainBatch, TrainSource};
 pub use step::IterationRecord;
@@ -139,6 +142,14 @@ pub struct Engine<B: Backend> {
     eval_first_learner: bool,
     /// Whose batch statistics batch norm uses in training ([`Engine::set_bn_group`]).
     bn_group: BnGroup,
+    /// When the learners' losses are read ([`Engine::set_loss_read`]).
+    loss_read: LossRead,
+    /// Losses read early (before a learner was added or removed), for the next record.
+    stash: Option<losses::LossTotals>,
+    /// The central model's sum of squares on its way to the host ([`LossRead::Lagged`]).
+    central_read: Option<losses::PendingRead<B>>,
+    /// Where that sum is computed.
+    central_sq: Option<B::Buffer>,
 }
 
 /// Whose batch statistics a learner's batch-norm layers normalise with in training.
@@ -274,6 +285,10 @@ impl<B: Backend> Engine<B> {
             evaluator: None,
             eval_first_learner: false,
             bn_group: BnGroup::Learner,
+            loss_read: LossRead::Now,
+            stash: None,
+            central_read: None,
+            central_sq: None,
         };
         for (d, dev) in devices.into_iter().enumerate() {
             let backend = engine.factory.device_backend(d)?;
@@ -327,6 +342,12 @@ impl<B: Backend> Engine<B> {
     /// The batch-norm grouping in use.
     pub fn bn_group(&self) -> BnGroup {
         self.bn_group
+    }
+
+    /// Whether the devices run work asynchronously (GPUs: the host only enqueues it), where
+    /// reading losses one iteration late ([`LossRead::Lagged`]) saves a wait per iteration.
+    pub fn asynchronous_devices(&self) -> bool {
+        !self.factory.synchronous()
     }
 
     /// The processes this engine is one of.
@@ -438,7 +459,7 @@ impl<B: Backend> Engine<B> {
         let id = self.next_id;
         self.next_id += self.id_stride;
         let slot = self.free_slot();
-        Ok(Learner { id, slot, backend, replica, exec, sync_buffers, last_loss: (0.0, 0) })
+        Ok(Learner { id, slot, backend, replica, exec, sync_buffers, last_loss: (0.0, 0), pending_loss: None })
     }
 
     /// Device memory available to learners of device `d`, if known (the tuner's budget).
@@ -540,6 +561,7 @@ impl<B: Backend> Engine<B> {
     /// and the device's mean batch-norm statistics. The learners of the device are given
     /// fresh backends sized for the new count.
     pub fn add_learner(&mut self, d: usize) -> Result<()> {
+        self.stash_losses()?;
         let z = self.central_to_host(d)?;
         let state = self.mean_state(Some(d))?;
         let n = self.devices[d].learners.len() + 1;
@@ -551,6 +573,7 @@ impl<B: Backend> Engine<B> {
 
     /// Removes the most recently added learner of device `d` (never the last one).
     pub fn remove_learner(&mut self, d: usize) -> Result<()> {
+        self.stash_losses()?;
         let dev = self.devices.get_mut(d).ok_or_else(|| ReplicaError::Config(format!("no device {d}")))?;
         if dev.learners.len() <= 1 {
             return Err(ReplicaError::Config(format!("{} has one learner left; it cannot be removed", dev.device)));

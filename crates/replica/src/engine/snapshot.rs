@@ -398,6 +398,7 @@ impl<B: Backend> Engine<B> {
     /// collective: each rank restores its slice ([`EngineSnapshot::slice_for_rank`]), and
     /// the resume is exact on every rank or on none.
     pub fn restore(&mut self, snap: &EngineSnapshot) -> Result<Vec<String>> {
+        self.discard_losses();
         let (pl, sl) = (self.graph.param_len, self.graph.stats_len);
         let first = snap.devices.first().ok_or_else(|| ReplicaError::Config("checkpoint has no devices".into()))?;
         if first.z.len() != pl || first.learners.first().is_some_and(|l| l.stats.len() != sl) {

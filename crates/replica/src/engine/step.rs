@@ -8,7 +8,7 @@ use crossbow_kernels::{Backend, View, ViewMut};
 use rayon::prelude::*;
 use serde::Serialize;
 
-use super::{BnGroup, DeviceState, Engine, Learner, TrainBatch};
+use super::{BnGroup, DeviceState, Engine, Learner, LossRead, TrainBatch};
 use crate::error::{ReplicaError, Result};
 use crate::exec::{GroupMember, group_batch_norm, mix};
 use crate::sync::{LearnerRef, StepInfo, Synchroniser};
@@ -22,10 +22,18 @@ pub struct IterationRecord {
     pub epoch: f64,
     /// Learning rate used by this iteration, after the schedule.
     pub lr: f64,
-    /// Mean training loss over all learners' batches (of every rank).
+    /// Mean training loss over all learners' batches (of every rank) of iteration
+    /// `loss_iteration`: this one, or with [`LossRead::Lagged`] the one before (0 when
+    /// `loss_images` is 0).
     pub loss: f64,
-    /// Training accuracy over all learners' batches.
+    /// Training accuracy over the same batches.
     pub accuracy: f64,
+    /// The iteration (completed count) whose batches `loss` and `accuracy` are of: this
+    /// record's, or with [`LossRead::Lagged`] the one before (0: none yet). After
+    /// [`IterationRecord::add_losses`] they cover several iterations, up to this one.
+    pub loss_iteration: u64,
+    /// Images `loss` and `accuracy` cover (0 when no loss had been read yet).
+    pub loss_images: usize,
     /// Training images processed by all learners together in this iteration (of every rank).
     pub images: usize,
     /// Wall time of the whole iteration (every device, the all-reduce, the central update).
@@ -146,41 +154,17 @@ impl<B: Backend> Engine<B> {
             }
         }
 
-        // Losses (this waits for the devices).
-        let mut loss = 0.0;
-        let mut correct = 0usize;
-        let mut images = 0usize;
-        let mut bad = None;
-        for dev in &mut self.devices {
-            for l in &mut dev.learners {
-                l.last_loss = l.exec.loss_stats(&l.backend)?;
-                if !l.last_loss.0.is_finite() && bad.is_none() {
-                    bad = Some(format!(
-                        "learner {} on {} has loss {} at iteration {} (epoch {epoch:.3}); lower the learning rate",
-                        l.id, dev.device, l.last_loss.0, self.iteration
-                    ));
-                }
-                loss += l.last_loss.0;
-                correct += l.last_loss.1;
-                images += self.cfg.batch_size;
-            }
-        }
-        if self.world.size() > 1 {
-            // Every rank sees the same totals, so every rank stops on a diverged learner of
-            // any rank (a NaN loss makes the sum NaN everywhere).
-            let mut sums = [loss, correct as f64, images as f64];
-            self.world.all_reduce_sum_f64(&mut sums)?;
-            if !sums[0].is_finite() && bad.is_none() {
-                bad = Some(format!(
-                    "a learner of another rank has loss {} at iteration {} (epoch {epoch:.3}); lower the learning rate",
-                    sums[0], self.iteration
-                ));
-            }
-            loss = sums[0];
-            correct = sums[1] as usize;
-            images = sums[2] as usize;
-        }
-        if let Some(why) = bad {
+        // Losses: this iteration's (waiting for the devices), or the previous iteration's
+        // while this one's are on their way (`LossRead::Lagged`).
+        let mut t = match self.loss_read {
+            LossRead::Now => self.read_losses_now(epoch)?,
+            LossRead::Lagged => self.read_losses_lagged(epoch)?,
+        };
+        let mut images = self.learners() * self.cfg.batch_size;
+        // Every rank sees the same totals, so every rank stops on a diverged learner of any
+        // rank (a NaN loss makes the sum NaN everywhere).
+        self.reduce_totals(&mut t, &mut images)?;
+        if let Some(why) = t.bad {
             return Err(ReplicaError::Diverged(why));
         }
         let seconds = start.elapsed().as_secs_f64();
@@ -194,8 +178,10 @@ impl<B: Backend> Engine<B> {
             iteration: self.iteration,
             epoch: self.epoch(samples_per_epoch),
             lr,
-            loss: loss / images as f64,
-            accuracy: correct as f64 / images as f64,
+            loss: t.loss / t.images.max(1) as f64,
+            accuracy: t.correct as f64 / t.images.max(1) as f64,
+            loss_iteration: t.iteration,
+            loss_images: t.images,
             images,
             seconds,
             device_seconds,

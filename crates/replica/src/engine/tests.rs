@@ -330,3 +330,95 @@ fn the_central_model_is_checked_on_the_device<B: TestBackend>(be: &B) {
         assert_eq!(e.central_is_finite().unwrap(), finite, "a central value of {bad}");
     }
 }
+
+crossbow_kernels::test_backends! {
+    lagged_loss_reads_shift_the_losses_not_the_parameters: [cpu, emu, cuda_async],
+    a_lagged_read_finds_a_diverged_central_model_one_iteration_late: [cpu, emu],
+}
+
+/// Bits of the central model and of every learner's parameters.
+fn model_bits<B: TestBackend>(e: &Engine<B>) -> Vec<Vec<u32>> {
+    let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+    let mut out = vec![bits(e.central_to_host(0).unwrap())];
+    out.extend((0..e.learners()).map(|j| bits(e.learner_params(0, j).unwrap())));
+    out
+}
+
+/// With `LossRead::Lagged` every record carries the loss of the iteration before (the
+/// same bits as that iteration's record with `Now`), the parameters are the same bits, a
+/// learner added between iterations hands the reads in flight to the next record, and
+/// `flush_losses` returns the last iteration's.
+fn lagged_loss_reads_shift_the_losses_not_the_parameters<B: TestBackend>(be: &B) {
+    let g = graph();
+    let run = |read: LossRead| {
+        let mut e = engine(be, &g, &[2]);
+        e.set_loss_read(read).unwrap();
+        let (mut recs, mut models) = (vec![], vec![]);
+        for t in 0..6u64 {
+            if t == 3 {
+                e.add_learner(0).unwrap();
+            }
+            recs.push(e.step(batches(&g, 3, e.learners(), t), 1000).unwrap());
+            models.push(model_bits(&e));
+        }
+        let flushed = e.flush_losses().unwrap();
+        (recs, models, flushed)
+    };
+    let (now, models_now, flushed_now) = run(LossRead::Now);
+    let (lag, models_lag, flushed_lag) = run(LossRead::Lagged);
+    assert_eq!(models_lag, models_now, "the parameters do not depend on when losses are read");
+    assert_eq!(flushed_now, None, "nothing is in flight with LossRead::Now");
+    for (i, r) in now.iter().enumerate() {
+        assert_eq!((r.loss_iteration, r.loss_images), (r.iteration, r.images), "now, record {i}");
+    }
+    assert_eq!((lag[0].loss_iteration, lag[0].loss_images, lag[0].loss), (0, 0, 0.0), "no loss read yet");
+    for i in 1..lag.len() {
+        let (l, n) = (&lag[i], &now[i - 1]);
+        assert_eq!(l.iteration, now[i].iteration);
+        assert_eq!(l.images, now[i].images, "record {i}: images trained");
+        assert_eq!((l.loss_iteration, l.loss_images), (n.iteration, n.images), "record {i}: the iteration before");
+        assert_eq!((l.loss.to_bits(), l.accuracy.to_bits()), (n.loss.to_bits(), n.accuracy.to_bits()), "record {i}");
+    }
+    let last = now.last().unwrap();
+    let f = flushed_lag.expect("the last iteration's losses were in flight");
+    assert_eq!((f.iteration, f.images), (last.iteration, last.images));
+    assert_eq!((f.loss.to_bits(), f.accuracy.to_bits()), (last.loss.to_bits(), last.accuracy.to_bits()));
+    // A record and a flushed read combine into the mean over both.
+    let mut r = lag[1].clone();
+    r.add_losses(&LossRecord { iteration: 9, loss: 3.0, accuracy: 1.0, images: 3 * r.loss_images });
+    assert_eq!(r.loss_iteration, 9);
+    assert!((r.loss - (lag[1].loss + 9.0) / 4.0).abs() < 1e-12, "{}", r.loss);
+    assert!((r.accuracy - (lag[1].accuracy + 3.0) / 4.0).abs() < 1e-12);
+}
+
+/// With `LossRead::Lagged` the engine checks the central model itself, on the device, one
+/// iteration late: the iteration after a NaN appears fails (or the flush does), naming the
+/// iteration; a restored snapshot drops the reads of the trajectory it replaces.
+fn a_lagged_read_finds_a_diverged_central_model_one_iteration_late<B: TestBackend>(be: &B) {
+    let g = graph();
+    let mut e = engine(be, &g, &[2]);
+    e.set_loss_read(LossRead::Lagged).unwrap();
+    e.step(batches(&g, 3, 2, 0), 1000).unwrap();
+    let mut bad = e.snapshot().unwrap();
+    bad.devices[0].z[0] = f32::NAN;
+    e.restore(&bad).unwrap();
+    e.step(batches(&g, 3, 2, 1), 1000).expect("the NaN is not seen yet");
+    match e.flush_losses() {
+        Err(ReplicaError::Diverged(why)) => {
+            assert!(why.contains("central model") && why.contains("after iteration 2"), "{why}")
+        }
+        other => panic!("a flush finds the NaN: {other:?}"),
+    }
+    e.restore(&bad).unwrap();
+    e.step(batches(&g, 3, 2, 1), 1000).expect("the NaN is not seen yet");
+    match e.step(batches(&g, 3, 2, 2), 1000) {
+        Err(ReplicaError::Diverged(why)) => assert!(why.contains("central model"), "{why}"),
+        other => panic!("the next iteration finds the NaN: {other:?}"),
+    }
+    // A restored good state starts clean.
+    let good = e.snapshot().unwrap();
+    let mut good = good;
+    good.devices[0].z[0] = 0.5;
+    e.restore(&good).unwrap();
+    let _ = e.step(batches(&g, 3, 2, 3), 1000).unwrap();
+}

@@ -465,6 +465,8 @@ mod tests {
                 lr: 0.1,
                 loss: 1.0,
                 accuracy: 0.5,
+                loss_iteration: it,
+                loss_images: 2 * k,
                 images: 2 * k,
                 seconds: secs,
                 device_seconds: vec![secs],
