@@ -163,6 +163,10 @@ mod bench_cli {
         /// Unmeasured iterations first
         #[arg(long, default_value_t = 3)]
         pub warmup: usize,
+        /// When the learners' losses are read: now (every iteration) or lagged (one
+        /// iteration late) [default: lagged when every device is a GPU, else now]
+        #[arg(long, value_name = "now|lagged")]
+        pub loss_read: Option<crossbow_replica::engine::LossRead>,
         /// Also run the auto-tuner from one learner and report what it picks (one process only)
         #[arg(long)]
         pub tuner: bool,
@@ -251,6 +255,7 @@ fn run(cli: Cli, matches: &clap::ArgMatches, registry: &SyncRegistry) -> Result<
                 a.threads,
                 a.iterations,
                 a.warmup,
+                a.loss_read,
                 a.tuner,
                 a.max_learners,
                 a.json.as_deref(),

@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use crossbow_kernels::Backend;
 use crossbow_kernels::optim::SgdConfig;
-use crossbow_replica::engine::{AutoTuner, DeviceFactory, Engine, EngineConfig, TrainBatch};
+use crossbow_replica::engine::{AutoTuner, DeviceFactory, Engine, EngineConfig, LossRead, TrainBatch};
 use crossbow_replica::sync::HostAllReduce;
 use crossbow_replica::{Graph, ModelKind, ProcessGroup, Schedule, Solo, Synchroniser};
 use crossbow_tensor::Rng;
@@ -87,6 +87,9 @@ pub struct BenchRow {
     /// (download, MPI, upload, waiting for the slowest rank included): median and mean
     /// seconds over the iterations and the ranks. `None` for one process.
     pub rank_allreduce: Option<RankAllReduce>,
+    /// When the learners' losses were read: `now` (every iteration) or `lagged` (one
+    /// iteration late, the host never waiting for the devices).
+    pub loss_read: LossRead,
 }
 
 /// The per-iteration all-reduce between ranks of a measured configuration.
@@ -147,7 +150,7 @@ pub fn measure<B: Backend>(
     warmup: usize,
     iterations: usize,
 ) -> Result<BenchRow, CliError> {
-    measure_in(model, graph, batch, m, factory, sync, warmup, iterations, Arc::new(Solo))
+    measure_in(model, graph, batch, m, factory, sync, (warmup, iterations, None), Arc::new(Solo))
 }
 
 /// [`measure`] as one rank of `world` (a collective: every rank calls it with the same
@@ -161,12 +164,14 @@ pub fn measure_in<B: Backend>(
     m: usize,
     factory: Box<dyn DeviceFactory<B>>,
     sync: Box<dyn Synchroniser<B>>,
-    warmup: usize,
-    iterations: usize,
+    (warmup, iterations, loss_read): (usize, usize, Option<LossRead>),
     world: Arc<dyn ProcessGroup>,
 ) -> Result<BenchRow, CliError> {
     let n = factory.devices().len();
     let mut e = engine(graph, batch, factory, sync, m, Arc::clone(&world))?;
+    // As `crossbow train` does: one iteration late on GPUs, unless told.
+    let auto = if e.asynchronous_devices() { LossRead::Lagged } else { LossRead::Now };
+    e.set_loss_read(loss_read.unwrap_or(auto))?;
     let batches = random_batches_from(graph, batch, e.learner_offset(), e.learners());
     for _ in 0..warmup {
         e.step(batches.clone(), 1 << 30)?;
@@ -180,6 +185,8 @@ pub fn measure_in<B: Backend>(
         images += rec.images;
         allreduce.push(rec.rank_allreduce_seconds);
     }
+    // The last iteration's losses (with lagged reads): the clock stops when its work is done.
+    e.flush_losses()?;
     let mut secs = t.elapsed().as_secs_f64();
     let ranks = world.size();
     let mut rank_allreduce = None;
@@ -206,6 +213,7 @@ pub fn measure_in<B: Backend>(
         iterations,
         seconds: secs,
         rank_allreduce,
+        loss_read: e.loss_read(),
     })
 }
 
@@ -293,6 +301,7 @@ pub fn run_cli(
     threads: Option<usize>,
     iterations: usize,
     warmup: usize,
+    loss_read: Option<LossRead>,
     with_tuner: bool,
     max_learners: usize,
     json: Option<&std::path::Path>,
@@ -344,7 +353,16 @@ pub fn run_cli(
         for &b in batches {
             let mut base = None;
             for &m in learners {
-                let job = MeasureJob { model, graph: &graph, batch: b, learners: m, warmup, iterations, world: &world };
+                let job = MeasureJob {
+                    model,
+                    graph: &graph,
+                    batch: b,
+                    learners: m,
+                    warmup,
+                    iterations,
+                    loss_read,
+                    world: &world,
+                };
                 let row = dispatch(&hw, registry.build(sync, sync_options)?, AllReduceChoice::Auto, job)?;
                 let b0 = *base.get_or_insert(row.images_per_sec);
                 if lead {
@@ -386,6 +404,7 @@ struct MeasureJob<'a> {
     learners: usize,
     warmup: usize,
     iterations: usize,
+    loss_read: Option<LossRead>,
     world: &'a Arc<dyn ProcessGroup>,
 }
 
@@ -398,7 +417,8 @@ impl crate::dispatch::Job for MeasureJob<'_> {
         _about: Vec<String>,
     ) -> Result<BenchRow, CliError> {
         let w = Arc::clone(self.world);
-        measure_in(self.model, self.graph, self.batch, self.learners, factory, sync, self.warmup, self.iterations, w)
+        let steps = (self.warmup, self.iterations, self.loss_read);
+        measure_in(self.model, self.graph, self.batch, self.learners, factory, sync, steps, w)
     }
 }
 
@@ -525,6 +545,7 @@ mod tests {
                 count: 6,
                 bytes: 4,
             }),
+            loss_read: LossRead::Now,
         }
     }
 

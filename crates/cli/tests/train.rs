@@ -71,6 +71,29 @@ fn same_seed_same_metrics() {
 }
 
 #[test]
+fn lagged_loss_reads_give_the_same_evaluations() {
+    // Losses read one iteration late (the GPU default) are all counted by each evaluation:
+    // the evaluations are the same bits as with losses read every iteration.
+    let run = |read: &str| {
+        let cfg = config(TrainFile {
+            learners_per_device: Some("2".into()),
+            epochs: Some(1.0),
+            eval_every: Some(0.3),
+            loss_read: Some(read.into()),
+            ..TrainFile::default()
+        });
+        let s = train(&cfg, &SyncRegistry::builtin(), &mut Reporter::silent()).unwrap();
+        s.evaluations
+            .iter()
+            .map(|e| (e.iteration, e.train_loss.to_bits(), e.train_accuracy.to_bits(), e.test_accuracy.to_bits()))
+            .collect::<Vec<_>>()
+    };
+    let now = run("now");
+    assert_eq!(now.len(), 4, "{now:?}");
+    assert_eq!(run("lagged"), now);
+}
+
+#[test]
 fn target_accuracy_stops_early_and_reports_time_to_accuracy() {
     let cfg = config(TrainFile {
         learners_per_device: Some("1".into()),
@@ -144,6 +167,8 @@ fn bad_input_is_one_line_and_exit_code_2() {
         (vec!["train", "--sync-opt", "period=4"], "--sync sma: unknown option 'period'"),
         (vec!["train", "--sma-form", "fancy"], "--sma-form"),
         (vec!["bench", "--sync", "hogwild"], "unknown synchroniser 'hogwild'"),
+        (vec!["bench", "--loss-read", "later"], "--loss-read"),
+        (vec!["train", "--loss-read", "later"], "--loss-read"),
         (vec!["experiment", "tta", "--sync", "sma,hogwild", "--out", &tta_out], "unknown synchroniser 'hogwild'"),
     ] {
         let (code, _out, err) = crossbow(&args);

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use crossbow_data::{BadImagePolicy, DEFAULT_MAX_IMAGE_PIXELS, DatasetKind};
-use crossbow_replica::engine::{AllReduceChoice, BnGroup};
+use crossbow_replica::engine::{AllReduceChoice, BnGroup, LossRead};
 use crossbow_replica::{ModelKind, Schedule};
 use crossbow_tensor::DeviceSpec;
 use serde::{Deserialize, Serialize};
@@ -110,6 +110,7 @@ text!(
     DeviceSpec,
     BnEval,
     BnGroup,
+    LossRead,
     AllReduceChoice,
     Every,
     OnWriteError,
@@ -557,6 +558,12 @@ settings! {
     /// batch) or device (the learners of a device together, k·b images, as synchronised batch
     /// norm) [default: learner]
     "bn-group" bn_group: String => BnGroup = BnGroup::default(), check any, Defining, No;
+    /// When the learners' losses are read back from the devices: now (every iteration; the
+    /// host waits for the devices) or lagged (one iteration late, so the host never waits
+    /// for the iteration it just issued; a divergence is seen one iteration later, and
+    /// evaluations, checkpoints and the end still count every iteration's loss) [default:
+    /// lagged when every device is a GPU, else now]
+    "loss-read" loss_read: String => Option<LossRead> = None, check any, Changeable, No;
     /// Evaluate the central model every this many epochs (fractions allowed) [default: 1]
     "eval-every" eval_every: f64 => f64 = 1.0, check eval_every_check, Changeable, No;
     /// Evaluate every this many iterations instead of by epochs

@@ -13,7 +13,7 @@ use crossbow_kernels::optim::SgdConfig;
 use crossbow_replica::checkpoint::{CheckpointFile, Tensor};
 use crossbow_replica::engine::EngineSnapshot;
 use crossbow_replica::engine::{
-    AutoTuner, DeviceFactory, Engine, EngineConfig, IterationRecord, TrainPlan, TrainSource,
+    AutoTuner, DeviceFactory, Engine, EngineConfig, IterationRecord, LossRead, LossRecord, TrainPlan, TrainSource,
 };
 use crossbow_replica::sync::HostAllReduce;
 use crossbow_replica::{Graph, ProcessGroup, ReplicaError, Solo, Synchroniser};
@@ -239,6 +239,8 @@ pub fn train_with_options<B: Backend>(
         r => r,
     };
     let mut run = Run::new(cfg, data, &engine)?;
+    let read = if engine.asynchronous_devices() { LossRead::Lagged } else { LossRead::Now };
+    engine.set_loss_read(cfg.loss_read.unwrap_or(read))?;
     // Only rank 0 writes; the others send it their part of every checkpoint.
     let mut ckpt = match &opts.checkpoint {
         Some(p) if world.rank() == 0 => {
@@ -292,7 +294,32 @@ pub fn train_with_options<B: Backend>(
     let mut last = None;
     let mut sync_settings = engine.synchroniser().1;
     while !run.finished(&engine) {
-        let stepped = run.step(&mut engine, reporter);
+        let mut stepped = run.step(&mut engine, reporter);
+        // What happens after this iteration: an evaluation, a checkpoint, a signal, the end.
+        // Each looks at the run, so the losses still being read (`LossRead::Lagged`) are
+        // read first and counted with this iteration.
+        let mut after = None;
+        if let Ok(rec) = &mut stepped {
+            let eval_due = run.evaluation_due(rec);
+            if let Some(c) = ckpt.as_mut() {
+                let done = c.poll();
+                report_written(done, c, reporter)?;
+            }
+            let due_here = ckpt.as_ref().is_some_and(|c| c.due(engine.iteration()));
+            let (sig, due) = agree(&*world, opts.interrupt.requested(engine.iteration()), due_here)?;
+            if eval_due || due || sig.is_some() || run.finished(&engine) {
+                match engine.flush_losses() {
+                    Ok(Some(late)) => {
+                        run.window.add_losses(&late);
+                        rec.add_losses(&late);
+                    }
+                    Ok(None) => {}
+                    Err(ReplicaError::Diverged(why)) => stepped = Err(StepError::Diverged(why)),
+                    Err(e) => return Err(CliError::run(e.to_string())),
+                }
+            }
+            after = Some((eval_due, sig, due));
+        }
         let diverged = match &stepped {
             Err(StepError::Diverged(why)) => Some(why.clone()),
             Err(StepError::Other(_)) => None,
@@ -332,15 +359,10 @@ pub fn train_with_options<B: Backend>(
                 .record("sync", json!({ "iteration": engine.iteration(), "name": name, "settings": now.to_json() }))?;
             sync_settings = now;
         }
-        if run.evaluation_due(&rec) {
+        let (eval_due, sig, due) = after.unwrap_or((false, None, false));
+        if eval_due {
             run.evaluate(&mut engine, &rec, reporter)?;
         }
-        if let Some(c) = ckpt.as_mut() {
-            let done = c.poll();
-            report_written(done, c, reporter)?;
-        }
-        let due_here = ckpt.as_ref().is_some_and(|c| c.due(engine.iteration()));
-        let (sig, due) = agree(&*world, opts.interrupt.requested(engine.iteration()), due_here)?;
         if let Some(sig) = sig {
             return Err(interrupted(
                 cfg,
@@ -1171,6 +1193,7 @@ fn announce<B: Backend>(
             "sync": { "name": sync_name, "settings": sync_settings.to_json() },
             "parameters": engine.graph().num_params(),
             "memory": engine.footprint(),
+            "loss_read": engine.loss_read(),
             "samples_per_epoch": per_epoch,
             // The training batches this rank's pipeline prepares: of every `period`, `from..to`.
             "data_share": share.map(|s| json!({ "period": s.period, "from": s.from, "to": s.to })),
@@ -1187,15 +1210,35 @@ pub struct Window {
     correct: f64,
     images: usize,
     seconds: f64,
+    /// Images `loss` and `correct` cover: fewer than `images` while losses are read one
+    /// iteration late ([`LossRead::Lagged`]). None in a checkpoint written before losses
+    /// could lag (then the same as `images`).
+    #[serde(default)]
+    loss_images: Option<usize>,
 }
 
 impl Window {
-    /// Counts iteration `rec`, which took `seconds`.
+    /// Counts iteration `rec`, which took `seconds` (and the losses it carries, which may be
+    /// of the iteration before).
     pub fn add(&mut self, rec: &IterationRecord, seconds: f64) {
-        self.loss += rec.loss * rec.images as f64;
-        self.correct += rec.accuracy * rec.images as f64;
+        *self.loss_images.get_or_insert(self.images) += rec.loss_images;
+        self.loss += rec.loss * rec.loss_images as f64;
+        self.correct += rec.accuracy * rec.loss_images as f64;
         self.images += rec.images;
         self.seconds += seconds;
+    }
+
+    /// Counts losses read late ([`Engine::flush_losses`]).
+    pub fn add_losses(&mut self, late: &LossRecord) {
+        *self.loss_images.get_or_insert(self.images) += late.images;
+        self.loss += late.loss * late.images as f64;
+        self.correct += late.accuracy * late.images as f64;
+    }
+
+    /// Mean training loss and accuracy over the window's images whose losses were read.
+    fn means(&self) -> (f64, f64) {
+        let n = self.loss_images.unwrap_or(self.images).max(1) as f64;
+        (self.loss / n, self.correct / n)
     }
 }
 
@@ -1233,14 +1276,15 @@ pub fn evaluate_central<B: Backend>(
     }
     let result = engine.evaluate(ev.test)?;
     let w = window;
+    let (train_loss, train_accuracy) = w.means();
     Ok(EvalLine {
         iteration: rec.iteration,
         epoch: rec.epoch,
         train_seconds: *ev.train_seconds,
         wall_seconds: ev.wall.0.elapsed().as_secs_f64() + ev.wall.1,
         lr: rec.lr,
-        train_loss: w.loss / w.images.max(1) as f64,
-        train_accuracy: w.correct / w.images.max(1) as f64,
+        train_loss,
+        train_accuracy,
         test_loss: result.loss,
         test_accuracy: result.accuracy,
         images_per_sec: w.images as f64 / w.seconds.max(1e-9),
@@ -1264,24 +1308,28 @@ impl DivergenceWatch {
         rec: &IterationRecord,
         classes: usize,
     ) -> Result<Option<String>, CliError> {
-        let first = *self.first_loss.get_or_insert(rec.loss);
-        let limit = EXPLODED_LOSS_FACTOR * first.max((classes.max(2) as f64).ln());
-        // With several ranks every rank must decide alike: the mean loss over all ranks'
-        // learners (the same number on every rank) stands for the per-learner losses.
-        let losses = if engine.world().size() > 1 {
-            vec![(format!("{} ranks", engine.world().size()), 0, rec.loss)]
-        } else {
-            engine.learner_losses()
-        };
-        for (dev, id, loss) in losses {
-            if loss.is_nan() || loss > limit {
-                return Ok(Some(format!(
-                    "learner {id} on {dev} has loss {loss:.4e} at iteration {} (epoch {:.3}), more than {EXPLODED_LOSS_FACTOR} times the first iteration's {first:.4}",
-                    rec.iteration, rec.epoch
-                )));
+        // (No loss read yet: the first iteration with losses read one iteration late.)
+        if rec.loss_images > 0 {
+            let first = *self.first_loss.get_or_insert(rec.loss);
+            let limit = EXPLODED_LOSS_FACTOR * first.max((classes.max(2) as f64).ln());
+            // With several ranks every rank must decide alike: the mean loss over all ranks'
+            // learners (the same number on every rank) stands for the per-learner losses.
+            let losses = if engine.world().size() > 1 {
+                vec![(format!("{} ranks", engine.world().size()), 0, rec.loss)]
+            } else {
+                engine.learner_losses()
+            };
+            for (dev, id, loss) in losses {
+                if loss.is_nan() || loss > limit {
+                    return Ok(Some(format!(
+                        "learner {id} on {dev} has loss {loss:.4e} at iteration {} (epoch {:.3}), more than {EXPLODED_LOSS_FACTOR} times the first iteration's {first:.4}",
+                        rec.loss_iteration, rec.epoch
+                    )));
+                }
             }
         }
-        if !engine.central_is_finite()? {
+        // With losses read late the engine checks the central model itself, read along.
+        if engine.loss_read() == LossRead::Now && !engine.central_is_finite()? {
             return Ok(Some(format!(
                 "the central model has a NaN or infinite value (or values beyond about 1e19) after iteration {} (epoch {:.3})",
                 rec.iteration, rec.epoch
@@ -1314,6 +1362,8 @@ struct Run {
     train_secs: f64,
     /// Of that, waiting for training batches.
     input_wait_secs: f64,
+    /// The last training loss read (what the progress line shows).
+    shown_loss: f64,
     window: Window,
     evals: Vec<EvalLine>,
     best: f64,
@@ -1368,6 +1418,7 @@ impl Run {
             wall_before: 0.0,
             train_secs: 0.0,
             input_wait_secs: 0.0,
+            shown_loss: 0.0,
             window: Window::default(),
             evals: vec![],
             best: 0.0,
@@ -1492,7 +1543,10 @@ impl Run {
         if engine.world().size() > 1 {
             self.rank_allreduce.push(rec.rank_allreduce_seconds);
         }
-        reporter.progress(rec.epoch, rec.images as f64 / secs.max(1e-9), rec.loss, &rec.learners);
+        if rec.loss_images > 0 {
+            self.shown_loss = rec.loss;
+        }
+        reporter.progress(rec.epoch, rec.images as f64 / secs.max(1e-9), self.shown_loss, &rec.learners);
         Ok(rec)
     }
 
