@@ -82,6 +82,13 @@ while read -r name path; do
 done < <(printf '%s\n' "$json" | executables)
 [ -f "$OUT/replica-unit" ] || { echo "build-gpu-bundle: no replica-unit executable in cargo's output" >&2; exit 1; }
 
+echo "== cargo bench --no-run -p crossbow-benches --bench sync_step (fused against unfused SMA)"
+json=$(cargo bench --no-run -p crossbow-benches --bench sync_step --message-format=json-render-diagnostics)
+while read -r name path; do
+    [ "$name" = sync_step ] && cp "$path" "$OUT/sync-step-bench"
+done < <(printf '%s\n' "$json" | executables)
+[ -f "$OUT/sync-step-bench" ] || { echo "build-gpu-bundle: no sync-step-bench executable in cargo's output" >&2; exit 1; }
+
 echo "== cargo build --release -p crossbow-cli --features cuda"
 if cargo build --release -p crossbow-cli --features cuda; then
     cp "$TARGET/release/crossbow" "$OUT/crossbow"

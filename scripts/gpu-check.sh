@@ -22,7 +22,8 @@
 #              negative control, module cache, offsets, drops, ResNet shapes; not the
 #              emulator test, which CI runs).
 #   engine     replica-unit engine::tests::graphs_*::cuda_async (CUDA graphs against plain
-#              launches, bit for bit), engine-tests four_learners_match_the_cpu_engine and
+#              launches, bit for bit) and lagged_*::cuda_async (losses read one iteration
+#              late: the same parameter bits, losses shifted), engine-tests four_learners_match_the_cpu_engine and
 #              tuner_adds_and_removes_learners, `::cuda` and `::cuda_async`, one process each.
 #   sanitizer  tuner_adds_and_removes_learners::cuda under compute-sanitizer (memcheck) on the
 #              fallback kernels (CROSSBOW_DISABLE_CUDNN=1), timeout SANITIZER_TIMEOUT.
@@ -34,9 +35,13 @@
 #   crossbow/PyTorch b32, b128  ResNet-32, `crossbow bench` learners 1, 2, 4, 8 and the tuner's
 #              choice; PyTorch eager and torch.compile on the same GPU
 #              (benches/peers/pytorch_gpu_bench.py).
-#   variants   b32 only, 15 iterations: `crossbow bench` learners 1 and 8 with
-#              CROSSBOW_CUDA_GRAPHS=0, then with CROSSBOW_STAGING_BUFFERS=1: the table's rows
-#              "N, CUDA graphs off" and "N, 1 staging buffer" (what each of the two brings).
+#   variants   b32 only, 12 iterations: `crossbow bench` learners 1 and 8 with
+#              CROSSBOW_CUDA_GRAPHS=0, with CROSSBOW_STAGING_BUFFERS=1, then with
+#              --loss-read=now: the table's rows "N, CUDA graphs off", "N, 1 staging buffer"
+#              and "N, loss read every iteration" (what each of the three brings).
+#   SMA update sync-step-bench (criterion, SYNC_STEP_QUICK=1): SMA's learner and central
+#              updates on ResNet-32's parameters, k = 1 and 8, fused kernels against the
+#              vector ops they replace (what the fusion brings).
 #   table      the throughput table with ratios ($OUT/throughput.md).
 #
 # With a GPU (nvidia-smi works) nothing passes by being skipped; a step fails, named in the
@@ -109,7 +114,7 @@ PY=${PYTHON:-python3}
 # the GPU pays 2-3 s (context, cuBLAS and cuDNN loaded; kernels from the disk cache the doctor
 # fills), NVRTC compiles the 10 .cu sources (about 500 lines) in a few seconds per
 # architecture, `import torch` takes 3-5 s and torch.compile of ResNet-32 30-60 s per shape,
-# compute-sanitizer memcheck slows kernels 10-100x. Sums: correctness 270 s, speed 277 s.
+# compute-sanitizer memcheck slows kernels 10-100x. Sums: correctness 270 s, speed 296 s.
 EST_LIBRARIES=10 # python + import torch + nvidia-smi
 EST_DOCTOR=30    # first NVRTC compile of every kernel for sm_90, self-test on both cuDNN paths
 EST_NVRTC=25     # every kernel for sm_80 and for sm_90, disk-cache tests
@@ -119,7 +124,8 @@ EST_ENGINE=45    # 6 processes; 20 iterations x 4 synchronisers with the CPU eng
 EST_SANITIZER=60 # one tuner run under memcheck on the fallback kernels
 EST_NCCL=20      # 1 + 8 processes; two LeNet-5 engine runs
 EST_CB32=50      # 4 learner counts x 35 iterations + the tuner (up to 8 learners) + NVRTC
-EST_VARIANT=10   # learners 1 and 8 x 15 iterations, one setting changed (two such steps)
+EST_VARIANT=9    # learners 1 and 8 x 12 iterations, one setting changed (three such steps)
+EST_SYNC=12      # 4 criterion cases x 2 s, plus start-up
 EST_PT32=70      # eager, then torch.compile (the compile dominates)
 EST_CB128=70     # as b32 with 4x the images per iteration
 EST_PT128=55     # torch.compile again for the new shape (some of the compile cache reused)
@@ -478,7 +484,7 @@ engine() {
         # CUDA graphs (cuda::replay): the engine replays each learner's forward and backward as
         # a captured graph to the bits of plain launches, and turns graphs off when every
         # iteration differs (dropout).
-        if need_bin replica-unit && list_tests "$BUNDLE/replica-unit" '^engine::tests::graphs_[a-z_]+::cuda_async$'; then
+        if need_bin replica-unit && list_tests "$BUNDLE/replica-unit" '^engine::tests::(graphs|lagged)_[a-z_]+::cuda_async$'; then
             for name in $LISTED; do
                 run_cmd "$name" env "${GPU_ENV[@]}" "$BUNDLE/replica-unit" --exact "$name" --nocapture
             done
@@ -567,16 +573,20 @@ nccl() {
 }
 
 # ---- speed ---------------------------------------------------------------------------------
+need_crossbow() { # true when the bundle's crossbow is there; else a problem (GPU) or a note
+    [ -x "$CROSSBOW_BIN" ] && return 0
+    if [ "$GPU" = 1 ]; then
+        problem "bundle binary crossbow is missing ($CROSSBOW_BIN)"
+    else
+        note "no crossbow in the bundle (not run; a failure with a GPU)"
+    fi
+    return 1
+}
+
 bench_crossbow() { # batch estimate
     step_begin "crossbow bench, batch $1" "$2" || return
     COUNTED=0
-    if [ ! -x "$CROSSBOW_BIN" ]; then
-        if [ "$GPU" = 1 ]; then
-            problem "bundle binary crossbow is missing ($CROSSBOW_BIN)"
-        else
-            note "no crossbow in the bundle (not run; a failure with a GPU)"
-        fi
-    else
+    if need_crossbow; then
         run_cmd "crossbow bench" env NVIDIA_TF32_OVERRIDE=0 "$CROSSBOW_BIN" bench --model resnet32 --batch-size "$1" \
             --learners "$LEARNERS" --devices "$DEV" --iterations "$IT" --warmup "$WU" --tuner --max-learners "$MAXL" \
             --json "$OUT/crossbow-$1.json"
@@ -586,20 +596,34 @@ bench_crossbow() { # batch estimate
     step_end
 }
 
-bench_variant() { # batch estimate label json-suffix VAR=VALUE: one setting changed, learners 1 and the most
+# batch estimate label json-suffix CHANGE: one setting changed, learners 1 and the most. CHANGE
+# is VAR=VALUE (an environment variable) or --flag=value (a bench flag).
+bench_variant() {
     step_begin "crossbow bench, batch $1, $3" "$2" || return
     COUNTED=0
-    if [ ! -x "$CROSSBOW_BIN" ]; then
-        if [ "$GPU" = 1 ]; then
-            problem "bundle binary crossbow is missing ($CROSSBOW_BIN)"
-        else
-            note "no crossbow in the bundle (not run; a failure with a GPU)"
-        fi
-    else
-        run_cmd "crossbow bench ($3)" env NVIDIA_TF32_OVERRIDE=0 "$5" "$CROSSBOW_BIN" bench \
+    local envs=() flags=()
+    case "$5" in --*) flags=("$5") ;; *) envs=("$5") ;; esac
+    if need_crossbow; then
+        run_cmd "crossbow bench ($3)" env NVIDIA_TF32_OVERRIDE=0 "${envs[@]}" "$CROSSBOW_BIN" bench \
             --model resnet32 --batch-size "$1" --learners "1,$MAXL" --devices "$DEV" --iterations "$IT_VARIANT" \
-            --warmup "$WU" --json "$OUT/crossbow-$1-$4.json"
+            --warmup "$WU" --json "$OUT/crossbow-$1-$4.json" "${flags[@]}"
         [ -s "$OUT/crossbow-$1-$4.json" ] || problem "no $OUT/crossbow-$1-$4.json written"
+    fi
+    step_end
+}
+
+sync_bench() { # estimate
+    step_begin "SMA update, fused against unfused" "$1" || return
+    COUNTED=0
+    if need_bin sync-step-bench; then
+        if [ "$GPU" = 1 ]; then
+            run_cmd "sync_step" env "${GPU_ENV[@]}" SYNC_STEP_QUICK=1 "$BUNDLE/sync-step-bench" --bench --noplot \
+                'sync_step/gpu/resnet32/sma-local-momentum(-unfused)?/k(1|8)$'
+            grep -q '^sync_step: GPU:' "$CMD_OUT" || problem "sync_step ran no GPU case: $(grep -m1 'sync_step:' "$CMD_OUT")"
+            [ "$(grep -c 'time:' "$CMD_OUT")" -ge 4 ] || problem "sync_step measured fewer than 4 cases"
+        else
+            note "not run: the bench's GPU cases need a GPU (dry run)"
+        fi
     fi
     step_end
 }
@@ -647,7 +671,8 @@ for b in batches:
         cb = {"rows": [], "tuner": []}
     rows = [(str(r["learners_per_device"]), r["images_per_sec"]) for r in cb.get("rows", [])]
     rows += [(f"tuner: {r['picked']}", r["images_per_sec"]) for r in cb.get("tuner", [])]
-    for suffix, label in [("nographs", "CUDA graphs off"), ("staging1", "1 staging buffer")]:
+    for suffix, label in [("nographs", "CUDA graphs off"), ("staging1", "1 staging buffer"),
+                          ("lossnow", "loss read every iteration")]:
         try:
             v = json.load(open(os.path.join(out, f"crossbow-{b}-{suffix}.json")))
             rows += [(f"{r['learners_per_device']}, {label}", r["images_per_sec"]) for r in v.get("rows", [])]
@@ -708,7 +733,7 @@ if [ "$PART" != correctness ]; then
     rm -f "$OUT"/crossbow-*.json "$OUT"/pytorch-*.jsonl "$OUT/throughput.md"
     if [ "$GPU" = 1 ]; then
         DEV=cuda:0 TDEV=cuda IT=${BENCH_ITERATIONS:-30} WU=${BENCH_WARMUP:-5} MODES=${PYTORCH_MODES:-eager,compile}
-        IT_VARIANT=${BENCH_ITERATIONS:-15}
+        IT_VARIANT=${BENCH_ITERATIONS:-12}
         LEARNERS=1,2,4,8 MAXL=8 BATCHES="32 128"
     else
         # Dry run: the same commands on the CPU, batch 32 only, 1 iteration, learners 1 and
@@ -723,6 +748,8 @@ if [ "$PART" != correctness ]; then
         if [ "$b" = "${BATCHES%% *}" ]; then
             bench_variant "$b" "$EST_VARIANT" "CUDA graphs off" nographs CROSSBOW_CUDA_GRAPHS=0
             bench_variant "$b" "$EST_VARIANT" "1 staging buffer" staging1 CROSSBOW_STAGING_BUFFERS=1
+            bench_variant "$b" "$EST_VARIANT" "loss read every iteration" lossnow --loss-read=now
+            sync_bench "$EST_SYNC"
         fi
         bench_pytorch "$b" "$ep"
     done

@@ -64,7 +64,8 @@ list() {
         fi
         printf 'comm::nccl::tests::%s: test\n' choices_parse_and_print nccl_matches_the_host_all_reduce_on_every_gpu \
             engine_with_nccl_matches_the_host_path two_ranks_of_one_gpu_each
-        for t in graphs_replay_the_plain_bits graphs_turn_off_when_every_iteration_differs; do
+        for t in graphs_replay_the_plain_bits graphs_turn_off_when_every_iteration_differs \
+            lagged_loss_reads_shift_the_losses_not_the_parameters; do
             printf 'engine::tests::%s::%s: test\n' "$t" emu "$t" cuda_async
         done
         ;;
@@ -89,6 +90,17 @@ for b in gpu-tests kernels-unit engine-tests replica-unit; do
     cp "$T/bundle/fake-test" "$T/bundle/$b"
 done
 rm "$T/bundle/fake-test"
+# The SMA update bench (criterion): says which GPU, then one `time:` line per case it measures.
+cat >"$T/bundle/sync-step-bench" <<'EOF'
+#!/usr/bin/env bash
+echo "sync_step: GPU: fake ($*)"
+for c in sma-local-momentum sma-local-momentum-unfused; do
+    for k in 1 8; do
+        printf 'sync_step/gpu/resnet32/%s/k%s\n                        time:   [1.0 us 1.1 us 1.2 us]\n' "$c" "$k"
+    done
+done
+EOF
+chmod +x "$T/bundle/sync-step-bench"
 cat >"$T/bundle/crossbow" <<'EOF'
 #!/usr/bin/env bash
 # `crossbow doctor` as on a machine without a usable GPU, `crossbow bench` writing a small
@@ -108,7 +120,7 @@ doctor)
 bench)
     json="" batch=""
     while [ $# -gt 0 ]; do
-        case $1 in --json) json=$2 ;; --batch-size) batch=$2 ;; esac
+        case $1 in --json) json=$2 ;; --batch-size) batch=$2 ;; --loss-read=*) echo "fake bench: ${1#--loss-read=} loss read" ;; esac
         shift
     done
     [ -n "${FAKE_GRAPHS_OFF:-}" ] && echo "crossbow: cuda:0 stream 3: CUDA graphs off, plain launches from now on: capturing a graph failed: fake" >&2
@@ -219,8 +231,9 @@ has dry-correctness '^no GPU' 'gpu-check correctness: OK'
 hasnt dry-correctness 'FAIL'
 check dry-speed 0 "$T/nogpu-bin" "$T/bundle" speed
 has dry-speed '^no GPU' 'gpu-check speed: OK' 'crossbow bench, batch 32' 'crossbow bench, batch 32, CUDA graphs off' \
-    'crossbow bench, batch 32, 1 staging buffer'
-for f in crossbow-32.json crossbow-32-nographs.json crossbow-32-staging1.json; do
+    'crossbow bench, batch 32, 1 staging buffer' 'crossbow bench, batch 32, loss read every iteration' \
+    'fake bench: now loss read' 'SMA update, fused against unfused'
+for f in crossbow-32.json crossbow-32-nographs.json crossbow-32-staging1.json crossbow-32-lossnow.json; do
     [ -s "$T/dry-speed/$f" ] || fail "dry-speed: no $f in OUT"
 done
 # A deadline shorter than a step's estimate: "not run: deadline", a failure.
@@ -238,11 +251,18 @@ has gpu-speed 'crossbow bench, batch 32' 'crossbow bench, batch 128'
 row_is gpu-speed 'crossbow bench, batch 128' PASS
 row_is gpu-speed 'crossbow bench, batch 32, CUDA graphs off' PASS
 row_is gpu-speed 'crossbow bench, batch 32, 1 staging buffer' PASS
-has gpu-speed '\| 32 \| 1, CUDA graphs off \|' '\| 32 \| 1, 1 staging buffer \|'
-hasnt gpu-speed 'batch 128, CUDA graphs off' 'batch 128, 1 staging buffer'
-# With a GPU the engine step runs the CUDA-graph tests of replica-unit (and they skip here).
+row_is gpu-speed 'crossbow bench, batch 32, loss read every iteration' PASS
+row_is gpu-speed 'SMA update, fused against unfused' PASS
+grep -q 'sma-local-momentum(-unfused)?/k(1|8)' "$T/gpu-speed"/speed-*.log ||
+    fail "gpu-speed: the SMA update step did not pass its filter to the bench"
+has gpu-speed '\| 32 \| 1, CUDA graphs off \|' '\| 32 \| 1, 1 staging buffer \|' '\| 32 \| 1, loss read every iteration \|'
+hasnt gpu-speed 'batch 128, CUDA graphs off' 'batch 128, 1 staging buffer' 'batch 128, loss read every iteration'
+# With a GPU the engine step runs the CUDA-graph and lagged-loss tests of replica-unit (and
+# they skip here).
 grep -q 'graphs_replay_the_plain_bits::cuda_async' "$T/gpu-skips"/correctness-*-engine*.log ||
     fail "gpu-skips: the engine step did not run the CUDA-graph tests"
+grep -q 'lagged_loss_reads_shift_the_losses_not_the_parameters::cuda_async' "$T/gpu-skips"/correctness-*-engine*.log ||
+    fail "gpu-skips: the engine step did not run the lagged-loss test"
 # Graphs that turn themselves off during the bench fail its step, quoting the line.
 check gpu-speed-graphs-off 1 "$T/gpu-bin" "$T/bundle" speed BENCH_ITERATIONS=1 BENCH_WARMUP=0 PYTORCH_MODES=eager \
     FAKE_GRAPHS_OFF=1

@@ -4,7 +4,8 @@
 //! `after_apply_needed` (one device, so no all-reduce).
 //!
 //! * Synchronisers: `sma` (paper form, α = 1/k, central momentum 0.9), `sma-local-momentum`,
-//!   `ssgd`, `easgd` (α = 0.9/k) and `independent`; local SGD with momentum 0.9, weight decay
+//!   `sma-local-momentum-unfused` (the same with the vector ops the fused `sma_step` kernels
+//!   replace: what the fusion saves), `ssgd`, `easgd` (α = 0.9/k) and `independent`; local SGD with momentum 0.9, weight decay
 //!   1e-4.
 //! * Buffers: flat, of ResNet-32's size (CIFAR, 466,906 parameters) for k = 1, 2, 4, 8, and of
 //!   ResNet-50's (ImageNet 3x224x224, about 25.6 M) for k = 1 and 8. They are allocated and
@@ -20,7 +21,8 @@
 //!
 //! Throughput is in bytes of the k learners' parameters (4 · k · len per iteration).
 //!
-//! `cargo bench -p crossbow-benches --bench sync_step` (filter with e.g. `-- cpu/resnet32/sma/`)
+//! `cargo bench -p crossbow-benches --bench sync_step` (filter with e.g. `-- cpu/resnet32/sma/`;
+//! `SYNC_STEP_QUICK=1`: ResNet-32's size and k = 1, 8 only)
 
 // Benchmarks: a failing setup or kernel call should abort the run.
 #![allow(clippy::unwrap_used)]
@@ -30,7 +32,7 @@ use std::time::Duration;
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use crossbow_kernels::cuda::{self, CudaDevice, DriverStatus};
 use crossbow_kernels::optim::SgdConfig;
-use crossbow_kernels::{Backend, CpuBackend, ViewMut};
+use crossbow_kernels::{Backend, CpuBackend, View, ViewMut};
 use crossbow_replica::ModelKind;
 use crossbow_replica::sync::{Central, Independent, LearnerBuffers, LearnerRef, StepInfo, Synchroniser};
 use crossbow_sma::{EaSgd, SSgd, Sma, SmaForm};
@@ -41,11 +43,95 @@ fn synchronisers<B: Backend>() -> Vec<(&'static str, Box<dyn Synchroniser<B>>)> 
     vec![
         ("sma", Box::new(Sma::new(None, 0.9))),
         ("sma-local-momentum", Box::new(Sma::new(None, 0.9).with_form(SmaForm::LocalMomentum))),
+        ("sma-local-momentum-unfused", Box::new(Unfused(Sma::new(None, 0.9).with_form(SmaForm::LocalMomentum)))),
         ("ssgd", Box::new(SSgd::default())),
         ("easgd", Box::new(EaSgd::new(None))),
         ("independent", Box::new(Independent::default())),
     ]
 }
+
+/// SMA (local-momentum form) with its two element-wise updates as the separate vector ops
+/// the fused `sma_step` kernels replace (the same bits; `crossbow-kernels`' sma_step tests):
+/// what the fusion saves, measured (on a GPU: 4 launches per learner and 4 on the device
+/// instead of 1 each). Everything else is SMA's own.
+struct Unfused(Sma);
+
+impl<B: Backend> Synchroniser<B> for Unfused {
+    fn name(&self) -> &str {
+        "sma-unfused"
+    }
+    fn settings(&self) -> crossbow_replica::Settings {
+        Synchroniser::<B>::settings(&self.0)
+    }
+    fn learner_buffers(&self) -> usize {
+        Synchroniser::<B>::learner_buffers(&self.0)
+    }
+    fn device_buffers(&self) -> usize {
+        Synchroniser::<B>::device_buffers(&self.0)
+    }
+    fn set_learners(&mut self, k: usize) {
+        Synchroniser::<B>::set_learners(&mut self.0, k)
+    }
+    fn reset(&self, be: &B, central: &mut Central<B>, learners: &mut [LearnerBuffers<'_, B>], len: usize) -> R<()> {
+        self.0.reset(be, central, learners, len)
+    }
+    fn learner_step(&self, be: &B, info: &StepInfo, l: LearnerBuffers<'_, B>, z: &B::Buffer, len: usize) -> R<()> {
+        if info.learners == 1 {
+            // One learner: momentum SGD, no correction (as SMA itself).
+            return self.0.learner_step(be, info, l, z, len);
+        }
+        let alpha = 1.0 / info.learners as f32;
+        let c = &mut l.sync_state[0];
+        be.sub(View::new(l.params, 0..len)?, View::new(z, 0..len)?, ViewMut::new(c, 0..len)?)?;
+        be.scale(alpha, ViewMut::new(c, 0..len)?)?;
+        be.sgd_step(
+            &info.sgd,
+            ViewMut::new(l.params, 0..len)?,
+            View::new(l.grads, 0..len)?,
+            ViewMut::new(l.velocity, 0..len)?,
+        )?;
+        be.axpy(-1.0, View::new(c, 0..len)?, ViewMut::new(l.params, 0..len)?)?;
+        Ok(())
+    }
+    fn reduce_device(
+        &self,
+        be: &B,
+        info: &StepInfo,
+        learners: &[LearnerRef<'_, B>],
+        central: &Central<B>,
+        out: &mut B::Buffer,
+        len: usize,
+    ) -> R<()> {
+        self.0.reduce_device(be, info, learners, central, out, len)
+    }
+    fn apply_device(
+        &self,
+        be: &B,
+        info: &StepInfo,
+        total: &mut B::Buffer,
+        central: &mut Central<B>,
+        len: usize,
+    ) -> R<()> {
+        if info.learners == 1 {
+            return self.0.apply_device(be, info, total, central, len);
+        }
+        let mu = 0.9;
+        let zprev = &mut central.sync_state[0];
+        be.axpy(mu, View::new(&central.z, 0..len)?, ViewMut::new(total, 0..len)?)?;
+        be.axpy(-mu, View::new(zprev, 0..len)?, ViewMut::new(total, 0..len)?)?;
+        be.copy(View::new(&central.z, 0..len)?, ViewMut::new(zprev, 0..len)?)?;
+        be.axpy(1.0, View::new(total, 0..len)?, ViewMut::new(&mut central.z, 0..len)?)?;
+        Ok(())
+    }
+    fn after_apply_needed(&self, info: &StepInfo) -> bool {
+        Synchroniser::<B>::after_apply_needed(&self.0, info)
+    }
+    fn after_apply(&self, be: &B, info: &StepInfo, l: LearnerBuffers<'_, B>, z: &B::Buffer, len: usize) -> R<()> {
+        self.0.after_apply(be, info, l, z, len)
+    }
+}
+
+type R<T> = crossbow_replica::Result<T>;
 
 /// Parameter count of a model from the zoo.
 fn param_len(kind: ModelKind, input: &[usize], classes: usize) -> usize {
@@ -217,9 +303,18 @@ fn bench_size<B: Backend>(c: &mut Criterion, name: &str, make: &dyn Fn() -> B, l
 
 fn bench_backend<B: Backend>(c: &mut Criterion, prefix: &str, make: &dyn Fn() -> B) {
     let r32 = param_len(ModelKind::ResNetCifar(32), &[3, 32, 32], 10);
+    if quick() {
+        bench_size(c, &format!("sync_step/{prefix}/resnet32"), make, r32, &[1, 8], false);
+        return;
+    }
     let r50 = param_len(ModelKind::ResNet50, &[3, 224, 224], 1000);
     bench_size(c, &format!("sync_step/{prefix}/resnet32"), make, r32, &[1, 2, 4, 8], false);
     bench_size(c, &format!("sync_step/{prefix}/resnet50"), make, r50, &[1, 8], true);
+}
+
+/// `SYNC_STEP_QUICK=1` (gpu-check's short call): ResNet-32's size only, k = 1 and 8.
+fn quick() -> bool {
+    std::env::var("SYNC_STEP_QUICK").is_ok_and(|v| v == "1")
 }
 
 /// GPU 0 when a CUDA driver and a device are found, else why not.
