@@ -10,11 +10,26 @@ __device__ i64 cb_bn_index(i64 j, i64 c, i64 C, i64 S) {
     return (n * C + c) * S + s;
 }
 
-// y = (x - mean) * inv_std * gamma + beta with batch statistics; saved = [mean, inv_std];
-// running = (1 - momentum) * running + momentum * [mean, unbiased var].
-extern "C" __global__ void cb_bn_fwd_train(const float* x, const float* params, float* y,
-                                           float* saved, float* running, i64 N, i64 C, i64 S,
-                                           float eps, float momentum) {
+// The fused epilogue of a forward pass: v + res[k] when res is not null, then max(v, 0) when
+// relu != 0 (batch_norm/cpu.rs's scale_shift_* functions, in the same order).
+__device__ float cb_bn_epi(float v, const float* res, i64 k, i64 relu) {
+    if (res) v = v + res[k];
+    if (relu) v = fmaxf(v, 0.0f);
+    return v;
+}
+
+// dy where the fused forward output y is positive, else 0; dy alone when mask is null.
+__device__ float cb_bn_masked(const float* dy, const float* mask, i64 k) {
+    if (mask) return mask[k] > 0.0f ? dy[k] : 0.0f;
+    return dy[k];
+}
+
+// y = (x - mean) * inv_std * gamma + beta with batch statistics, then the epilogue (res may be
+// null); saved = [mean, inv_std]; running = (1 - momentum) * running + momentum * [mean,
+// unbiased var].
+extern "C" __global__ void cb_bn_fwd_train(const float* x, const float* res, const float* params,
+                                           float* y, float* saved, float* running, i64 N, i64 C,
+                                           i64 S, float eps, float momentum, i64 relu) {
     __shared__ double sh[CB_BLOCK];
     i64 c = blockIdx.x;
     if (c >= C) return;
@@ -43,27 +58,41 @@ extern "C" __global__ void cb_bn_fwd_train(const float* x, const float* params, 
     }
     for (i64 j = threadIdx.x; j < m; j += CB_BLOCK) {
         i64 k = cb_bn_index(j, c, C, S);
-        y[k] = x[k] * scale + shift;
+        y[k] = cb_bn_epi(x[k] * scale + shift, res, k, relu);
     }
 }
 
-// Inference with running = [mean, var]; element-wise (grid-stride).
-extern "C" __global__ void cb_bn_fwd_infer(const float* x, const float* params, const float* running,
-                                           float* y, i64 N, i64 C, i64 S, float eps) {
+// Inference with running = [mean, var], then the epilogue; element-wise (grid-stride).
+extern "C" __global__ void cb_bn_fwd_infer(const float* x, const float* res, const float* params,
+                                           const float* running, float* y, i64 N, i64 C, i64 S,
+                                           float eps, i64 relu) {
     CB_FOR(i, N * C * S) {
         i64 c = (i / S) % C;
         double inv = 1.0 / sqrt((double)running[C + c] + (double)eps);
         double gamma = (double)params[c];
         float scale = (float)(gamma * inv);
         float shift = (float)((double)params[C + c] - (double)running[c] * gamma * inv);
-        y[i] = x[i] * scale + shift;
+        y[i] = cb_bn_epi(x[i] * scale + shift, res, i, relu);
     }
 }
 
-// dparams = [dgamma, dbeta]; dx = a*dy + b*x + k per channel (batch_norm/cpu.rs).
-extern "C" __global__ void cb_bn_bwd(const float* x, const float* dy, const float* params,
-                                     const float* saved, float* dx, float* dparams, i64 N, i64 C,
-                                     i64 S) {
+// The epilogue alone, after cuDNN's batch norm wrote y: y = relu?(y + res?).
+extern "C" __global__ void cb_bn_epilogue(float* y, const float* res, i64 n, i64 relu) {
+    CB_FOR(i, n) { y[i] = cb_bn_epi(y[i], res, i, relu); }
+}
+
+// The gradient of the sum before cuDNN's backward pass: out = dy masked by y > 0 (y may be
+// null: a copy); out may be dy itself.
+extern "C" __global__ void cb_bn_grad_mask(const float* y, const float* dy, float* out, i64 n) {
+    CB_FOR(i, n) { out[i] = cb_bn_masked(dy, y, i); }
+}
+
+// dparams = [dgamma, dbeta]; dx = a*dy + b*x + k per channel (batch_norm/cpu.rs), with dy
+// masked by mask > 0 when mask is not null (a fused ReLU) and the masked dy also written to
+// dres when it is not null (a fused residual sum).
+extern "C" __global__ void cb_bn_bwd(const float* x, const float* mask, const float* dy,
+                                     const float* params, const float* saved, float* dx,
+                                     float* dres, float* dparams, i64 N, i64 C, i64 S) {
     __shared__ double sh[CB_BLOCK];
     i64 c = blockIdx.x;
     if (c >= C) return;
@@ -74,7 +103,7 @@ extern "C" __global__ void cb_bn_bwd(const float* x, const float* dy, const floa
     double a2 = 0.0;
     for (i64 j = threadIdx.x; j < m; j += CB_BLOCK) {
         i64 k = cb_bn_index(j, c, C, S);
-        double d = (double)dy[k];
+        double d = (double)cb_bn_masked(dy, mask, k);
         a1 += d;
         a2 += d * ((double)x[k] - mean) * inv;
     }
@@ -92,6 +121,8 @@ extern "C" __global__ void cb_bn_bwd(const float* x, const float* dy, const floa
     float kc = (float)(-a * sdy / (double)m - b * mean);
     for (i64 j = threadIdx.x; j < m; j += CB_BLOCK) {
         i64 k = cb_bn_index(j, c, C, S);
-        dx[k] = ka * dy[k] + kb * x[k] + kc;
+        float m = cb_bn_masked(dy, mask, k);
+        if (dres) dres[k] = m;
+        dx[k] = ka * m + kb * x[k] + kc;
     }
 }

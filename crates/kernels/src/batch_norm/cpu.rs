@@ -1,6 +1,6 @@
 //! CPU batch norm: per-channel statistics in f64, the batch split over the backend's threads.
 
-use super::{BatchNorm, BatchNormGeom};
+use super::{BatchNorm, BatchNormGeom, Epilogue};
 use crate::backend::{View, ViewMut};
 use crate::cpu::{CpuBackend, CpuCtx, host_slice, host_slice_mut, split_mut_by, split_ranges};
 use crate::error::Result;
@@ -10,12 +10,14 @@ impl BatchNorm for CpuBackend {
         &self,
         g: &BatchNormGeom,
         x: View<'_, Self>,
+        ep: Epilogue<'_, Self>,
         params: View<'_, Self>,
         y: ViewMut<'_, Self>,
         saved: ViewMut<'_, Self>,
         running: ViewMut<'_, Self>,
     ) -> Result<()> {
-        forward_train(self.ctx(), g, host_slice(x), host_slice(params), host_slice_mut(y), host_slice_mut(saved), host_slice_mut(running));
+        let ep = Epi { residual: ep.residual.map(host_slice), relu: ep.relu };
+        forward_train(self.ctx(), g, host_slice(x), ep, host_slice(params), host_slice_mut(y), host_slice_mut(saved), host_slice_mut(running));
         Ok(())
     }
 
@@ -23,11 +25,13 @@ impl BatchNorm for CpuBackend {
         &self,
         g: &BatchNormGeom,
         x: View<'_, Self>,
+        ep: Epilogue<'_, Self>,
         params: View<'_, Self>,
         running: View<'_, Self>,
         y: ViewMut<'_, Self>,
     ) -> Result<()> {
-        forward_infer(self.ctx(), g, host_slice(x), host_slice(params), host_slice(running), host_slice_mut(y));
+        let ep = Epi { residual: ep.residual.map(host_slice), relu: ep.relu };
+        forward_infer(self.ctx(), g, host_slice(x), ep, host_slice(params), host_slice(running), host_slice_mut(y));
         Ok(())
     }
 
@@ -41,9 +45,44 @@ impl BatchNorm for CpuBackend {
         dx: ViewMut<'_, Self>,
         dparams: ViewMut<'_, Self>,
     ) -> Result<()> {
-        backward(self.ctx(), g, host_slice(x), host_slice(dy), host_slice(params), host_slice(saved), host_slice_mut(dx), host_slice_mut(dparams));
+        let grad = Grad { dy: host_slice(dy), mask: None, dres: None };
+        backward(self.ctx(), g, host_slice(x), grad, host_slice(params), host_slice(saved), host_slice_mut(dx), host_slice_mut(dparams));
         Ok(())
     }
+
+    /// One pass fewer than the separate calls: the mask is applied as `dy` is read, and `dy`
+    /// is left as it was.
+    unsafe fn batch_norm_backward_fused_unchecked(
+        &self,
+        g: &BatchNormGeom,
+        x: View<'_, Self>,
+        y: Option<View<'_, Self>>,
+        dy: ViewMut<'_, Self>,
+        params: View<'_, Self>,
+        saved: View<'_, Self>,
+        dx: ViewMut<'_, Self>,
+        dres: Option<ViewMut<'_, Self>>,
+        dparams: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        let grad = Grad { dy: host_slice(dy.as_view()), mask: y.map(host_slice), dres: dres.map(host_slice_mut) };
+        backward(self.ctx(), g, host_slice(x), grad, host_slice(params), host_slice(saved), host_slice_mut(dx), host_slice_mut(dparams));
+        Ok(())
+    }
+}
+
+/// A fused forward call's epilogue on host slices.
+#[derive(Clone, Copy)]
+struct Epi<'a> {
+    residual: Option<&'a [f32]>,
+    relu: bool,
+}
+
+/// The gradient a backward call reads: `dy`, masked by `mask > 0` when the forward call
+/// rectified, and where the masked gradient also goes (the residual's gradient).
+struct Grad<'a> {
+    dy: &'a [f32],
+    mask: Option<&'a [f32]>,
+    dres: Option<&'a mut [f32]>,
 }
 
 crate::cpu::simd::multiversion! {
@@ -100,6 +139,78 @@ fn sum_dy_dyx / sum_dy_dyx_portable(dy: &[f32], x: &[f32], mean: f64) -> (f64, f
 }
 
 crate::cpu::simd::multiversion! {
+/// [`sum_dy_dyx`] of `dy` masked by `y > 0` (what ReLU's backward pass would have left).
+fn sum_dy_dyx_masked / sum_dy_dyx_masked_portable(dy: &[f32], y: &[f32], x: &[f32], mean: f64) -> (f64, f64) {
+    let (mut a, mut b) = ([0.0f64; 8], [0.0f64; 8]);
+    let (cd, cy, cx) = (dy.chunks_exact(8), y.chunks_exact(8), x.chunks_exact(8));
+    let (rd, ry, rx) = (cd.remainder(), cy.remainder(), cx.remainder());
+    for ((d8, y8), x8) in cd.zip(cy).zip(cx) {
+        for i in 0..8 {
+            let d = if y8[i] > 0.0 { d8[i] } else { 0.0 };
+            a[i] += d as f64;
+            b[i] += d as f64 * (x8[i] as f64 - mean);
+        }
+    }
+    let mut sa: f64 = a.iter().sum();
+    let mut sb: f64 = b.iter().sum();
+    for ((&d, &yv), &v) in rd.iter().zip(ry).zip(rx) {
+        let d = if yv > 0.0 { d } else { 0.0 };
+        sa += d as f64;
+        sb += d as f64 * (v as f64 - mean);
+    }
+    (sa, sb)
+}
+}
+
+crate::cpu::simd::multiversion! {
+    /// `y = max(x * a + b, 0)` over one plane.
+    fn scale_shift_relu / scale_shift_relu_portable(y: &mut [f32], x: &[f32], a: f32, b: f32) {
+        for (yv, &xv) in y.iter_mut().zip(x) {
+            *yv = (xv * a + b).max(0.0);
+        }
+    }
+}
+
+crate::cpu::simd::multiversion! {
+    /// `y = x * a + b + r` over one plane.
+    fn scale_shift_add / scale_shift_add_portable(y: &mut [f32], x: &[f32], r: &[f32], a: f32, b: f32) {
+        for ((yv, &xv), &rv) in y.iter_mut().zip(x).zip(r) {
+            *yv = (xv * a + b) + rv;
+        }
+    }
+}
+
+crate::cpu::simd::multiversion! {
+    /// `y = max(x * a + b + r, 0)` over one plane.
+    fn scale_shift_add_relu / scale_shift_add_relu_portable(y: &mut [f32], x: &[f32], r: &[f32], a: f32, b: f32) {
+        for ((yv, &xv), &rv) in y.iter_mut().zip(x).zip(r) {
+            *yv = ((xv * a + b) + rv).max(0.0);
+        }
+    }
+}
+
+crate::cpu::simd::multiversion! {
+    /// `dx = a * m + b * x + k` with `m = dy` where `y > 0`, else 0.
+    fn dx_plane_masked / dx_plane_masked_portable(dx: &mut [f32], dy: &[f32], y: &[f32], x: &[f32], a: f32, b: f32, k: f32) {
+        for (((out, &dv), &yv), &xv) in dx.iter_mut().zip(dy).zip(y).zip(x) {
+            let m = if yv > 0.0 { dv } else { 0.0 };
+            *out = a * m + b * xv + k;
+        }
+    }
+}
+
+crate::cpu::simd::multiversion! {
+    /// [`dx_plane_masked`], also writing the masked gradient `m` to `dres`.
+    fn dx_plane_masked_res / dx_plane_masked_res_portable(dx: &mut [f32], dres: &mut [f32], dy: &[f32], y: &[f32], x: &[f32], a: f32, b: f32, k: f32) {
+        for ((((out, r), &dv), &yv), &xv) in dx.iter_mut().zip(dres.iter_mut()).zip(dy).zip(y).zip(x) {
+            let m = if yv > 0.0 { dv } else { 0.0 };
+            *r = m;
+            *out = a * m + b * xv + k;
+        }
+    }
+}
+
+crate::cpu::simd::multiversion! {
     /// `y = x * a + b` over one plane.
     fn scale_shift / scale_shift_portable(y: &mut [f32], x: &[f32], a: f32, b: f32) {
         for (yv, &xv) in y.iter_mut().zip(x) {
@@ -136,8 +247,8 @@ pub(crate) fn channel_stats(ctx: CpuCtx<'_>, g: &BatchNormGeom, x: &[f32]) -> Ve
     })
 }
 
-/// `y = x * scale[c] + shift[c]`, in parallel over samples.
-fn affine(ctx: CpuCtx<'_>, g: &BatchNormGeom, x: &[f32], scale: &[f32], shift: &[f32], y: &mut [f32]) {
+/// `y = relu?(x * scale[c] + shift[c] + residual?)`, in parallel over samples.
+fn affine(ctx: CpuCtx<'_>, g: &BatchNormGeom, x: &[f32], ep: Epi<'_>, scale: &[f32], shift: &[f32], y: &mut [f32]) {
     let ranges = split_ranges(g.batch, ctx.groups(g.batch));
     let per = g.channels * g.spatial;
     let ys = split_mut_by(y, &ranges, per);
@@ -147,16 +258,24 @@ fn affine(ctx: CpuCtx<'_>, g: &BatchNormGeom, x: &[f32], scale: &[f32], shift: &
             for c in 0..g.channels {
                 let o = (n * g.channels + c) * g.spatial;
                 let d = (i * g.channels + c) * g.spatial;
-                scale_shift(&mut yg[d..d + g.spatial], &x[o..o + g.spatial], scale[c], shift[c]);
+                let (yp, xp) = (&mut yg[d..d + g.spatial], &x[o..o + g.spatial]);
+                match (ep.residual, ep.relu) {
+                    (None, false) => scale_shift(yp, xp, scale[c], shift[c]),
+                    (None, true) => scale_shift_relu(yp, xp, scale[c], shift[c]),
+                    (Some(r), false) => scale_shift_add(yp, xp, &r[o..o + g.spatial], scale[c], shift[c]),
+                    (Some(r), true) => scale_shift_add_relu(yp, xp, &r[o..o + g.spatial], scale[c], shift[c]),
+                }
             }
         }
     });
 }
 
+#[allow(clippy::too_many_arguments)]
 fn forward_train(
     ctx: CpuCtx<'_>,
     g: &BatchNormGeom,
     x: &[f32],
+    ep: Epi<'_>,
     params: &[f32],
     y: &mut [f32],
     saved: &mut [f32],
@@ -181,10 +300,18 @@ fn forward_train(
         rmean[ch] = ((1.0 - mom) * rmean[ch] as f64 + mom * mean) as f32;
         rvar[ch] = ((1.0 - mom) * rvar[ch] as f64 + mom * var * unbias) as f32;
     }
-    affine(ctx, g, x, &scale, &shift, y);
+    affine(ctx, g, x, ep, &scale, &shift, y);
 }
 
-fn forward_infer(ctx: CpuCtx<'_>, g: &BatchNormGeom, x: &[f32], params: &[f32], running: &[f32], y: &mut [f32]) {
+fn forward_infer(
+    ctx: CpuCtx<'_>,
+    g: &BatchNormGeom,
+    x: &[f32],
+    ep: Epi<'_>,
+    params: &[f32],
+    running: &[f32],
+    y: &mut [f32],
+) {
     let c = g.channels;
     let (gamma, beta) = params.split_at(c);
     let (rmean, rvar) = running.split_at(c);
@@ -195,7 +322,7 @@ fn forward_infer(ctx: CpuCtx<'_>, g: &BatchNormGeom, x: &[f32], params: &[f32], 
         scale[ch] = (gamma[ch] as f64 * inv) as f32;
         shift[ch] = (beta[ch] as f64 - rmean[ch] as f64 * gamma[ch] as f64 * inv) as f32;
     }
-    affine(ctx, g, x, &scale, &shift, y);
+    affine(ctx, g, x, ep, &scale, &shift, y);
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -203,7 +330,7 @@ fn backward(
     ctx: CpuCtx<'_>,
     g: &BatchNormGeom,
     x: &[f32],
-    dy: &[f32],
+    grad: Grad<'_>,
     params: &[f32],
     saved: &[f32],
     dx: &mut [f32],
@@ -212,13 +339,18 @@ fn backward(
     let c = g.channels;
     let gamma = &params[..c];
     let (smean, sinv) = saved.split_at(c);
+    let Grad { dy, mask, dres } = grad;
     // dbeta = sum dy, dgamma = sum dy * xhat
     let sums: Vec<(f64, f64)> = ctx.map((0..c).collect(), |ch| {
         let (mean, inv) = (smean[ch] as f64, sinv[ch] as f64);
         let (mut sdy, mut sdyx) = (0.0f64, 0.0f64);
         for n in 0..g.batch {
             let o = (n * c + ch) * g.spatial;
-            let (a, b) = sum_dy_dyx(&dy[o..o + g.spatial], &x[o..o + g.spatial], mean);
+            let (dyp, xp) = (&dy[o..o + g.spatial], &x[o..o + g.spatial]);
+            let (a, b) = match mask {
+                Some(y) => sum_dy_dyx_masked(dyp, &y[o..o + g.spatial], xp, mean),
+                None => sum_dy_dyx(dyp, xp, mean),
+            };
             sdy += a;
             sdyx += b;
         }
@@ -244,13 +376,29 @@ fn backward(
     let ranges = split_ranges(g.batch, ctx.groups(g.batch));
     let per = c * g.spatial;
     let dxs = split_mut_by(dx, &ranges, per);
-    let items: Vec<_> = ranges.into_iter().zip(dxs).collect();
-    ctx.for_each(items, |(r, dxg)| {
+    let dress: Vec<Option<&mut [f32]>> = match dres {
+        Some(d) => split_mut_by(d, &ranges, per).into_iter().map(Some).collect(),
+        None => ranges.iter().map(|_| None).collect(),
+    };
+    let items: Vec<_> = ranges.into_iter().zip(dxs.into_iter().zip(dress)).collect();
+    ctx.for_each(items, |(r, (dxg, mut dresg))| {
         for (i, n) in r.enumerate() {
             for ch in 0..c {
                 let o = (n * c + ch) * g.spatial;
                 let d = (i * c + ch) * g.spatial;
-                dx_plane(&mut dxg[d..d + g.spatial], &dy[o..o + g.spatial], &x[o..o + g.spatial], ka[ch], kb[ch], kc[ch]);
+                let (out, dyp, xp) = (&mut dxg[d..d + g.spatial], &dy[o..o + g.spatial], &x[o..o + g.spatial]);
+                let (a, b, k) = (ka[ch], kb[ch], kc[ch]);
+                match (mask, dresg.as_deref_mut()) {
+                    (None, None) => dx_plane(out, dyp, xp, a, b, k),
+                    (Some(y), None) => dx_plane_masked(out, dyp, &y[o..o + g.spatial], xp, a, b, k),
+                    (Some(y), Some(rg)) => {
+                        dx_plane_masked_res(out, &mut rg[d..d + g.spatial], dyp, &y[o..o + g.spatial], xp, a, b, k)
+                    }
+                    (None, Some(rg)) => {
+                        rg[d..d + g.spatial].copy_from_slice(dyp);
+                        dx_plane(out, dyp, xp, a, b, k);
+                    }
+                }
             }
         }
     });
@@ -279,6 +427,26 @@ mod tests {
             dx_plane(&mut a, &dy, &x, 0.9, -0.04, 0.01);
             dx_plane_portable(&mut b, &dy, &x, 0.9, -0.04, 0.01);
             assert_eq!(a, b);
+            // The fused forms; `r` doubles as the residual and the ReLU's mask.
+            let r: Vec<f32> = x.iter().map(|v| 0.25 - v * 0.5).collect();
+            let (ma, mb) = (sum_dy_dyx_masked(&dy, &r, &x, 0.1), sum_dy_dyx_masked_portable(&dy, &r, &x, 0.1));
+            assert_eq!((ma.0.to_bits(), ma.1.to_bits()), (mb.0.to_bits(), mb.1.to_bits()));
+            scale_shift_relu(&mut a, &x, 1.3, -0.7);
+            scale_shift_relu_portable(&mut b, &x, 1.3, -0.7);
+            assert_eq!(a, b);
+            scale_shift_add(&mut a, &x, &r, 1.3, -0.7);
+            scale_shift_add_portable(&mut b, &x, &r, 1.3, -0.7);
+            assert_eq!(a, b);
+            scale_shift_add_relu(&mut a, &x, &r, 1.3, -0.7);
+            scale_shift_add_relu_portable(&mut b, &x, &r, 1.3, -0.7);
+            assert_eq!(a, b);
+            dx_plane_masked(&mut a, &dy, &r, &x, 0.9, -0.04, 0.01);
+            dx_plane_masked_portable(&mut b, &dy, &r, &x, 0.9, -0.04, 0.01);
+            assert_eq!(a, b);
+            let (mut ra, mut rb) = (vec![f32::NAN; n], vec![f32::NAN; n]);
+            dx_plane_masked_res(&mut a, &mut ra, &dy, &r, &x, 0.9, -0.04, 0.01);
+            dx_plane_masked_res_portable(&mut b, &mut rb, &dy, &r, &x, 0.9, -0.04, 0.01);
+            assert_eq!((a.clone(), ra), (b.clone(), rb));
         }
     }
 }

@@ -5,6 +5,11 @@
 //! `inv_std = 1/sqrt(var + eps)` for the backward pass, and updates the running statistics
 //! with the unbiased variance, `r = (1 - momentum) r + momentum * batch` (PyTorch). Inference
 //! mode uses the running statistics. Reductions accumulate in f64 on the CPU.
+//!
+//! The fused calls (`*_fused`) also apply what follows batch norm in a residual network,
+//! `y = relu?(bn(x) + residual?)` ([`Epilogue`]), and their backward pass masks the gradient
+//! and hands it to the residual, so that the ReLU and the residual sum cost no passes of their
+//! own. They give the same bits as the separate calls (`relu_forward`, `add`) would.
 
 mod cpu;
 pub(crate) mod cuda;
@@ -17,6 +22,53 @@ use serde::{Deserialize, Serialize};
 
 use crate::backend::{Storage, View, ViewMut};
 use crate::error::{KernelError, Result, check_len};
+
+/// What a fused forward call does after batch norm's affine map:
+/// `y = relu?(bn(x) + residual?)`. The end of a residual block is both; conv, batch norm,
+/// ReLU is `relu` alone; [`Epilogue::none`] is plain batch norm.
+pub struct Epilogue<'a, B: Storage + ?Sized> {
+    /// A tensor of the output's shape added to the normalised values.
+    pub residual: Option<View<'a, B>>,
+    /// Whether the sum is rectified, `max(·, 0)`.
+    pub relu: bool,
+}
+
+impl<B: Storage + ?Sized> Clone for Epilogue<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<B: Storage + ?Sized> Copy for Epilogue<'_, B> {}
+
+impl<B: Storage + ?Sized> std::fmt::Debug for Epilogue<'_, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Epilogue").field("residual", &self.residual).field("relu", &self.relu).finish()
+    }
+}
+
+impl<'a, B: Storage + ?Sized> Epilogue<'a, B> {
+    /// Plain batch norm: nothing after the affine map.
+    pub fn none() -> Self {
+        Epilogue { residual: None, relu: false }
+    }
+
+    /// `max(bn(x), 0)`.
+    pub fn relu() -> Self {
+        Epilogue { residual: None, relu: true }
+    }
+
+    /// `max(bn(x) + residual, 0)`: the end of a residual block.
+    pub fn add_relu(residual: View<'a, B>) -> Self {
+        Epilogue { residual: Some(residual), relu: true }
+    }
+
+    fn check(&self, op: &'static str, g: &BatchNormGeom) -> Result<()> {
+        match self.residual {
+            Some(r) => check_len(op, "residual", g.len(), r.len()),
+            None => Ok(()),
+        }
+    }
+}
 
 /// Batch normalisation (per channel over N, H, W). The provided methods check the
 /// arguments, then run the backend's `*_unchecked` kernels (what a backend implements).
@@ -39,7 +91,29 @@ pub trait BatchNorm: Storage {
         check_len(op, "saved", g.stats_len(), saved.len())?;
         check_len(op, "running", g.stats_len(), running.len())?;
         // SAFETY: the geometry and the lengths were checked.
-        unsafe { self.batch_norm_forward_train_unchecked(g, x, params, y, saved, running) }
+        unsafe { self.batch_norm_forward_train_unchecked(g, x, Epilogue::none(), params, y, saved, running) }
+    }
+
+    /// [`BatchNorm::batch_norm_forward_train`] followed by `ep`:
+    /// `y = relu?(bn(x) + residual?)`, with `saved` and `running` as there.
+    #[allow(clippy::too_many_arguments)]
+    fn batch_norm_forward_train_fused(
+        &self,
+        g: &BatchNormGeom,
+        x: View<'_, Self>,
+        ep: Epilogue<'_, Self>,
+        params: View<'_, Self>,
+        y: ViewMut<'_, Self>,
+        saved: ViewMut<'_, Self>,
+        running: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        let op = "batch_norm_forward_train_fused";
+        g.check(op, x.len(), params.len(), y.len())?;
+        ep.check(op, g)?;
+        check_len(op, "saved", g.stats_len(), saved.len())?;
+        check_len(op, "running", g.stats_len(), running.len())?;
+        // SAFETY: the geometry and the lengths were checked.
+        unsafe { self.batch_norm_forward_train_unchecked(g, x, ep, params, y, saved, running) }
     }
 
     /// Inference-mode batch norm with the running statistics `[mean(C), var(C)]`.
@@ -55,7 +129,25 @@ pub trait BatchNorm: Storage {
         g.check(op, x.len(), params.len(), y.len())?;
         check_len(op, "running", g.stats_len(), running.len())?;
         // SAFETY: the geometry and the lengths were checked.
-        unsafe { self.batch_norm_forward_infer_unchecked(g, x, params, running, y) }
+        unsafe { self.batch_norm_forward_infer_unchecked(g, x, Epilogue::none(), params, running, y) }
+    }
+
+    /// [`BatchNorm::batch_norm_forward_infer`] followed by `ep`: `y = relu?(bn(x) + residual?)`.
+    fn batch_norm_forward_infer_fused(
+        &self,
+        g: &BatchNormGeom,
+        x: View<'_, Self>,
+        ep: Epilogue<'_, Self>,
+        params: View<'_, Self>,
+        running: View<'_, Self>,
+        y: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        let op = "batch_norm_forward_infer_fused";
+        g.check(op, x.len(), params.len(), y.len())?;
+        ep.check(op, g)?;
+        check_len(op, "running", g.stats_len(), running.len())?;
+        // SAFETY: the geometry and the lengths were checked.
+        unsafe { self.batch_norm_forward_infer_unchecked(g, x, ep, params, running, y) }
     }
 
     /// Gradients of training-mode batch norm: `dx`, and `dparams = [dgamma, dbeta]`.
@@ -79,14 +171,50 @@ pub trait BatchNorm: Storage {
         unsafe { self.batch_norm_backward_unchecked(g, x, dy, params, saved, dx, dparams) }
     }
 
+    /// Gradients of a fused forward call ([`BatchNorm::batch_norm_forward_train_fused`]).
+    /// `y` is that call's output when it rectified (`None` when it did not): the ReLU's mask.
+    /// `dy` is the gradient of `y`; some backends overwrite it with the gradient of the sum
+    /// (`dy` where `y > 0`, else 0), so its contents afterwards are unspecified. Writes `dx`,
+    /// `dparams = [dgamma, dbeta]` and, when given, `dres`: the gradient of the residual
+    /// (the masked `dy`).
+    #[allow(clippy::too_many_arguments)]
+    fn batch_norm_backward_fused(
+        &self,
+        g: &BatchNormGeom,
+        x: View<'_, Self>,
+        y: Option<View<'_, Self>>,
+        dy: ViewMut<'_, Self>,
+        params: View<'_, Self>,
+        saved: View<'_, Self>,
+        dx: ViewMut<'_, Self>,
+        dres: Option<ViewMut<'_, Self>>,
+        dparams: ViewMut<'_, Self>,
+    ) -> Result<()> {
+        let op = "batch_norm_backward_fused";
+        g.check(op, x.len(), params.len(), dy.len())?;
+        if let Some(y) = &y {
+            check_len(op, "y", g.len(), y.len())?;
+        }
+        if let Some(d) = &dres {
+            check_len(op, "dres", g.len(), d.len())?;
+        }
+        check_len(op, "saved", g.stats_len(), saved.len())?;
+        check_len(op, "dx", g.len(), dx.len())?;
+        check_len(op, "dparams", g.stats_len(), dparams.len())?;
+        // SAFETY: the geometry and the lengths were checked.
+        unsafe { self.batch_norm_backward_fused_unchecked(g, x, y, dy, params, saved, dx, dres, dparams) }
+    }
+
     /// The kernel of [`BatchNorm::batch_norm_forward_train`].
     ///
     /// # Safety
     /// `g` is valid and every view has the length it implies.
+    #[allow(clippy::too_many_arguments)]
     unsafe fn batch_norm_forward_train_unchecked(
         &self,
         g: &BatchNormGeom,
         x: View<'_, Self>,
+        ep: Epilogue<'_, Self>,
         params: View<'_, Self>,
         y: ViewMut<'_, Self>,
         saved: ViewMut<'_, Self>,
@@ -101,6 +229,7 @@ pub trait BatchNorm: Storage {
         &self,
         g: &BatchNormGeom,
         x: View<'_, Self>,
+        ep: Epilogue<'_, Self>,
         params: View<'_, Self>,
         running: View<'_, Self>,
         y: ViewMut<'_, Self>,
@@ -119,6 +248,24 @@ pub trait BatchNorm: Storage {
         params: View<'_, Self>,
         saved: View<'_, Self>,
         dx: ViewMut<'_, Self>,
+        dparams: ViewMut<'_, Self>,
+    ) -> Result<()>;
+
+    /// The kernel of [`BatchNorm::batch_norm_backward_fused`].
+    ///
+    /// # Safety
+    /// `g` is valid and every view has the length it implies.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn batch_norm_backward_fused_unchecked(
+        &self,
+        g: &BatchNormGeom,
+        x: View<'_, Self>,
+        y: Option<View<'_, Self>>,
+        dy: ViewMut<'_, Self>,
+        params: View<'_, Self>,
+        saved: View<'_, Self>,
+        dx: ViewMut<'_, Self>,
+        dres: Option<ViewMut<'_, Self>>,
         dparams: ViewMut<'_, Self>,
     ) -> Result<()>;
 }

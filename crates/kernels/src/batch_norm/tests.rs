@@ -1,14 +1,15 @@
 //! batch norm on every backend (and on a GPU with and without cuDNN): training forward vs an
 //! f64 reference (including the running-statistics update), inference forward, and the
 //! backward pass vs central finite differences of the f64 training-mode forward; against
-//! the CPU on larger shapes; argument errors.
+//! the CPU on larger shapes; the fused calls (batch norm + residual + ReLU) bit for bit
+//! against the separate calls and against finite differences; argument errors.
 
 // Test bodies run by `test_backends!` (not `cfg(test)`): a failed call must panic the test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use proptest::prelude::*;
 
-use super::BatchNormGeom;
+use super::{BatchNormGeom, Epilogue};
 use crate::prelude::*;
 use crate::testing::{
     GPU_TOLERANCE, Tolerance, assert_close, assert_close_f32, dot, download, finite_difference, nan_buffer,
@@ -147,6 +148,165 @@ pub fn batch_norm_matches_cpu<B: Backend>(be: &B) {
     });
 }
 
+/// The epilogues a fused call can have: `(residual, relu)`.
+const EPILOGUES: [(bool, bool); 4] = [(false, false), (false, true), (true, false), (true, true)];
+
+/// The outputs of the fused calls, or of the separate calls they replace:
+/// `(y, saved, running, dx, dres, dparams, inference y)`.
+type Outputs = [Vec<f32>; 7];
+
+#[allow(clippy::too_many_arguments)]
+fn fused_or_separate<B: Backend>(
+    be: &B,
+    fused: bool,
+    (residual, relu): (bool, bool),
+    g: &BatchNormGeom,
+    x: &[f32],
+    r: &[f32],
+    p: &[f32],
+    dy: &[f32],
+) -> Outputs {
+    let c = g.channels;
+    let (xb, rb, pb) = (upload(be, x), upload(be, r), upload(be, p));
+    let running0: Vec<f32> = (0..2 * c).map(|i| if i < c { 0.1 } else { 1.0 }).collect();
+    let (mut y, mut saved, mut run) = (nan_buffer(be, g.len()), nan_buffer(be, 2 * c), upload(be, &running0));
+    let ep = Epilogue { residual: residual.then(|| View::whole(&rb)), relu };
+    let (mut dx, mut dres, mut dp) = (nan_buffer(be, g.len()), nan_buffer(be, g.len()), nan_buffer(be, 2 * c));
+    let mut yi = nan_buffer(be, g.len());
+    if fused {
+        be.batch_norm_forward_train_fused(
+            g,
+            View::whole(&xb),
+            ep,
+            View::whole(&pb),
+            ViewMut::whole(&mut y),
+            ViewMut::whole(&mut saved),
+            ViewMut::whole(&mut run),
+        )
+        .unwrap();
+        let mut d = upload(be, dy);
+        be.batch_norm_backward_fused(
+            g,
+            View::whole(&xb),
+            relu.then(|| View::whole(&y)),
+            ViewMut::whole(&mut d),
+            View::whole(&pb),
+            View::whole(&saved),
+            ViewMut::whole(&mut dx),
+            residual.then(|| ViewMut::whole(&mut dres)),
+            ViewMut::whole(&mut dp),
+        )
+        .unwrap();
+        be.batch_norm_forward_infer_fused(g, View::whole(&xb), ep, View::whole(&pb), View::whole(&run), ViewMut::whole(&mut yi))
+            .unwrap();
+    } else {
+        // What the unfused program runs: batch norm, then `add`, then ReLU in place; backward,
+        // ReLU's in place, a copy to the residual, batch norm's.
+        let epilogue = |be: &B, out: &mut B::Buffer| {
+            if residual {
+                let mut sum = nan_buffer(be, g.len());
+                be.add(View::whole(&*out), View::whole(&rb), ViewMut::whole(&mut sum)).unwrap();
+                be.copy(View::whole(&sum), ViewMut::whole(out)).unwrap();
+            }
+            if relu {
+                be.relu_forward_inplace(ViewMut::whole(out)).unwrap();
+            }
+        };
+        be.batch_norm_forward_train(
+            g,
+            View::whole(&xb),
+            View::whole(&pb),
+            ViewMut::whole(&mut y),
+            ViewMut::whole(&mut saved),
+            ViewMut::whole(&mut run),
+        )
+        .unwrap();
+        epilogue(be, &mut y);
+        let mut d = upload(be, dy);
+        if relu {
+            be.relu_backward_inplace(View::whole(&y), ViewMut::whole(&mut d)).unwrap();
+        }
+        if residual {
+            be.copy(View::whole(&d), ViewMut::whole(&mut dres)).unwrap();
+        }
+        be.batch_norm_backward(
+            g,
+            View::whole(&xb),
+            View::whole(&d),
+            View::whole(&pb),
+            View::whole(&saved),
+            ViewMut::whole(&mut dx),
+            ViewMut::whole(&mut dp),
+        )
+        .unwrap();
+        be.batch_norm_forward_infer(g, View::whole(&xb), View::whole(&pb), View::whole(&run), ViewMut::whole(&mut yi))
+            .unwrap();
+        epilogue(be, &mut yi);
+    }
+    let d = |b: &B::Buffer| download(be, b);
+    let dres = if residual { d(&dres) } else { vec![] };
+    [d(&y), d(&saved), d(&run), d(&dx), dres, d(&dp), d(&yi)]
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// Every fused call gives the same bits as the separate calls it replaces (batch norm, `add`,
+/// ReLU; ReLU's backward, a copy, batch norm's backward), on each backend, for each epilogue.
+pub fn batch_norm_fused_equals_separate_calls<B: Backend>(be: &B) {
+    proptest!(proptest_config::<B>(24), |(n in 1usize..6, c in 1usize..9, sp in 1usize..40, seed in any::<u64>())| {
+        let g = BatchNormGeom::new(n, c, sp);
+        prop_assume!(g.count() >= 2);
+        let x = random_vec(seed, g.len(), 2.0);
+        let r = random_vec(seed ^ 4, g.len(), 1.0);
+        let mut p = random_vec(seed ^ 1, 2 * c, 0.5);
+        for v in &mut p[..c] {
+            *v += 1.0;
+        }
+        let dy = random_vec(seed ^ 2, g.len(), 1.0);
+        for ep in EPILOGUES {
+            let got = fused_or_separate(be, true, ep, &g, &x, &r, &p, &dy);
+            let want = fused_or_separate(be, false, ep, &g, &x, &r, &p, &dy);
+            for (i, what) in ["y", "saved", "running", "dx", "dres", "dparams", "inference y"].iter().enumerate() {
+                prop_assert_eq!(bits(&got[i]), bits(&want[i]), "{} of {:?} with (residual, relu) = {:?}", what, g, ep);
+            }
+        }
+    });
+}
+
+/// The fused training call `y = max(bn(x) + r, 0)` in f64.
+fn fused_ref(g: &BatchNormGeom, x: &[f64], r: &[f64], p: &[f64]) -> Vec<f64> {
+    bn_ref(g, x, p).0.iter().zip(r).map(|(b, r)| (b + r).max(0.0)).collect()
+}
+
+/// The fused backward pass against central differences of the f64 forward: `dx`, `dres` and
+/// `dparams`. The residual is chosen so that no sum lies within 0.3 of ReLU's kink.
+pub fn batch_norm_fused_matches_finite_differences<B: Backend>(be: &B) {
+    proptest!(proptest_config::<B>(32), |(batch in 1usize..4, channels in 1usize..4, spatial in 1usize..8, seed in any::<u64>())| {
+        prop_assume!(batch * spatial > 1);
+        let g = BatchNormGeom { batch, channels, spatial, eps: 1e-5, momentum: 0.1 };
+        let x = random_distinct_vec(seed, g.len(), 0.1);
+        let mut p = random_vec(seed ^ 1, 2 * channels, 1.0);
+        for v in &mut p[..channels] { *v += 1.5; }
+        let dy = random_vec(seed ^ 2, g.len(), 1.0);
+        let (xd, pd, dyd) = (to_f64(&x), to_f64(&p), to_f64(&dy));
+        // r = v - bn(x), so that the sum is v: |v| in [0.3, 1.5], either sign.
+        let v = crate::testing::random_vec_away_from_zero(seed ^ 3, g.len(), 1.5, 0.3);
+        let b = bn_ref(&g, &xd, &pd).0;
+        let r: Vec<f32> = v.iter().zip(&b).map(|(&v, &b)| (v as f64 - b) as f32).collect();
+        let rd = to_f64(&r);
+        let got = fused_or_separate(be, true, (true, true), &g, &x, &r, &p, &dy);
+        assert_close(&got[0], &fused_ref(&g, &xd, &rd, &pd), Tolerance::new(1e-4, 1e-5).for_backend::<B>(), "forward");
+        let fdx = finite_difference(&xd, 1e-3, |v| dot(&dyd, &fused_ref(&g, v, &rd, &pd)));
+        assert_close(&got[3], &fdx, Tolerance::new(2e-3, 5e-4).for_backend::<B>(), "dx");
+        let fdr = finite_difference(&rd, 1e-3, |v| dot(&dyd, &fused_ref(&g, &xd, v, &pd)));
+        assert_close(&got[4], &fdr, Tolerance::GRAD.for_backend::<B>(), "dres");
+        let fdp = finite_difference(&pd, 1e-3, |v| dot(&dyd, &fused_ref(&g, &xd, &rd, v)));
+        assert_close(&got[5], &fdp, Tolerance::GRAD.for_backend::<B>(), "dparams");
+    });
+}
+
 /// Zero `eps`, out-of-range momentum and a short `saved` buffer are errors, not panics.
 pub fn batch_norm_bad_arguments_are_errors<B: Backend>(be: &B) {
     let g = BatchNormGeom::new(2, 3, 4);
@@ -169,10 +329,28 @@ pub fn batch_norm_bad_arguments_are_errors<B: Backend>(be: &B) {
         .unwrap_err()
         .to_string();
     assert!(e.contains("saved"), "{e}");
+    // A residual of the wrong length.
+    let short = upload(be, &[0.0; 5]);
+    let mut saved = nan_buffer(be, 6);
+    let e = be
+        .batch_norm_forward_train_fused(
+            &g,
+            View::whole(&x),
+            Epilogue::add_relu(View::whole(&short)),
+            View::whole(&p),
+            ViewMut::whole(&mut y),
+            ViewMut::whole(&mut saved),
+            ViewMut::whole(&mut running),
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("residual"), "{e}");
 }
 
 crate::test_backends! {
     batch_norm_matches_reference: [cpu, cpu_threads, emu, cuda, cuda_no_cudnn],
     batch_norm_matches_cpu: [cpu_threads, emu, cuda, cuda_no_cudnn],
+    batch_norm_fused_equals_separate_calls: [cpu, cpu_threads, emu, cuda, cuda_no_cudnn],
+    batch_norm_fused_matches_finite_differences: [cpu, emu, cuda, cuda_no_cudnn],
     batch_norm_bad_arguments_are_errors,
 }
