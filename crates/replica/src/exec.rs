@@ -422,6 +422,69 @@ mod tests {
         lenet_gradients: [cpu_threads, cuda],
         resnet_gradients: [cpu, cuda],
         mixed_graph_gradients,
+        fused_chains_give_the_plain_bits_mixed: [cpu, cpu_threads, emu, cuda],
+        fused_chains_give_the_plain_bits_resnet: [cpu, cuda],
+    }
+
+    /// Everything a program run leaves: loss statistics, gradients, running statistics.
+    fn run_bits<B: Backend>(be: &B, g: &Graph, n: usize, mode: Mode, fusion: crate::program::Fusion) -> Vec<u32> {
+        let program = Arc::new(crate::program::lower_with(g, n, mode, fusion).unwrap());
+        let plan = Arc::new(plan(&program));
+        let mut ex = Executor::from_parts(be, g, program, plan).unwrap();
+        let mut rep = Replica::init(be, g, 5).unwrap();
+        let (x, y) = batch(g, n, 13);
+        ex.upload_batch(be, &x, &y).unwrap();
+        let train = mode == Mode::Train;
+        ex.run(be, &rep.params, train.then_some(&mut rep.grads), &mut rep.state, 9).unwrap();
+        let mut out = vec![0.0f32; 2];
+        be.download(View::whole(&ex.stats), &mut out).unwrap();
+        for buf in [&rep.state].into_iter().chain(train.then_some(&rep.grads)) {
+            let mut v = vec![0.0f32; B::buffer_len(buf)];
+            be.download(View::whole(buf), &mut v).unwrap();
+            out.extend(v);
+        }
+        out.iter().map(|v| v.to_bits()).collect()
+    }
+
+    /// Batch norm fused with its ReLU and residual sum computes the same bits as the nodes
+    /// one by one, in every mode; and the fusion happens (fewer instructions, fused ones).
+    fn fused_chains_give_the_plain_bits<B: Backend>(be: &B, g: &Graph, chains: usize) {
+        use crate::layers::batch_norm::BnOp;
+        use crate::program::{Fusion, lower_with};
+        for mode in [Mode::Train, Mode::Eval, Mode::Calibrate] {
+            let (on, off) = (lower_with(g, 4, mode, Fusion::On).unwrap(), lower_with(g, 4, mode, Fusion::Off).unwrap());
+            let fused = |p: &Program| {
+                p.instrs
+                    .iter()
+                    .filter(|i| {
+                        matches!(i, Instr::BatchNorm(BnOp::Train { relu: true, .. } | BnOp::Infer { relu: true, .. }))
+                    })
+                    .count()
+            };
+            assert_eq!((fused(&on), fused(&off)), (chains, 0), "{} {mode:?}: fused chains", g.name);
+            assert!(on.instrs.len() < off.instrs.len(), "{} {mode:?}: fusion removes instructions", g.name);
+            let want = run_bits(be, g, 4, mode, Fusion::Off);
+            assert_eq!(run_bits(be, g, 4, mode, Fusion::On), want, "{} {mode:?}", g.name);
+        }
+    }
+
+    fn fused_chains_give_the_plain_bits_mixed<B: Backend>(be: &B) {
+        fused_chains_give_the_plain_bits(be, &mixed_graph(), 2);
+    }
+
+    /// ResNet-8: the stem, and per block one conv–BN–ReLU and one BN–sum–ReLU.
+    fn fused_chains_give_the_plain_bits_resnet<B: Backend>(be: &B) {
+        let g = ModelKind::ResNetCifar(8).build(&Shape::new(vec![3, 8, 8]), 5).unwrap();
+        fused_chains_give_the_plain_bits(be, &g, 7);
+    }
+
+    #[test]
+    fn a_bad_fusion_setting_names_the_variable() {
+        use crate::program::Fusion;
+        assert_eq!(Fusion::parse("0").unwrap(), Fusion::Off);
+        assert_eq!(Fusion::parse("ON").unwrap(), Fusion::On);
+        let e = Fusion::parse("maybe").unwrap_err().to_string();
+        assert!(e.contains("CROSSBOW_FUSION") && e.contains("maybe"), "{e}");
     }
 
     fn lenet_gradients<B: Backend>(be: &B) {
@@ -435,6 +498,10 @@ mod tests {
     /// Fan-out, identity and projection shortcuts, both pools, dropout, a linear layer with
     /// batch norm after it: every lowering path of the program builder.
     fn mixed_graph_gradients<B: Backend>(be: &B) {
+        check_model(be, &mixed_graph(), 5);
+    }
+
+    fn mixed_graph() -> Graph {
         let mut b = GraphBuilder::new("mixed", Shape::new(vec![2, 9, 9])).unwrap();
         let x = b.input();
         let a = b.conv2d("a", x, 4, 3, 1, 1, true).unwrap();
@@ -454,8 +521,7 @@ mod tests {
         let f = b.batch_norm("bnf", f).unwrap();
         let f = b.relu("rf", f).unwrap();
         let out = b.linear("fc2", f, 3, true).unwrap();
-        let g = b.finish(out).unwrap();
-        check_model(be, &g, 5);
+        b.finish(out).unwrap()
     }
 
     #[test]

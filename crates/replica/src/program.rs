@@ -7,6 +7,7 @@ use crossbow_kernels::softmax_xent::SoftmaxXentGeom;
 
 use crate::error::{ReplicaError, Result};
 use crate::graph::{Graph, Node, NodeId};
+use crate::layers::batch_norm;
 use crate::layers::loss::LossOp;
 use crate::layers::tensor::TensorOp;
 
@@ -91,6 +92,40 @@ pub(crate) struct Lowering<'g> {
     grad: Vec<Option<TensorId>>,
 }
 
+/// Whether [`lower`] fuses batch norm with the ReLU and residual sum after it
+/// (`crate::layers::batch_norm::Chain`): on unless `CROSSBOW_FUSION=0`. The fused and the plain
+/// programs compute the same bits; the switch is for measuring what fusion is worth.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fusion {
+    /// Batch norm, residual sum and ReLU in one kernel where the graph allows.
+    On,
+    /// One kernel per node.
+    Off,
+}
+
+impl Fusion {
+    /// The default: `CROSSBOW_FUSION` (`1`/`on` or `0`/`off`; unset is on). A bad value is an
+    /// error naming the variable.
+    pub fn from_env() -> Result<Fusion> {
+        match std::env::var("CROSSBOW_FUSION") {
+            Err(std::env::VarError::NotPresent) => Ok(Fusion::On),
+            Ok(v) => Fusion::parse(&v),
+            Err(e) => Err(ReplicaError::Config(format!("CROSSBOW_FUSION: {e}"))),
+        }
+    }
+
+    /// A value of `CROSSBOW_FUSION`.
+    pub fn parse(v: &str) -> Result<Fusion> {
+        if v == "1" || v.eq_ignore_ascii_case("on") {
+            Ok(Fusion::On)
+        } else if v == "0" || v.eq_ignore_ascii_case("off") {
+            Ok(Fusion::Off)
+        } else {
+            Err(ReplicaError::Config(format!("CROSSBOW_FUSION={v:?}: expected 1/on or 0/off")))
+        }
+    }
+}
+
 impl<'g> Lowering<'g> {
     /// A new tensor of `len` elements.
     pub(crate) fn new_tensor(&mut self, kind: TensorKind, len: usize) -> TensorId {
@@ -144,6 +179,11 @@ impl<'g> Lowering<'g> {
         self.instrs.push(ins.into());
     }
 
+    /// Appends instructions.
+    pub(crate) fn push_all(&mut self, ins: impl IntoIterator<Item = Instr>) {
+        self.instrs.extend(ins);
+    }
+
     /// The first tensor of kind `kind` (a dropout mask, for its backward pass).
     pub(crate) fn find(&self, kind: &TensorKind) -> Option<TensorId> {
         self.tensors.iter().position(|t| t.kind == *kind)
@@ -167,22 +207,31 @@ impl<'g> Lowering<'g> {
     /// a later one into a partial tensor that is then accumulated. Nothing for the input
     /// batch (node 0), which needs no gradient.
     pub(crate) fn contribute(&mut self, src: NodeId, emit: impl FnOnce(TensorId) -> Instr) {
+        if let Some((dx, acc)) = self.contribution(src) {
+            self.instrs.push(emit(dx));
+            self.instrs.extend(acc);
+        }
+    }
+
+    /// Where a gradient contribution to node `src` is written, and the accumulation to push
+    /// after the instruction that writes it, as [`Lowering::contribute`] does (for an
+    /// instruction that writes several contributions); `None` for the input batch.
+    pub(crate) fn contribution(&mut self, src: NodeId) -> Option<(TensorId, Option<Instr>)> {
         if src == 0 {
-            return;
+            return None;
         }
         let len = self.len(src);
-        match self.grad[src] {
+        Some(match self.grad[src] {
             None => {
                 let dx = self.new_tensor(TensorKind::Gradient(src), len);
                 self.grad[src] = Some(dx);
-                self.instrs.push(emit(dx));
+                (dx, None)
             }
             Some(dst) => {
                 let t = self.new_tensor(TensorKind::Partial(src), len);
-                self.instrs.push(emit(t));
-                self.instrs.push(TensorOp::Accumulate { src: t, dst }.into());
+                (t, Some(TensorOp::Accumulate { src: t, dst }.into()))
             }
-        }
+        })
     }
 }
 
@@ -213,8 +262,13 @@ fn check_size(graph: &Graph, batch: usize, consumers: &[Vec<NodeId>]) -> Result<
     }
 }
 
-/// Lowers `graph` at `batch` in `mode`.
+/// Lowers `graph` at `batch` in `mode`, fused as [`Fusion::from_env`] says.
 pub fn lower(graph: &Graph, batch: usize, mode: Mode) -> Result<Program> {
+    lower_with(graph, batch, mode, Fusion::from_env()?)
+}
+
+/// Lowers `graph` at `batch` in `mode`, with or without fused batch-norm chains.
+pub fn lower_with(graph: &Graph, batch: usize, mode: Mode, fusion: Fusion) -> Result<Program> {
     if batch == 0 {
         return Err(ReplicaError::Config("batch size must be at least 1".into()));
     }
@@ -233,9 +287,27 @@ pub fn lower(graph: &Graph, batch: usize, mode: Mode) -> Result<Program> {
     };
     let input = l.new_tensor(TensorKind::Input, l.len(0));
     l.act[0] = Some(input);
+    // Fused chains: lowered at their ReLU node; their batch-norm and sum nodes lower nothing.
+    let chains = match fusion {
+        Fusion::On => batch_norm::chains(graph, &l.consumers),
+        Fusion::Off => vec![None; n_nodes],
+    };
+    let mut absorbed = vec![false; n_nodes];
+    for ch in chains.iter().flatten() {
+        absorbed[ch.bn] = true;
+        if let Some(a) = ch.add {
+            absorbed[a] = true;
+        }
+    }
     // The forward pass: each layer lowers itself, in topological order.
     for (n, node) in graph.nodes.iter().enumerate().skip(1) {
-        let y = node.layer.ops().lower_forward(&mut l, n);
+        if absorbed[n] {
+            continue;
+        }
+        let y = match chains[n] {
+            Some(ch) => batch_norm::lower_chain_forward(&mut l, ch),
+            None => node.layer.ops().lower_forward(&mut l, n),
+        };
         l.act[n] = Some(y);
     }
 
@@ -253,7 +325,10 @@ pub fn lower(graph: &Graph, batch: usize, mode: Mode) -> Result<Program> {
     // The backward pass, from the loss gradient at the output back to the first layer.
     for n in (1..n_nodes).rev() {
         let Some(dy) = l.grad[n] else { continue };
-        graph.nodes[n].layer.ops().lower_backward(&mut l, n, dy);
+        match chains[n] {
+            Some(ch) => batch_norm::lower_chain_backward(&mut l, ch, dy),
+            None => graph.nodes[n].layer.ops().lower_backward(&mut l, n, dy),
+        }
     }
     Ok(Program { mode, batch, tensors: l.tensors, instrs: l.instrs, input, classes: graph.classes })
 }

@@ -3,10 +3,14 @@
 //! running statistics, recalibration (momentum 1), and learners that normalise together
 //! ([`group_batch_norm`]). Parameters `[gamma(C), beta(C)]`; running statistics
 //! `[mean(C), var(C)]` (unbiased variance, PyTorch's convention) in the replica's state buffer.
+//!
+//! A batch norm whose output only a ReLU reads, or only a residual sum that only a ReLU reads,
+//! is lowered together with them ([`Chain`]): one fused kernel computes
+//! `relu(bn(x) + residual?)`, and one computes the gradients of all three.
 
 use std::sync::Arc;
 
-use crossbow_kernels::batch_norm::BatchNormGeom;
+use crossbow_kernels::batch_norm::{BatchNormGeom, Epilogue};
 use crossbow_kernels::{Backend, View, ViewMut};
 use crossbow_tensor::Init;
 use serde::Serialize;
@@ -69,6 +73,10 @@ pub enum BnOp {
         p: ParamRange,
         /// Offset of this layer's `[mean(C), var(C)]` in the state and saved-stats buffers.
         stats: usize,
+        /// Fused: a residual added to the normalised values.
+        res: Option<TensorId>,
+        /// Fused: the (sum) rectified.
+        relu: bool,
     },
     /// Forward with the running statistics (evaluation).
     Infer {
@@ -82,6 +90,10 @@ pub enum BnOp {
         p: ParamRange,
         /// Offset of this layer's running `[mean(C), var(C)]` in the state buffer.
         stats: usize,
+        /// Fused: a residual added to the normalised values.
+        res: Option<TensorId>,
+        /// Fused: the (sum) rectified.
+        relu: bool,
     },
     /// Backward: `dx`, and `[dgamma, dbeta]` at `p` in the gradient buffer.
     Bwd {
@@ -97,40 +109,64 @@ pub enum BnOp {
         p: ParamRange,
         /// Offset of this layer's saved `[mean(C), inv_std(C)]` in the saved-stats buffer.
         stats: usize,
+        /// Fused ReLU: the fused forward output, whose sign masks `dy` (`dy` is then
+        /// overwritten, see `batch_norm_backward_fused`).
+        mask: Option<TensorId>,
+        /// Fused residual: where its gradient (the masked `dy`) goes.
+        dres: Option<TensorId>,
     },
+}
+
+impl BnOp {
+    /// Whether this is a fused backward call (it may overwrite `dy`).
+    fn fused_backward(&self) -> bool {
+        matches!(self, BnOp::Bwd { mask, dres, .. } if mask.is_some() || dres.is_some())
+    }
 }
 
 impl Op for BnOp {
     fn reads(&self) -> Vec<TensorId> {
         match self {
-            BnOp::Train { x, .. } | BnOp::Infer { x, .. } => vec![*x],
-            BnOp::Bwd { x, dy, .. } => vec![*x, *dy],
+            BnOp::Train { x, res, .. } | BnOp::Infer { x, res, .. } => std::iter::once(*x).chain(*res).collect(),
+            BnOp::Bwd { x, dy, mask, .. } => [*x, *dy].into_iter().chain(*mask).collect(),
         }
     }
 
     fn writes(&self) -> Vec<TensorId> {
         match self {
             BnOp::Train { y, .. } | BnOp::Infer { y, .. } => vec![*y],
-            BnOp::Bwd { dx, .. } => vec![*dx],
+            BnOp::Bwd { dx, dres, dy, .. } => {
+                let dy = self.fused_backward().then_some(*dy);
+                std::iter::once(*dx).chain(*dres).chain(dy).collect()
+            }
         }
     }
 
     fn exec<B: Backend>(&self, cx: &mut ExecCx<'_, B>) -> Result<()> {
         let be = cx.be;
         match self {
-            BnOp::Train { g, x, y, p, stats } => {
+            BnOp::Train { g, x, y, p, stats, res, relu } => {
                 let r = *stats..stats + g.stats_len();
                 let (saved, running) = (cx.saved_mut(r.clone())?, cx.state_mut(r)?);
-                be.batch_norm_forward_train(g, cx.read(*x)?, cx.params(p)?, cx.write(*y)?, saved, running)?
+                let ep = Epilogue { residual: res.map(|t| cx.read(t)).transpose()?, relu: *relu };
+                be.batch_norm_forward_train_fused(g, cx.read(*x)?, ep, cx.params(p)?, cx.write(*y)?, saved, running)?
             }
-            BnOp::Infer { g, x, y, p, stats } => {
+            BnOp::Infer { g, x, y, p, stats, res, relu } => {
                 let running = cx.state(*stats..stats + g.stats_len())?;
-                be.batch_norm_forward_infer(g, cx.read(*x)?, cx.params(p)?, running, cx.write(*y)?)?
+                let ep = Epilogue { residual: res.map(|t| cx.read(t)).transpose()?, relu: *relu };
+                be.batch_norm_forward_infer_fused(g, cx.read(*x)?, ep, cx.params(p)?, running, cx.write(*y)?)?
             }
-            BnOp::Bwd { g, x, dy, dx, p, stats } => {
+            BnOp::Bwd { g, x, dy, dx, p, stats, mask, dres } => {
                 let saved = cx.saved(*stats..stats + g.stats_len())?;
-                let (x, dy, gamma) = (cx.read(*x)?, cx.read(*dy)?, cx.params(p)?);
-                be.batch_norm_backward(g, x, dy, gamma, saved, cx.write(*dx)?, cx.grads(p)?)?
+                let (xv, gamma) = (cx.read(*x)?, cx.params(p)?);
+                if self.fused_backward() {
+                    let mask = mask.map(|t| cx.read(t)).transpose()?;
+                    let dres = dres.map(|t| cx.write(t)).transpose()?;
+                    let (dyv, dxv) = (cx.write(*dy)?, cx.write(*dx)?);
+                    be.batch_norm_backward_fused(g, xv, mask, dyv, gamma, saved, dxv, dres, cx.grads(p)?)?
+                } else {
+                    be.batch_norm_backward(g, xv, cx.read(*dy)?, gamma, saved, cx.write(*dx)?, cx.grads(p)?)?
+                }
             }
         }
         Ok(())
@@ -149,9 +185,9 @@ impl LayerOps for BatchNorm {
         }
         let (p, stats) = (l.params(n), node.stats.unwrap_or_default());
         l.push(if l.mode == Mode::Eval {
-            BnOp::Infer { g, x, y, p, stats }
+            BnOp::Infer { g, x, y, p, stats, res: None, relu: false }
         } else {
-            BnOp::Train { g, x, y, p, stats }
+            BnOp::Train { g, x, y, p, stats, res: None, relu: false }
         });
         y
     }
@@ -159,7 +195,9 @@ impl LayerOps for BatchNorm {
     fn lower_backward(&self, l: &mut Lowering<'_>, n: NodeId, dy: TensorId) {
         let node = l.node(n);
         let (g, x, p, stats) = (self.geom(node, l.batch), l.input(n, 0), l.params(n), node.stats.unwrap_or_default());
-        l.contribute(node.inputs[0], |dx| Instr::BatchNorm(BnOp::Bwd { g, x, dy, dx, p, stats }));
+        l.contribute(node.inputs[0], |dx| {
+            Instr::BatchNorm(BnOp::Bwd { g, x, dy, dx, p, stats, mask: None, dres: None })
+        });
     }
 
     fn param_kinds(&self) -> (ParamKind, ParamKind) {
@@ -188,6 +226,98 @@ impl LayerOps for BatchNorm {
             ExportTensor::i64(format!("{prefix}.num_batches_tracked"), vec![], &[0]),
         ])
     }
+}
+
+/// A batch norm lowered together with the nodes after it: `relu(bn(x) + residual?)`, one
+/// fused instruction each way. Found by [`chains`]; the batch-norm and sum nodes then lower
+/// nothing of their own, and the ReLU node lowers the chain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Chain {
+    /// The batch-norm node.
+    pub(crate) bn: NodeId,
+    /// The residual sum's node, if any.
+    pub(crate) add: Option<NodeId>,
+    /// The sum's other input (the residual), if any.
+    pub(crate) residual: Option<NodeId>,
+    /// The ReLU node: the chain's output.
+    pub(crate) relu: NodeId,
+}
+
+/// Every fusable chain of `graph`, by its ReLU node: a batch norm (not of the input batch, not
+/// the output) whose only consumer is a ReLU, or a residual sum with another node whose only
+/// consumer is a ReLU. Where two batch norms meet in one sum (a projection shortcut), the
+/// first absorbs the sum and the other is the residual.
+pub(crate) fn chains(graph: &Graph, consumers: &[Vec<NodeId>]) -> Vec<Option<Chain>> {
+    let mut out: Vec<Option<Chain>> = vec![None; graph.nodes.len()];
+    let only = |n: NodeId| match consumers[n].as_slice() {
+        [c] if n != graph.output => Some(*c),
+        _ => None,
+    };
+    let is_relu = |n: NodeId| matches!(graph.nodes[n].layer, super::Layer::Relu(_));
+    for (bn, node) in graph.nodes.iter().enumerate() {
+        if !node.layer.is_batch_norm() || node.inputs.first().is_none_or(|&x| x == 0) {
+            continue;
+        }
+        let Some(c) = only(bn) else { continue };
+        let chain = if is_relu(c) {
+            Chain { bn, add: None, residual: None, relu: c }
+        } else if matches!(graph.nodes[c].layer, super::Layer::Add(_)) {
+            let ins = &graph.nodes[c].inputs;
+            let residual = if ins[0] == bn { ins[1] } else { ins[0] };
+            match only(c) {
+                Some(r) if residual != bn && is_relu(r) => {
+                    Chain { bn, add: Some(c), residual: Some(residual), relu: r }
+                }
+                _ => continue,
+            }
+        } else {
+            continue;
+        };
+        if out[chain.relu].is_none() {
+            out[chain.relu] = Some(chain);
+        }
+    }
+    out
+}
+
+/// The forward pass of `ch`: `y = relu(bn(x) + residual?)` into the ReLU node's activation.
+pub(crate) fn lower_chain_forward(l: &mut Lowering<'_>, ch: Chain) -> TensorId {
+    let super::Layer::BatchNorm(bn) = &l.node(ch.bn).layer else {
+        unreachable!("chain {ch:?} starts at a batch-norm node")
+    };
+    let (x, y, res) = (l.input(ch.bn, 0), l.activation(ch.relu), ch.residual.map(|r| l.act(r)));
+    let node = l.node(ch.bn);
+    let mut g = bn.geom(node, l.batch);
+    if l.mode == Mode::Calibrate {
+        g.momentum = 1.0;
+    }
+    let (p, stats) = (l.params(ch.bn), node.stats.unwrap_or_default());
+    l.push(if l.mode == Mode::Eval {
+        BnOp::Infer { g, x, y, p, stats, res, relu: true }
+    } else {
+        BnOp::Train { g, x, y, p, stats, res, relu: true }
+    });
+    y
+}
+
+/// The backward pass of `ch` from the ReLU's output gradient `dy`: one fused instruction
+/// writes the gradients of batch norm's input and of the residual.
+pub(crate) fn lower_chain_backward(l: &mut Lowering<'_>, ch: Chain, dy: TensorId) {
+    let super::Layer::BatchNorm(bn) = &l.node(ch.bn).layer else {
+        unreachable!("chain {ch:?} starts at a batch-norm node")
+    };
+    let node = l.node(ch.bn);
+    let (g, x, p, stats) = (bn.geom(node, l.batch), l.input(ch.bn, 0), l.params(ch.bn), node.stats.unwrap_or_default());
+    let mask = Some(l.act(ch.relu));
+    let Some((dx, acc_x)) = l.contribution(node.inputs[0]) else {
+        unreachable!("chain {ch:?} normalises a node, not the input batch")
+    };
+    let (dres, acc_r) = match ch.residual.and_then(|r| l.contribution(r)) {
+        Some((d, acc)) => (Some(d), acc),
+        None => (None, None),
+    };
+    l.push(BnOp::Bwd { g, x, dy, dx, p, stats, mask, dres });
+    l.push_all(acc_x.into_iter().chain(acc_r));
 }
 
 /// One learner's part in [`group_batch_norm`]: its backend, executor (paused at the same
@@ -237,10 +367,47 @@ pub fn group_batch_norm<B: Backend>(members: &mut [GroupMember<'_, B>], at: usiz
         }
     }
     match ins {
-        Instr::BatchNorm(BnOp::Train { g, x, y, p, stats }) => group_forward(members, &g, x, y, &p, stats),
-        Instr::BatchNorm(BnOp::Bwd { g, x, dy, dx, p, stats }) => group_backward(members, &g, x, dy, dx, &p, stats),
+        Instr::BatchNorm(BnOp::Train { g, x, y, p, stats, res, relu }) => {
+            group_forward(members, &g, x, y, &p, stats, (res, relu))
+        }
+        Instr::BatchNorm(BnOp::Bwd { g, x, dy, dx, p, stats, mask, dres }) => {
+            group_epilogue_backward(members, dy, mask, dres)?;
+            group_backward(members, &g, x, dy, dx, &p, stats)
+        }
         other => Err(ReplicaError::Config(format!("grouped batch norm: instruction {at} is {other:?}"))),
     }
+}
+
+/// A fused chain's backward epilogue, before grouped batch norm's backward pass: each member's
+/// `dy` masked in place by its ReLU's output, and copied to the residual's gradient.
+fn group_epilogue_backward<B: Backend>(
+    members: &mut [GroupMember<'_, B>],
+    dy: TensorId,
+    mask: Option<TensorId>,
+    dres: Option<TensorId>,
+) -> Result<()> {
+    for m in members.iter_mut() {
+        let ex = &mut *m.exec;
+        let sdy = ex.plan.slot_of[dy];
+        let dylen = ex.program.tensors[dy].len;
+        if let Some(y) = mask {
+            let (sy, ylen) = (ex.plan.slot_of[y], ex.program.tensors[y].len);
+            let [by, bdy] = ex
+                .slots
+                .get_disjoint_mut([sy, sdy])
+                .map_err(|_| ReplicaError::Model("grouped batch norm: mask and gradient share a slot".into()))?;
+            m.be.relu_backward_inplace(View::new(&*by, 0..ylen)?, ViewMut::new(bdy, 0..dylen)?)?;
+        }
+        if let Some(r) = dres {
+            let (sr, rlen) = (ex.plan.slot_of[r], ex.program.tensors[r].len);
+            let [bdy, br] = ex
+                .slots
+                .get_disjoint_mut([sdy, sr])
+                .map_err(|_| ReplicaError::Model("grouped batch norm: gradients share a slot".into()))?;
+            m.be.copy(View::new(&*bdy, 0..dylen)?, ViewMut::new(br, 0..rlen)?)?;
+        }
+    }
+    Ok(())
 }
 
 fn group_forward<B: Backend>(
@@ -250,6 +417,7 @@ fn group_forward<B: Backend>(
     y: TensorId,
     p: &std::ops::Range<usize>,
     stats: usize,
+    (res, relu): (Option<TensorId>, bool),
 ) -> Result<()> {
     let c = g.channels;
     let region = stats..stats + g.stats_len();
@@ -311,14 +479,23 @@ fn group_forward<B: Backend>(
         let (ylen, xlen) = (ex.program.tensors[y].len, ex.program.tensors[x].len);
         let scratch = ex.scratch_small.as_mut().ok_or_else(|| ReplicaError::Config("scratch".into()))?;
         m.be.upload(&group_running, ViewMut::new(scratch, 0..2 * c)?)?;
-        let [bx, by] = ex
-            .slots
-            .get_disjoint_mut([sx, sy])
-            .map_err(|_| ReplicaError::Model("grouped batch norm: input and output share a slot".into()))?;
-        // y = γ (x − mean) / sqrt(var + eps) + β with the group's statistics.
-        m.be.batch_norm_forward_infer(
+        // y = γ (x − mean) / sqrt(var + eps) + β with the group's statistics, then the
+        // chain's epilogue (the residual lives in a third slot).
+        let shared = || ReplicaError::Model("grouped batch norm: input, residual and output share a slot".into());
+        let (bx, by, residual) = match res.map(|r| (ex.plan.slot_of[r], ex.program.tensors[r].len)) {
+            Some((sr, rlen)) => {
+                let [bx, by, br] = ex.slots.get_disjoint_mut([sx, sy, sr]).map_err(|_| shared())?;
+                (bx, by, Some(View::new(&*br, 0..rlen)?))
+            }
+            None => {
+                let [bx, by] = ex.slots.get_disjoint_mut([sx, sy]).map_err(|_| shared())?;
+                (bx, by, None)
+            }
+        };
+        m.be.batch_norm_forward_infer_fused(
             g,
             View::new(&*bx, 0..xlen)?,
+            Epilogue { residual, relu },
             View::new(m.params, p.clone())?,
             View::new(&*scratch, 0..2 * c)?,
             ViewMut::new(by, 0..ylen)?,
