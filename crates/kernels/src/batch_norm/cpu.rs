@@ -201,7 +201,8 @@ crate::cpu::simd::multiversion! {
 
 crate::cpu::simd::multiversion! {
     /// [`dx_plane_masked`], also writing the masked gradient `m` to `dres`.
-    fn dx_plane_masked_res / dx_plane_masked_res_portable(dx: &mut [f32], dres: &mut [f32], dy: &[f32], y: &[f32], x: &[f32], a: f32, b: f32, k: f32) {
+    fn dx_plane_masked_res / dx_plane_masked_res_portable(dx: &mut [f32], dres: &mut [f32], dy: &[f32], y: &[f32], x: &[f32], abk: (f32, f32, f32)) {
+        let (a, b, k) = abk;
         for ((((out, r), &dv), &yv), &xv) in dx.iter_mut().zip(dres.iter_mut()).zip(dy).zip(y).zip(x) {
             let m = if yv > 0.0 { dv } else { 0.0 };
             *r = m;
@@ -392,7 +393,7 @@ fn backward(
                     (None, None) => dx_plane(out, dyp, xp, a, b, k),
                     (Some(y), None) => dx_plane_masked(out, dyp, &y[o..o + g.spatial], xp, a, b, k),
                     (Some(y), Some(rg)) => {
-                        dx_plane_masked_res(out, &mut rg[d..d + g.spatial], dyp, &y[o..o + g.spatial], xp, a, b, k)
+                        dx_plane_masked_res(out, &mut rg[d..d + g.spatial], dyp, &y[o..o + g.spatial], xp, (a, b, k))
                     }
                     (None, Some(rg)) => {
                         rg[d..d + g.spatial].copy_from_slice(dyp);
@@ -444,8 +445,8 @@ mod tests {
             dx_plane_masked_portable(&mut b, &dy, &r, &x, 0.9, -0.04, 0.01);
             assert_eq!(a, b);
             let (mut ra, mut rb) = (vec![f32::NAN; n], vec![f32::NAN; n]);
-            dx_plane_masked_res(&mut a, &mut ra, &dy, &r, &x, 0.9, -0.04, 0.01);
-            dx_plane_masked_res_portable(&mut b, &mut rb, &dy, &r, &x, 0.9, -0.04, 0.01);
+            dx_plane_masked_res(&mut a, &mut ra, &dy, &r, &x, (0.9, -0.04, 0.01));
+            dx_plane_masked_res_portable(&mut b, &mut rb, &dy, &r, &x, (0.9, -0.04, 0.01));
             assert_eq!((a.clone(), ra), (b.clone(), rb));
         }
     }
