@@ -22,7 +22,9 @@
 #              negative control, module cache, offsets, drops, ResNet shapes; not the
 #              emulator test, which CI runs).
 #   engine     replica-unit engine::tests::graphs_*::cuda_async (CUDA graphs against plain
-#              launches, bit for bit) and lagged_*::cuda_async (losses read one iteration
+#              launches, bit for bit), exec::tests::fused_chains_*::cuda (fused batch norm,
+#              residual and ReLU against the plain program, bit for bit) and
+#              lagged_*::cuda_async (losses read one iteration
 #              late: the same parameter bits, losses shifted), engine-tests four_learners_match_the_cpu_engine and
 #              tuner_adds_and_removes_learners, `::cuda` and `::cuda_async`, one process each.
 #   sanitizer  tuner_adds_and_removes_learners::cuda under compute-sanitizer (memcheck) on the
@@ -114,13 +116,13 @@ PY=${PYTHON:-python3}
 # the GPU pays 2-3 s (context, cuBLAS and cuDNN loaded; kernels from the disk cache the doctor
 # fills), NVRTC compiles the 10 .cu sources (about 500 lines) in a few seconds per
 # architecture, `import torch` takes 3-5 s and torch.compile of ResNet-32 30-60 s per shape,
-# compute-sanitizer memcheck slows kernels 10-100x. Sums: correctness 270 s, speed 282 s.
+# compute-sanitizer memcheck slows kernels 10-100x. Sums: correctness 273 s, speed 282 s.
 EST_LIBRARIES=10 # python + import torch + nvidia-smi
 EST_DOCTOR=30    # first NVRTC compile of every kernel for sm_90, self-test on both cuDNN paths
 EST_NVRTC=25     # every kernel for sm_80 and for sm_90, disk-cache tests
 EST_OPS=45       # 14 op folders x ~3 s (one process each)
 EST_GPU_TESTS=35 # 14 tests x 2-3 s (one process each)
-EST_ENGINE=45    # 6 processes; 20 iterations x 4 synchronisers with the CPU engine in lockstep; 2 graph tests
+EST_ENGINE=48    # 6 processes; 20 iterations x 4 synchronisers with the CPU engine in lockstep; 2 graph tests; 2 fusion tests
 EST_SANITIZER=60 # one tuner run under memcheck on the fallback kernels
 EST_NCCL=20      # 1 + 8 processes; two LeNet-5 engine runs
 EST_CB32=50      # 4 learner counts x 35 iterations + the tuner (up to 8 learners) + NVRTC
@@ -484,7 +486,10 @@ engine() {
         # CUDA graphs (cuda::replay): the engine replays each learner's forward and backward as
         # a captured graph to the bits of plain launches, and turns graphs off when every
         # iteration differs (dropout).
-        if need_bin replica-unit && list_tests "$BUNDLE/replica-unit" '^engine::tests::(graphs|lagged)_[a-z_]+::cuda_async$'; then
+        # Fused batch norm + residual + ReLU (exec::tests::fused_chains_*): the same bits as
+        # the plain program, cuDNN path included.
+        if need_bin replica-unit &&
+            list_tests "$BUNDLE/replica-unit" '^(engine::tests::(graphs|lagged)_[a-z_]+::cuda_async|exec::tests::fused_chains_[a-z_]+::cuda)$'; then
             for name in $LISTED; do
                 run_cmd "$name" env "${GPU_ENV[@]}" "$BUNDLE/replica-unit" --exact "$name" --nocapture
             done

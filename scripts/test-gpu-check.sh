@@ -68,6 +68,8 @@ list() {
             lagged_loss_reads_shift_the_losses_not_the_parameters; do
             printf 'engine::tests::%s::%s: test\n' "$t" emu "$t" cuda_async
         done
+        printf 'exec::tests::%s::%s: test\n' fused_chains_give_the_plain_bits_mixed emu \
+            fused_chains_give_the_plain_bits_mixed cuda fused_chains_give_the_plain_bits_resnet cuda
         ;;
     esac
 }
@@ -263,6 +265,10 @@ grep -q 'graphs_replay_the_plain_bits::cuda_async' "$T/gpu-skips"/correctness-*-
     fail "gpu-skips: the engine step did not run the CUDA-graph tests"
 grep -q 'lagged_loss_reads_shift_the_losses_not_the_parameters::cuda_async' "$T/gpu-skips"/correctness-*-engine*.log ||
     fail "gpu-skips: the engine step did not run the lagged-loss test"
+grep -q 'fused_chains_give_the_plain_bits_resnet::cuda' "$T/gpu-skips"/correctness-*-engine*.log ||
+    fail "gpu-skips: the engine step did not run the fused-chain tests"
+grep -q 'fused_chains_give_the_plain_bits_mixed::emu' "$T/gpu-skips"/correctness-*-engine*.log &&
+    fail "gpu-skips: the engine step ran an emulator test"
 # Graphs that turn themselves off during the bench fail its step, quoting the line.
 check gpu-speed-graphs-off 1 "$T/gpu-bin" "$T/bundle" speed BENCH_ITERATIONS=1 BENCH_WARMUP=0 PYTORCH_MODES=eager \
     FAKE_GRAPHS_OFF=1
