@@ -86,10 +86,8 @@ pub trait BatchNorm: Storage {
         saved: ViewMut<'_, Self>,
         running: ViewMut<'_, Self>,
     ) -> Result<()> {
-        let op = "batch_norm_forward_train";
-        g.check(op, x.len(), params.len(), y.len())?;
-        check_len(op, "saved", g.stats_len(), saved.len())?;
-        check_len(op, "running", g.stats_len(), running.len())?;
+        let lens = [x.len(), params.len(), y.len(), saved.len(), running.len()];
+        g.check_train("batch_norm_forward_train", lens, &Epilogue::<Self>::none())?;
         // SAFETY: the geometry and the lengths were checked.
         unsafe { self.batch_norm_forward_train_unchecked(g, x, Epilogue::none(), params, y, saved, running) }
     }
@@ -107,11 +105,8 @@ pub trait BatchNorm: Storage {
         saved: ViewMut<'_, Self>,
         running: ViewMut<'_, Self>,
     ) -> Result<()> {
-        let op = "batch_norm_forward_train_fused";
-        g.check(op, x.len(), params.len(), y.len())?;
-        ep.check(op, g)?;
-        check_len(op, "saved", g.stats_len(), saved.len())?;
-        check_len(op, "running", g.stats_len(), running.len())?;
+        let lens = [x.len(), params.len(), y.len(), saved.len(), running.len()];
+        g.check_train("batch_norm_forward_train_fused", lens, &ep)?;
         // SAFETY: the geometry and the lengths were checked.
         unsafe { self.batch_norm_forward_train_unchecked(g, x, ep, params, y, saved, running) }
     }
@@ -125,9 +120,8 @@ pub trait BatchNorm: Storage {
         running: View<'_, Self>,
         y: ViewMut<'_, Self>,
     ) -> Result<()> {
-        let op = "batch_norm_forward_infer";
-        g.check(op, x.len(), params.len(), y.len())?;
-        check_len(op, "running", g.stats_len(), running.len())?;
+        let lens = [x.len(), params.len(), y.len(), running.len()];
+        g.check_infer("batch_norm_forward_infer", lens, &Epilogue::<Self>::none())?;
         // SAFETY: the geometry and the lengths were checked.
         unsafe { self.batch_norm_forward_infer_unchecked(g, x, Epilogue::none(), params, running, y) }
     }
@@ -142,10 +136,8 @@ pub trait BatchNorm: Storage {
         running: View<'_, Self>,
         y: ViewMut<'_, Self>,
     ) -> Result<()> {
-        let op = "batch_norm_forward_infer_fused";
-        g.check(op, x.len(), params.len(), y.len())?;
-        ep.check(op, g)?;
-        check_len(op, "running", g.stats_len(), running.len())?;
+        let lens = [x.len(), params.len(), y.len(), running.len()];
+        g.check_infer("batch_norm_forward_infer_fused", lens, &ep)?;
         // SAFETY: the geometry and the lengths were checked.
         unsafe { self.batch_norm_forward_infer_unchecked(g, x, ep, params, running, y) }
     }
@@ -334,6 +326,23 @@ impl BatchNormGeom {
     /// (`mean`, `inv_std`): `2 * channels` each.
     pub fn stats_len(&self) -> usize {
         2 * self.channels
+    }
+
+    /// Checks a training forward call: `[x, params, y, saved, running]` lengths and `ep`.
+    fn check_train<B: Storage + ?Sized>(&self, op: &'static str, lens: [usize; 5], ep: &Epilogue<'_, B>) -> Result<()> {
+        let [x, params, y, saved, running] = lens;
+        self.check(op, x, params, y)?;
+        ep.check(op, self)?;
+        check_len(op, "saved", self.stats_len(), saved)?;
+        check_len(op, "running", self.stats_len(), running)
+    }
+
+    /// Checks an inference forward call: `[x, params, y, running]` lengths and `ep`.
+    fn check_infer<B: Storage + ?Sized>(&self, op: &'static str, lens: [usize; 4], ep: &Epilogue<'_, B>) -> Result<()> {
+        let [x, params, y, running] = lens;
+        self.check(op, x, params, y)?;
+        ep.check(op, self)?;
+        check_len(op, "running", self.stats_len(), running)
     }
 
     /// Checks the geometry and the lengths of the input, parameter and output views.
