@@ -166,6 +166,10 @@ fn bad_input_is_one_line_and_exit_code_2() {
         (vec!["train", "--sync-opt", "=4"], "empty KEY"),
         (vec!["train", "--sync-opt", "period=4"], "--sync sma: unknown option 'period'"),
         (vec!["train", "--sma-form", "fancy"], "--sma-form"),
+        (
+            vec!["train", "--model", "resnet20", "--dataset", "synthetic-shapes", "--alpha", "0.5"],
+            "--alpha set SMA, but --sync is not given and resnet20 trains with ssgd by default",
+        ),
         (vec!["bench", "--sync", "hogwild"], "unknown synchroniser 'hogwild'"),
         (vec!["bench", "--loss-read", "later"], "--loss-read"),
         (vec!["train", "--loss-read", "later"], "--loss-read"),
@@ -249,4 +253,13 @@ fn ranks_of_a_build_without_mpi_are_refused() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("rank 1 of 2 started by Open MPI") && err.contains("--features mpi"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+/// Issue 22, item 4: `crossbow train --help` says which synchroniser each kind of model gets.
+#[test]
+fn train_help_says_which_synchroniser_is_the_default() {
+    let (code, out, err) = crossbow(&["train", "--help"]);
+    assert_eq!(code, 0, "{err}");
+    let flat = out.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(flat.contains("[default: ssgd for batch-normalised models (resnet*, vgg16), sma otherwise]"), "{out}");
 }

@@ -359,6 +359,30 @@ impl TrainConfig {
         }
         v.sync =
             registry.resolve(&v.sync).map_err(|e| CliError::usage(format!("{}: {e}", o.name("sync"))))?.to_string();
+        if f.sync.is_none() && v.sync != "sma" {
+            // SMA's settings given without --sync on a model whose default is S-SGD: say so
+            // rather than train with a synchroniser that ignores them.
+            let given = [
+                ("alpha", f.alpha.is_some()),
+                ("central-momentum", f.central_momentum.is_some()),
+                ("sma-form", f.sma_form.is_some()),
+            ];
+            let mut named: Vec<String> = given.iter().filter(|(_, set)| *set).map(|(k, _)| o.name(k)).collect();
+            if f.sync_options.as_ref().is_some_and(|m| !m.is_empty()) {
+                named.push("the synchroniser options (--sync-opt, [sync-options])".to_string());
+            }
+            if !named.is_empty() {
+                return Err(CliError::usage(format!(
+                    "{} set SMA, but {} is not given and {} trains with {} by default (it has batch norm); add {} sma, or drop {}",
+                    named.join(", "),
+                    o.name("sync"),
+                    v.model,
+                    v.sync,
+                    o.name("sync"),
+                    named.join(", ")
+                )));
+            }
+        }
         let sync_options = sync_option_texts(f.sync_options.as_ref()).map_err(|e| o.sync_error(e))?;
         if v.all_reduce == AllReduceChoice::Nccl && matches!(v.devices, DeviceSpec::Cpu(_)) {
             return Err(CliError::usage(format!(
@@ -553,6 +577,41 @@ mod tests {
             assert!(e.contains(&p.display().to_string()) && e.contains("learners-per-device"), "{bad}: {e}");
         }
         std::fs::remove_dir_all(p.parent().unwrap()).ok();
+    }
+
+    /// Issue 22, item 4: batch-normalised models default to S-SGD, the others to SMA; SMA's
+    /// settings without `--sync` on such a model are an error naming them, not ignored.
+    #[test]
+    fn batch_norm_models_default_to_ssgd_and_sma_settings_need_sync_sma() {
+        let cfg = |model: &str, more: TrainFile| {
+            TrainConfig::from_file(TrainFile { model: Some(model.into()), devices: Some("cpu".into()), ..more })
+        };
+        for (model, sync) in
+            [("lenet5", "sma"), ("resnet20", "ssgd"), ("resnet32", "ssgd"), ("vgg16", "ssgd"), ("resnet50", "ssgd")]
+        {
+            assert_eq!(cfg(model, TrainFile::default()).unwrap().sync, sync, "{model}");
+        }
+        // Given explicitly, either synchroniser is taken as written.
+        let sma = TrainFile { sync: Some("sma".into()), alpha: Some(0.5), ..TrainFile::default() };
+        assert_eq!(cfg("resnet20", sma).unwrap().sync, "sma");
+        let ssgd = TrainFile { sync: Some("ssgd".into()), ..TrainFile::default() };
+        assert_eq!(cfg("lenet5", ssgd).unwrap().sync, "ssgd");
+        // SMA's settings on LeNet-5 (default SMA) are fine.
+        assert!(cfg("lenet5", TrainFile { alpha: Some(0.5), ..TrainFile::default() }).is_ok());
+        let mut opts = BTreeMap::new();
+        opts.insert("alpha-rule".to_string(), toml::Value::String("1/sqrt(k)".into()));
+        for (more, named) in [
+            (TrainFile { alpha: Some(0.5), ..TrainFile::default() }, "--alpha"),
+            (TrainFile { central_momentum: Some(0.0), ..TrainFile::default() }, "--central-momentum"),
+            (TrainFile { sma_form: Some("paper".into()), ..TrainFile::default() }, "--sma-form"),
+            (TrainFile { sync_options: Some(opts.clone()), ..TrainFile::default() }, "--sync-opt"),
+        ] {
+            let e = cfg("resnet20", more).unwrap_err().to_string();
+            assert!(
+                e.contains(named) && e.contains("resnet20 trains with ssgd by default") && e.contains("--sync sma"),
+                "{e}"
+            );
+        }
     }
 
     #[test]

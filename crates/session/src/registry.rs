@@ -224,12 +224,13 @@ impl SyncRegistry {
         SyncRegistry::default()
     }
 
-    /// `sma` (the default), `ssgd`, `easgd` and `independent`.
+    /// `sma` (the default for models without batch norm), `ssgd` (the default for
+    /// batch-normalised ones), `easgd` and `independent`.
     pub fn builtin() -> Self {
         let mut r = SyncRegistry::empty();
         r.add(
             "sma",
-            "synchronous model averaging (the default); settings: --alpha [1/k], --central-momentum [0.9], --sma-form [local-momentum]; options: alpha-rule (1/k, 1/sqrt(k), ramp:E or a number), central-step (sum|mean), bn-params (average|local|a pull), weight-decay-on (learners|central)",
+            "synchronous model averaging (the default for models without batch norm); settings: --alpha [1/k], --central-momentum [0.9], --sma-form [local-momentum]; options: alpha-rule (1/k, 1/sqrt(k), ramp:E or a number), central-step (sum|mean), bn-params (average|local|a pull), weight-decay-on (learners|central)",
             &[],
             |o| match builtin_kind("sma", o)? {
                 SyncKind::Sma { alpha, central_momentum, form } => {
@@ -256,7 +257,7 @@ impl SyncRegistry {
         );
         r.add(
             "ssgd",
-            "synchronous SGD: mean gradient, one step on the central model, copied to every learner",
+            "synchronous SGD: mean gradient, one step on the central model, copied to every learner (the default for batch-normalised models)",
             &["sgd", "sync"],
             |_| Ok(SSgd::default()),
         );

@@ -502,6 +502,13 @@ fn default_model(dataset: DatasetKind) -> ModelKind {
     if dataset.image_shape()[0] == 1 { ModelKind::LeNet5 } else { ModelKind::ResNetCifar(20) }
 }
 
+/// The synchroniser a model trains with by default: S-SGD for batch-normalised models (every
+/// ResNet, VGG-16), SMA otherwise. On ResNet-20 with real images SMA needed more epochs than
+/// S-SGD at 4 and 8 learners and no variant of it closed the gap (BENCHMARKS §5).
+pub fn default_sync(model: ModelKind) -> &'static str {
+    if model.has_batch_norm() { "ssgd" } else { "sma" }
+}
+
 settings! {
     /// mnist, cifar10, cifar100, synthetic-digits, synthetic-shapes, folder (DIR/train/<class>/*,
     /// DIR/val/<class>/*: JPEG, PNG) [default: synthetic-digits]
@@ -539,8 +546,9 @@ settings! {
     /// Learners per device: a number, or auto (chosen by the auto-tuner) [default: auto]
     "learners-per-device" learners_per_device: Word => LearnersPerDevice = LearnersPerDevice::Auto,
         check any, Changeable, Yes;
-    /// The synchroniser, by name [default: sma]
-    "sync" sync: String => String = "sma".to_string(), check any, Defining, Yes;
+    /// The synchroniser, by name [default: ssgd for batch-normalised models (resnet*, vgg16),
+    /// sma otherwise]
+    "sync" sync: String => String = default_sync(model).to_string(), check any, Defining, Yes;
     /// SMA/EA-SGD pull towards the central model [default: 1/k for SMA, 0.9/k for EA-SGD]
     "alpha" alpha: f64 => Option<f64> = None, check alpha_check, Defining, Yes;
     /// SMA central momentum [default: 0.9]

@@ -55,6 +55,16 @@ impl ModelKind {
         }
     }
 
+    /// Whether the model normalises with batch norm (every ResNet and VGG-16 here; not
+    /// LeNet-5). Such models train with S-SGD by default: on them SMA needed more epochs
+    /// than S-SGD (BENCHMARKS §5).
+    pub fn has_batch_norm(&self) -> bool {
+        match self {
+            ModelKind::LeNet5 => false,
+            ModelKind::ResNetCifar(_) | ModelKind::Vgg16Bn | ModelKind::ResNet50 => true,
+        }
+    }
+
     /// The per-sample input shape and class count the model is usually trained on (for
     /// `crossbow models` and `crossbow bench`).
     pub fn default_input(&self) -> (Shape, usize) {
@@ -154,6 +164,17 @@ mod tests {
         let vgg = ModelKind::Vgg16Bn.build(&cifar, 100).unwrap();
         // 13 conv weights 14,710,464 + their BN 8,448; classifier 512·512+512, BN 1,024, 512·100+100.
         assert_eq!(vgg.num_params(), 14_710_464 + 8_448 + 262_656 + 1_024 + 51_300);
+    }
+
+    #[test]
+    fn has_batch_norm_says_what_the_graph_holds() {
+        for name in ModelKind::NAMES {
+            let kind: ModelKind = name.parse().unwrap();
+            let (input, classes) = kind.default_input();
+            let graph = kind.build(&input, classes).unwrap();
+            let in_graph = graph.nodes.iter().any(|n| n.layer.is_batch_norm());
+            assert_eq!(kind.has_batch_norm(), in_graph, "{name}");
+        }
     }
 
     #[test]
