@@ -373,13 +373,13 @@ impl TrainConfig {
             }
             if !named.is_empty() {
                 return Err(CliError::usage(format!(
-                    "{} set SMA, but {} is not given and {} trains with {} by default (it has batch norm); add {} sma, or drop {}",
+                    "{} set SMA, but {} trains with {} by default (it has batch norm) and {} is not given; add {} sma (in a config file: sync = \"sma\"), or leave {} out",
                     named.join(", "),
-                    o.name("sync"),
                     v.model,
                     v.sync,
                     o.name("sync"),
-                    named.join(", ")
+                    o.name("sync"),
+                    if named.len() == 1 { "it" } else { "them" }
                 )));
             }
         }
