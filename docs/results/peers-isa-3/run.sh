@@ -1,0 +1,13 @@
+#!/bin/bash
+# Issue 27: both ISAs against PyTorch (NCHW and channels_last) after the fused batch norm chain
+# (build fe8a0d3), the experiment paused meanwhile.
+cd /work/main
+pkill -STOP -f /work/exp/cb
+for isa in avx2 avx512; do
+  python3 benches/peers/compare.py --python ~/torchenv/bin/python --rounds 3 --iterations 12 \
+    --crossbow /work/exp/peers28/crossbow --peak-flops /work/exp/peers28/peak-flops \
+    --crossbow-isa $isa --json /work/exp/peers28/compare-$isa.json \
+    > /work/exp/peers28/compare-$isa.md 2> /work/exp/peers28/compare-$isa.log
+done
+pkill -CONT -f /work/exp/cb
+echo done > /work/exp/peers28/DONE
