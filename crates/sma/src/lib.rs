@@ -5,8 +5,8 @@
 //!
 //! | type | `--sync` | what it does |
 //! |---|---|---|
-//! | [`Sma`] | `sma` | synchronous model averaging (Crossbow, Koliousis et al., VLDB 2019) — the default |
-//! | [`SSgd`] | `ssgd` | synchronous SGD: mean gradient, one step on `z`, `z` copied to every replica (PyTorch DDP, Horovod, TensorFlow) |
+//! | [`Sma`] | `sma` | synchronous model averaging (Crossbow, Koliousis et al., VLDB 2019) — `crossbow train`'s default for models without batch norm |
+//! | [`SSgd`] | `ssgd` | synchronous SGD: mean gradient, one step on `z`, `z` copied to every replica (PyTorch DDP, Horovod, TensorFlow) — the default for batch-normalised models |
 //! | [`EaSgd`] | `easgd` | elastic averaging SGD (Zhang et al. 2015), synchronous, τ = 1 |
 //!
 //! All are hierarchical: each device first sums its learners' contributions (intra-device),
