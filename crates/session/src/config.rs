@@ -359,6 +359,7 @@ impl TrainConfig {
         }
         v.sync =
             registry.resolve(&v.sync).map_err(|e| CliError::usage(format!("{}: {e}", o.name("sync"))))?.to_string();
+        let sync_options = sync_option_texts(f.sync_options.as_ref()).map_err(|e| o.sync_error(e))?;
         if f.sync.is_none() && v.sync != "sma" {
             // SMA's settings given without --sync on a model whose default is S-SGD: say so
             // rather than train with a synchroniser that ignores them.
@@ -369,21 +370,25 @@ impl TrainConfig {
             ];
             let mut named: Vec<String> = given.iter().filter(|(_, set)| *set).map(|(k, _)| o.name(k)).collect();
             if f.sync_options.as_ref().is_some_and(|m| !m.is_empty()) {
-                named.push("the synchroniser options (--sync-opt, [sync-options])".to_string());
+                named.push(match &o.file {
+                    Some(file) if !o.sync_options.is_empty() => {
+                        format!("config file {}: [sync-options]", file.display())
+                    }
+                    _ => "--sync-opt".to_string(),
+                });
             }
             if !named.is_empty() {
+                let from_file = named.iter().any(|n| n.starts_with("config file"));
+                let fix = if from_file { "sync = \"sma\" to the file" } else { "--sync sma" };
                 return Err(CliError::usage(format!(
-                    "{} set SMA, but {} trains with {} by default (it has batch norm) and {} is not given; add {} sma (in a config file: sync = \"sma\"), or leave {} out",
+                    "{} set SMA, but {} trains with {} by default (it has batch norm) and no synchroniser is given; add {fix}, or leave {} out",
                     named.join(", "),
                     v.model,
                     v.sync,
-                    o.name("sync"),
-                    o.name("sync"),
                     if named.len() == 1 { "it" } else { "them" }
                 )));
             }
         }
-        let sync_options = sync_option_texts(f.sync_options.as_ref()).map_err(|e| o.sync_error(e))?;
         if v.all_reduce == AllReduceChoice::Nccl && matches!(v.devices, DeviceSpec::Cpu(_)) {
             return Err(CliError::usage(format!(
                 "{} nccl sums GPU buffers, but {} is {}; use {} host or auto, or GPUs (cuda, cuda:0,1)",
@@ -612,6 +617,22 @@ mod tests {
                 "{e}"
             );
         }
+        // From a config file: the error names the file and says what to add to it.
+        let p = temp_file("sma-settings", "");
+        let e = from_text(
+            &p,
+            "model = \"resnet20\"\nalpha = 0.5\n[sync-options]\ncentral-step = \"mean\"\n",
+            TrainFile::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        let file = p.display().to_string();
+        assert!(
+            e.contains(&format!("config file {file}: alpha, config file {file}: [sync-options] set SMA"))
+                && e.contains("add sync = \"sma\" to the file"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(p.parent().unwrap()).ok();
     }
 
     #[test]
