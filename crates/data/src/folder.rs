@@ -311,15 +311,24 @@ fn decode_split(
 ) -> Result<(Dataset, FolderReport), DataError> {
     let side = opts.image_size;
     let image_len = 3 * side * side;
-    let decoded: Vec<Result<Vec<u8>, String>> =
-        entries.par_iter().map(|e| load_image(&e.path, side, opts.max_pixels)).collect();
+    // Every image is decoded straight into its slot of the dataset's buffer, each worker
+    // reusing its own decode buffers and resizer: no per-image allocation or copy.
+    let mut pixels = vec![0u8; entries.len() * image_len];
+    let decoded: Vec<Result<(), String>> = pixels
+        .par_chunks_mut(image_len)
+        .zip(entries.par_iter())
+        .map_init(|| Scratch::new(side), |scratch, (slot, e)| load_image_into(&e.path, opts.max_pixels, scratch, slot))
+        .collect();
     let mut report = FolderReport::default();
-    let mut pixels = Vec::with_capacity(entries.len() * image_len);
     let mut labels = Vec::with_capacity(entries.len());
-    for (e, r) in entries.iter().zip(decoded) {
+    for (i, (e, r)) in entries.iter().zip(decoded).enumerate() {
         match r {
-            Ok(img) => {
-                pixels.extend_from_slice(&img);
+            Ok(()) => {
+                // Close the gaps left by bad images (a no-op while there are none).
+                let kept = labels.len();
+                if kept != i {
+                    pixels.copy_within(i * image_len..(i + 1) * image_len, kept * image_len);
+                }
                 labels.push(e.label);
             }
             Err(why) => {
@@ -333,6 +342,7 @@ fn decode_split(
             }
         }
     }
+    pixels.truncate(labels.len() * image_len);
     if labels.is_empty() {
         return Err(DataError::malformed(
             split_dir,
@@ -349,8 +359,31 @@ fn decode_split(
     Ok((ds, report))
 }
 
-/// Reads, decodes and resizes one file to `3 x side x side` CHW pixels.
-pub(crate) fn load_image(path: &Path, side: usize, max_pixels: u64) -> Result<Vec<u8>, String> {
+/// One loader thread's reusable state: the decoder's output, the RGB image, the resizer and
+/// its output, so that decoding a folder allocates per thread, not per image.
+pub(crate) struct Scratch {
+    decoded: Vec<u8>,
+    rgb: Vec<u8>,
+    resizer: Resizer,
+    resized: Image<'static>,
+    side: usize,
+}
+
+impl Scratch {
+    pub(crate) fn new(side: usize) -> Self {
+        let px = u32::try_from(side).unwrap_or(u32::MAX);
+        Scratch {
+            decoded: Vec::new(),
+            rgb: Vec::new(),
+            resizer: Resizer::new(),
+            resized: Image::new(px, px, PixelType::U8x3),
+            side,
+        }
+    }
+}
+
+/// Reads, decodes and resizes one file into `out`: `3 x side x side` CHW pixels.
+fn load_image_into(path: &Path, max_pixels: u64, s: &mut Scratch, out: &mut [u8]) -> Result<(), String> {
     let meta = fs::metadata(path).map_err(|e| format!("cannot read: {e}"))?;
     if !meta.is_file() {
         return Err("not a regular file".into());
@@ -359,8 +392,8 @@ pub(crate) fn load_image(path: &Path, side: usize, max_pixels: u64) -> Result<Ve
         return Err(format!("{} bytes is more than the 1 GiB accepted for one image", meta.len()));
     }
     let bytes = fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
-    let (w, h, rgb) = decode_rgb(&bytes, max_pixels)?;
-    resize_center_square(w, h, rgb, side)
+    let (w, h) = decode_into(&bytes, max_pixels, s)?;
+    resize_center_square_into(w, h, s, out)
 }
 
 /// Decodes a JPEG or PNG (recognised by content, not by name) to `(width, height, RGB)`, the
@@ -372,6 +405,13 @@ pub fn decode_image(bytes: &[u8], max_pixels: u64) -> Result<(usize, usize, Vec<
 }
 
 pub(crate) fn decode_rgb(bytes: &[u8], max_pixels: u64) -> Result<(usize, usize, Vec<u8>), String> {
+    let mut s = Scratch::new(8);
+    let (w, h) = decode_into(bytes, max_pixels, &mut s)?;
+    Ok((w, h, std::mem::take(&mut s.rgb)))
+}
+
+/// Decodes into `s.rgb` (interleaved RGB, `w * h * 3` bytes); returns `(w, h)`.
+fn decode_into(bytes: &[u8], max_pixels: u64, s: &mut Scratch) -> Result<(usize, usize), String> {
     let check = |w: usize, h: usize| -> Result<(), String> {
         if w == 0 || h == 0 {
             return Err(format!("{w}x{h} image has no pixels"));
@@ -383,72 +423,104 @@ pub(crate) fn decode_rgb(bytes: &[u8], max_pixels: u64) -> Result<(usize, usize,
         }
         Ok(())
     };
-    let limits = DecoderOptions::default().set_max_width(1 << 20).set_max_height(1 << 20);
-    let (w, h, channels, data) = if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) {
-        let options = limits.jpeg_set_out_colorspace(ColorSpace::RGB).set_strict_mode(true);
+    let (w, h, channels) = if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) {
+        let options = DecoderOptions::default()
+            .set_max_width(1 << 20)
+            .set_max_height(1 << 20)
+            .jpeg_set_out_colorspace(ColorSpace::RGB)
+            .set_strict_mode(true);
         let mut dec = zune_jpeg::JpegDecoder::new_with_options(ZCursor::new(bytes), options);
         dec.decode_headers().map_err(|e| format!("not a valid JPEG: {e:?}"))?;
         let info = dec.info().ok_or("JPEG without a frame header")?;
         let (w, h) = (info.width as usize, info.height as usize);
         check(w, h)?;
-        let out = dec.decode().map_err(|e| format!("corrupt or truncated JPEG: {e:?}"))?;
+        let len = dec.output_buffer_size().ok_or("JPEG output size overflows")?;
+        s.decoded.clear();
+        s.decoded.resize(len, 0);
+        dec.decode_into(&mut s.decoded).map_err(|e| format!("corrupt or truncated JPEG: {e:?}"))?;
         let channels = dec.output_colorspace().map(|c| c.num_components()).unwrap_or(3);
-        (w, h, channels, out)
+        (w, h, channels)
     } else if bytes.starts_with(&[0x89, b'P', b'N', b'G', 0x0D, 0x0A, 0x1A, 0x0A]) {
-        let options = limits.png_set_strip_to_8bit(true);
-        let mut dec = zune_png::PngDecoder::new_with_options(ZCursor::new(bytes), options);
-        dec.decode_headers().map_err(|e| format!("not a valid PNG: {e:?}"))?;
-        let (w, h) = dec.dimensions().ok_or("PNG without a header")?;
+        let mut dec = png::Decoder::new(std::io::Cursor::new(bytes));
+        dec.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
+        let mut reader = dec.read_info().map_err(|e| format!("not a valid PNG: {e}"))?;
+        let (w, h) = (reader.info().width as usize, reader.info().height as usize);
         check(w, h)?;
-        let out = match dec.decode().map_err(|e| format!("corrupt or truncated PNG: {e:?}"))? {
-            zune_core::result::DecodingResult::U8(v) => v,
-            _ => return Err("PNG decoded to samples wider than 8 bits".into()),
-        };
-        let channels = dec.colorspace().map(|c| c.num_components()).unwrap_or(0);
-        (w, h, channels, out)
+        let len = reader.output_buffer_size().ok_or("PNG output size overflows")?;
+        s.decoded.clear();
+        s.decoded.resize(len, 0);
+        let frame = reader.next_frame(&mut s.decoded).map_err(|e| format!("corrupt or truncated PNG: {e}"))?;
+        if frame.bit_depth != png::BitDepth::Eight {
+            return Err(format!("PNG decoded to {:?}-bit samples (expected 8)", frame.bit_depth));
+        }
+        s.decoded.truncate(frame.buffer_size());
+        (w, h, frame.color_type.samples())
     } else {
         let head: Vec<String> = bytes.iter().take(4).map(|b| format!("{b:02x}")).collect();
         return Err(format!("not a JPEG or PNG file (starts with {})", head.join(" ")));
     };
     let n = w * h;
-    if channels == 0 || data.len() != n * channels {
-        return Err(format!("decoder returned {} bytes for {w}x{h} with {channels} channel(s)", data.len()));
+    if channels == 0 || s.decoded.len() != n * channels {
+        return Err(format!("decoder returned {} bytes for {w}x{h} with {channels} channel(s)", s.decoded.len()));
     }
-    let rgb = match channels {
-        3 => data,
-        4 => data.chunks_exact(4).flat_map(|p| [p[0], p[1], p[2]]).collect(),
-        1 => data.iter().flat_map(|&g| [g, g, g]).collect(),
-        2 => data.chunks_exact(2).flat_map(|p| [p[0], p[0], p[0]]).collect(),
+    match channels {
+        3 => std::mem::swap(&mut s.decoded, &mut s.rgb),
+        4 => {
+            s.rgb.clear();
+            s.rgb.extend(s.decoded.chunks_exact(4).flat_map(|p| [p[0], p[1], p[2]]));
+        }
+        1 => {
+            s.rgb.clear();
+            s.rgb.extend(s.decoded.iter().flat_map(|&g| [g, g, g]));
+        }
+        2 => {
+            s.rgb.clear();
+            s.rgb.extend(s.decoded.chunks_exact(2).flat_map(|p| [p[0], p[0], p[0]]));
+        }
         c => return Err(format!("{c} colour channels (expected grey, grey+alpha, RGB or RGBA)")),
-    };
-    Ok((w, h, rgb))
+    }
+    Ok((w, h))
 }
 
 /// Resizes the short side to `side` (antialiased bilinear) and cuts out the centre square, as
 /// torchvision's `Resize(side)` + `CenterCrop(side)`; returns CHW.
+#[cfg(test)]
 pub(crate) fn resize_center_square(w: usize, h: usize, rgb: Vec<u8>, side: usize) -> Result<Vec<u8>, String> {
-    let short = w.min(h) as f64;
-    // The centre square of the source that maps to the output.
-    let (left, top) = ((w as f64 - short) / 2.0, (h as f64 - short) / 2.0);
-    let interleaved = if w == side && h == side {
-        rgb
+    let mut s = Scratch::new(side);
+    s.rgb = rgb;
+    let mut chw = vec![0u8; 3 * side * side];
+    resize_center_square_into(w, h, &mut s, &mut chw)?;
+    Ok(chw)
+}
+
+/// Resizes `s.rgb` (`w x h`) as [`resize_center_square`] does, into `out` (CHW).
+fn resize_center_square_into(w: usize, h: usize, s: &mut Scratch, out: &mut [u8]) -> Result<(), String> {
+    let side = s.side;
+    let plane = side * side;
+    if out.len() != 3 * plane || s.rgb.len() != 3 * w * h {
+        return Err(format!("resize: {}x{w}x{h} into {} bytes for side {side}", s.rgb.len(), out.len()));
+    }
+    let interleaved: &[u8] = if w == side && h == side {
+        &s.rgb
     } else {
+        let short = w.min(h) as f64;
+        // The centre square of the source that maps to the output.
+        let (left, top) = ((w as f64 - short) / 2.0, (h as f64 - short) / 2.0);
         let (w32, h32) = (u32::try_from(w).map_err(|_| "too wide")?, u32::try_from(h).map_err(|_| "too high")?);
-        let src = Image::from_vec_u8(w32, h32, rgb, PixelType::U8x3).map_err(|e| format!("resize: {e}"))?;
-        let mut dst = Image::new(side as u32, side as u32, PixelType::U8x3);
+        let src = Image::from_slice_u8(w32, h32, &mut s.rgb, PixelType::U8x3).map_err(|e| format!("resize: {e}"))?;
         let options =
             ResizeOptions::new().resize_alg(ResizeAlg::Convolution(FilterType::Bilinear)).crop(left, top, short, short);
-        Resizer::new().resize(&src, &mut dst, &options).map_err(|e| format!("resize: {e}"))?;
-        dst.into_vec()
+        s.resizer.resize(&src, &mut s.resized, &options).map_err(|e| format!("resize: {e}"))?;
+        s.resized.buffer()
     };
-    let plane = side * side;
-    let mut chw = vec![0u8; 3 * plane];
+    let (r, rest) = out.split_at_mut(plane);
+    let (g, b) = rest.split_at_mut(plane);
     for (i, p) in interleaved.chunks_exact(3).enumerate() {
-        chw[i] = p[0];
-        chw[plane + i] = p[1];
-        chw[2 * plane + i] = p[2];
+        r[i] = p[0];
+        g[i] = p[1];
+        b[i] = p[2];
     }
-    Ok(chw)
+    Ok(())
 }
 
 /// Writes a training and a test set as an image folder of PNG files —
@@ -460,9 +532,9 @@ pub fn export_folder(train: &Dataset, test: &Dataset, dir: &Path) -> Result<usiz
     let mut written = 0;
     for (ds, split) in [(train, "train"), (test, "val")] {
         let [c, h, w] = ds.image_shape();
-        let colorspace = match c {
-            1 => ColorSpace::Luma,
-            3 => ColorSpace::RGB,
+        let colour = match c {
+            1 => png::ColorType::Grayscale,
+            3 => png::ColorType::Rgb,
             _ => return Err(DataError::config(format!("export: {c}-channel images cannot be written as PNG"))),
         };
         let names = ds.class_names();
@@ -477,16 +549,29 @@ pub fn export_folder(train: &Dataset, test: &Dataset, dir: &Path) -> Result<usiz
         for i in 0..ds.len() {
             let (Some(img), Some(label)) = (ds.image(i), ds.label(i)) else { continue };
             let interleaved: Vec<u8> = (0..plane).flat_map(|p| (0..c).map(move |ch| img[ch * plane + p])).collect();
-            let options =
-                zune_core::options::EncoderOptions::new(w, h, colorspace, zune_core::bit_depth::BitDepth::Eight);
-            let mut out = Vec::new();
-            zune_png::PngEncoder::new(&interleaved, options)
-                .encode(&mut out)
-                .map_err(|e| DataError::config(format!("export: PNG encoding failed: {e:?}")))?;
+            let out = encode_png(w, h, colour, &interleaved)
+                .map_err(|e| DataError::config(format!("export: PNG encoding failed: {e}")))?;
             let path = dir.join(split).join(&names[label as usize]).join(format!("{i:06}.png"));
             fs::write(&path, out).map_err(|e| DataError::io(&path, e))?;
             written += 1;
         }
     }
     Ok(written)
+}
+
+/// One 8-bit PNG file in memory.
+fn encode_png(w: usize, h: usize, colour: png::ColorType, pixels: &[u8]) -> Result<Vec<u8>, png::EncodingError> {
+    let too_large = || png::EncodingError::LimitsExceeded;
+    let mut out = Vec::new();
+    let mut enc = png::Encoder::new(
+        &mut out,
+        u32::try_from(w).map_err(|_| too_large())?,
+        u32::try_from(h).map_err(|_| too_large())?,
+    );
+    enc.set_color(colour);
+    enc.set_depth(png::BitDepth::Eight);
+    let mut writer = enc.write_header()?;
+    writer.write_image_data(pixels)?;
+    writer.finish()?;
+    Ok(out)
 }

@@ -225,6 +225,7 @@ fn resize_is_short_side_then_centre_crop() {
 fn bad_images_are_skipped_and_named_or_fail_the_load() {
     let dir = TempDir::new("folder-bad");
     two_class_folder(dir.path(), 4);
+    let ((clean, _), _) = load_folder(dir.path(), &opts(8), None, None).unwrap();
     let red = dir.path().join("train/red");
     let good = fs::read(red.join("0.jpg")).unwrap();
     write(&red.join("truncated.jpg"), &good[..good.len() / 3]);
@@ -233,15 +234,23 @@ fn bad_images_are_skipped_and_named_or_fail_the_load() {
     write(&red.join("cut.png"), &png[..png.len() - 20]);
     // A dangling link named like an image: unreadable.
     std::os::unix::fs::symlink(dir.path().join("nowhere.jpg"), red.join("dangling.jpg")).unwrap();
+    // Blue comes first in scan order, and `1a.jpg` between its `1.PNG` and `2.jpg`.
+    write(&dir.path().join("train/blue/1a.jpg"), &good[..good.len() / 2]);
     let ((train, report), _) = load_folder(dir.path(), &opts(8), None, None).unwrap();
     assert_eq!(train.len(), 8, "the good images all load");
-    assert_eq!(report.bad_images, 4, "{report:?}");
+    assert_eq!(report.bad_images, 5, "{report:?}");
+    // The bad files sit between good ones in scan order: the good images close up around
+    // them, each with its own pixels and label.
+    for i in 0..clean.len() {
+        assert_eq!(train.image(i), clean.image(i), "image {i}");
+        assert_eq!(train.label(i), clean.label(i), "label {i}");
+    }
     let named: Vec<&str> = report.first_bad.iter().map(|(p, _)| p.as_str()).collect();
-    for name in ["truncated.jpg", "garbage.png", "cut.png", "dangling.jpg"] {
+    for name in ["1a.jpg", "truncated.jpg", "garbage.png", "cut.png", "dangling.jpg"] {
         assert!(named.iter().any(|p| p.ends_with(name)), "{name} not named in {named:?}");
     }
     let summary = report.summary(Split::Train).unwrap();
-    assert!(summary.contains("skipped 4 bad image") && summary.contains("garbage.png"), "{summary}");
+    assert!(summary.contains("skipped 5 bad image") && summary.contains("garbage.png"), "{summary}");
     // `load` carries the summary as a note.
     let lo = LoadOptions { folder: opts(8), ..LoadOptions::default() };
     let (train, _) = load(DatasetKind::Folder, dir.path(), &lo).unwrap();
@@ -249,7 +258,7 @@ fn bad_images_are_skipped_and_named_or_fail_the_load() {
     // Fail: the first bad file in scan order is named.
     let fail = FolderOptions { on_bad_image: BadImagePolicy::Fail, ..opts(8) };
     let e = load_folder(dir.path(), &fail, None, None).unwrap_err().to_string();
-    assert!(e.contains("train/red/") && e.contains("--on-bad-image fail"), "{e}");
+    assert!(e.contains("train/blue/1a.jpg") && e.contains("--on-bad-image fail"), "{e}");
     assert_eq!("FAIL".parse::<BadImagePolicy>().unwrap(), BadImagePolicy::Fail);
     assert!("sometimes".parse::<BadImagePolicy>().unwrap_err().contains("sometimes"));
 }
