@@ -1,7 +1,7 @@
 //! The image-folder input path (issue 25) on a folder of real-looking JPEG/PNG files, measured
 //! as PyTorch's loader is by `benches/peers/folder_loader.py` on the same files:
 //!
-//! * `decode`: decoding alone (zune-jpeg / zune-png to RGB), one thread, the first 400 files;
+//! * `decode`: decoding alone (zune-jpeg / png to RGB), one thread, the first 400 files;
 //! * `load`: [`load_folder`] on 1, 2 and all threads (every file decoded and resized once);
 //! * `epoch`: one epoch of training batches (batch 64, random-resized crop + flip + normalise)
 //!   from the loaded images, with 1, 2 and all pipeline workers;
