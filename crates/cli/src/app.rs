@@ -180,6 +180,18 @@ mod bench_cli {
         /// stops, naming the ranks that never reached it [default: 60]
         #[arg(long, value_name = "SECONDS")]
         pub mpi_timeout: Option<f64>,
+        /// An image folder (DIR/train/<class>/*.jpg|png, as `crossbow train --dataset folder`):
+        /// the models take its image size and classes, and every row also measures the input
+        /// pipeline alone (random-resized crop, flip, normalise from the decoded images) and
+        /// says whether the input or the model bounds an iteration (one process only)
+        #[arg(long, value_name = "DIR")]
+        pub folder: Option<PathBuf>,
+        /// Side of the folder's images, in pixels [default: 224]
+        #[arg(long, value_name = "S", requires = "folder")]
+        pub image_size: Option<usize>,
+        /// Worker threads of the input pipeline measured with --folder [default: 2, as train]
+        #[arg(long, value_name = "N", requires = "folder")]
+        pub workers: Option<usize>,
     }
 }
 
@@ -259,6 +271,11 @@ fn run(cli: Cli, matches: &clap::ArgMatches, registry: &SyncRegistry) -> Result<
                 a.tuner,
                 a.max_learners,
                 a.json.as_deref(),
+                a.folder.as_ref().map(|dir| crate::bench::FolderInput {
+                    dir: dir.clone(),
+                    image_size: a.image_size.unwrap_or(crossbow_data::DEFAULT_IMAGE_SIZE),
+                    workers: a.workers.unwrap_or(2),
+                }),
                 std::sync::Arc::clone(&world.group),
             );
             if let Err(e) = &result {

@@ -8,8 +8,12 @@
 //! divided by the slowest rank's time between the same iterations, plus the all-reduce time
 //! between ranks. Rank 0 alone prints and writes `--json`.
 
+use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
+
+use crossbow_data::{Dataset, FolderOptions, Pipeline, PipelineConfig, load_folder};
 
 use crossbow_kernels::Backend;
 use crossbow_kernels::optim::SgdConfig;
@@ -90,6 +94,45 @@ pub struct BenchRow {
     /// When the learners' losses were read: `now` (every iteration) or `lagged` (one
     /// iteration late, the host never waiting for the devices).
     pub loss_read: LossRead,
+    /// With `--folder`: images per second the input pipeline delivers alone at this batch
+    /// size (its workers, the model idle).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input_images_per_sec: Option<f64>,
+    /// With `--folder`: `input` when the pipeline delivers fewer images per second than the
+    /// model trains, else `model`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bound: Option<&'static str>,
+}
+
+/// `crossbow bench --folder`: the image folder the models take their inputs from, and the
+/// pipeline measured beside them.
+#[derive(Clone, Debug)]
+pub struct FolderInput {
+    /// The folder (`DIR/train/<class>/*`, `DIR/val/<class>/*`).
+    pub dir: PathBuf,
+    /// Side of the stored square images.
+    pub image_size: usize,
+    /// Worker threads of the pipeline.
+    pub workers: usize,
+}
+
+/// Images per second the input pipeline delivers alone: training batches of `batch` from
+/// `train` (its default augmentation and normalisation) on `workers` threads, two unmeasured
+/// batches first, then up to an epoch (at most 200 batches).
+pub fn measure_input(train: &Arc<Dataset>, batch: usize, workers: usize) -> Result<f64, CliError> {
+    let config = PipelineConfig { workers, prefetch: 2 * workers.max(1), ..PipelineConfig::new(batch, 1) };
+    let mut p = Pipeline::new(Arc::clone(train), config)
+        .map_err(|e| CliError::usage(format!("--folder with --batch-size {batch}: {e}")))?;
+    let batches = p.batches_per_epoch().clamp(1, 200);
+    for _ in 0..2 {
+        p.next_batch().map_err(CliError::run)?;
+    }
+    let t = Instant::now();
+    let mut images = 0;
+    for _ in 0..batches {
+        images += p.next_batch().map_err(CliError::run)?.len();
+    }
+    Ok(images as f64 / t.elapsed().as_secs_f64())
 }
 
 /// The per-iteration all-reduce between ranks of a measured configuration.
@@ -214,6 +257,8 @@ pub fn measure_in<B: Backend>(
         seconds: secs,
         rank_allreduce,
         loss_read: e.loss_read(),
+        input_images_per_sec: None,
+        bound: None,
     })
 }
 
@@ -305,6 +350,7 @@ pub fn run_cli(
     with_tuner: bool,
     max_learners: usize,
     json: Option<&std::path::Path>,
+    folder: Option<FolderInput>,
     world: Arc<dyn ProcessGroup>,
 ) -> Result<(), CliError> {
     use crate::dispatch::{dispatch, resolve_hardware};
@@ -329,6 +375,17 @@ pub fn run_cli(
     // Checks the synchroniser and its options before measuring anything.
     let sync_name = registry.build(sync, sync_options)?.cpu().name().to_string();
     let lead = world.rank() == 0;
+    if folder.is_some() && ranks > 1 {
+        return Err(CliError::usage(format!(
+            "--folder with {ranks} ranks: the input pipeline is measured in one process; run `crossbow bench --folder` \
+             as one process"
+        )));
+    }
+    let input = match &folder {
+        Some(f) => Some(load_input(f)?),
+        None => None,
+    };
+    let mut input_rates: HashMap<usize, f64> = HashMap::new();
     let hw = resolve_hardware(&spec, threads, &mut |l| {
         if lead {
             eprintln!("{l}")
@@ -345,11 +402,22 @@ pub fn run_cli(
                 world.describe()
             );
         }
-        println!("{}", table_header(ranks));
+        let header = table_header(ranks);
+        match &input {
+            Some(_) => {
+                let mut lines = header.lines();
+                let (names, rule) = (lines.next().unwrap_or(""), lines.next().unwrap_or(""));
+                println!("{names} input images/s | bound |\n{rule}---:|---|");
+            }
+            None => println!("{header}"),
+        }
     }
     for &model in &models {
-        let (input, classes) = model.default_input();
-        let graph = model.build(&input, classes)?;
+        let (shape, classes) = match &input {
+            Some(train) => (crossbow_tensor::Shape::new(train.image_shape().to_vec()), train.num_classes()),
+            None => model.default_input(),
+        };
+        let graph = model.build(&shape, classes)?;
         for &b in batches {
             let mut base = None;
             for &m in learners {
@@ -363,10 +431,25 @@ pub fn run_cli(
                     loss_read,
                     world: &world,
                 };
-                let row = dispatch(&hw, registry.build(sync, sync_options)?, AllReduceChoice::Auto, job)?;
+                let mut row = dispatch(&hw, registry.build(sync, sync_options)?, AllReduceChoice::Auto, job)?;
                 let b0 = *base.get_or_insert(row.images_per_sec);
+                let mut line = table_line(&row, &hw_name(&hw), b0);
+                if let (Some(train), Some(f)) = (&input, &folder) {
+                    let rate = match input_rates.get(&b) {
+                        Some(&r) => r,
+                        None => {
+                            let r = measure_input(train, b, f.workers)?;
+                            input_rates.insert(b, r);
+                            r
+                        }
+                    };
+                    let bound = if rate < row.images_per_sec { "input" } else { "model" };
+                    line.push_str(&format!(" {rate:.1} | {bound} |"));
+                    row.input_images_per_sec = Some(rate);
+                    row.bound = Some(bound);
+                }
                 if lead {
-                    println!("{}", table_line(&row, &hw_name(&hw), b0));
+                    println!("{line}");
                 }
                 rows.push(row);
             }
@@ -397,6 +480,35 @@ pub fn run_cli(
 }
 
 /// One throughput measurement ([`measure_in`]) as a job for [`crate::dispatch::dispatch`].
+/// Loads `--folder`'s training images, saying how long it took.
+fn load_input(f: &FolderInput) -> Result<Arc<Dataset>, CliError> {
+    let opts = FolderOptions { image_size: f.image_size, ..FolderOptions::default() };
+    if f.workers == 0 {
+        return Err(CliError::usage("--workers must be at least 1"));
+    }
+    let t = Instant::now();
+    let ((train, report), (test, _)) =
+        load_folder(&f.dir, &opts, None, None).map_err(|e| CliError::usage(format!("--folder: {e}")))?;
+    let secs = t.elapsed().as_secs_f64();
+    eprintln!(
+        "folder {}: {} training images of {} classes at {s}x{s}; with the {} evaluation images decoded and resized \
+         in {secs:.1} s ({:.0} images/s \
+         on {} threads); input images/s below: the pipeline alone on {} worker(s), the model idle",
+        f.dir.display(),
+        train.len(),
+        train.num_classes(),
+        test.len(),
+        (train.len() + test.len()) as f64 / secs,
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        f.workers,
+        s = f.image_size,
+    );
+    if let Some(line) = report.summary(crossbow_data::Split::Train) {
+        eprintln!("folder {}: {line}", f.dir.display());
+    }
+    Ok(Arc::new(train))
+}
+
 struct MeasureJob<'a> {
     model: ModelKind,
     graph: &'a Graph,
@@ -546,6 +658,8 @@ mod tests {
                 bytes: 4,
             }),
             loss_read: LossRead::Now,
+            input_images_per_sec: None,
+            bound: None,
         }
     }
 

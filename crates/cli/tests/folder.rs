@@ -187,3 +187,93 @@ fn folder_settings_are_checked() {
     assert!(err.contains("/nonexistent/imgs") && err.contains("no such directory"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn bench_on_a_folder_says_whether_the_input_or_the_model_bounds_an_iteration() {
+    let dir = temp_dir("bench");
+    let data = dir.join("shapes");
+    shapes_folder(&data, 64, 20);
+    let json = dir.join("bench.json");
+    let (code, out, err) = crossbow(&[
+        "bench",
+        "--folder",
+        data.to_str().unwrap(),
+        "--image-size",
+        "24",
+        "--model",
+        "lenet5",
+        "--batch-size",
+        "8,16",
+        "--learners",
+        "1",
+        "--iterations",
+        "3",
+        "--warmup",
+        "1",
+        "--devices",
+        "cpu",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    // The folder's images and classes, and what loading them took.
+    assert!(err.contains("64 training images of 10 classes at 24x24") && err.contains("20 evaluation images"), "{err}");
+    assert!(out.contains("| input images/s | bound |"), "{out}");
+    let body: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let rows = body["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for row in rows {
+        let (model, input) = (row["images_per_sec"].as_f64().unwrap(), row["input_images_per_sec"].as_f64().unwrap());
+        assert!(model > 0.0 && input > 0.0, "{row}");
+        let want = if input < model { "input" } else { "model" };
+        assert_eq!(row["bound"], want, "{row}");
+    }
+    // Without --folder the rows carry no input figures.
+    let plain = dir.join("plain.json");
+    let (code, _, err) = crossbow(&[
+        "bench",
+        "--model",
+        "lenet5",
+        "--batch-size",
+        "8",
+        "--iterations",
+        "1",
+        "--warmup",
+        "0",
+        "--devices",
+        "cpu",
+        "--json",
+        plain.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let body: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&plain).unwrap()).unwrap();
+    assert!(body["rows"][0].get("bound").is_none(), "{body}");
+    // Bad input: exit 2, one line naming the flag or the path.
+    let missing = dir.join("nowhere");
+    for (args, needle) in [
+        (vec!["bench", "--image-size", "32"], "--folder".to_string()),
+        (vec!["bench", "--workers", "2"], "--folder".to_string()),
+        (vec!["bench", "--folder", missing.to_str().unwrap()], missing.display().to_string()),
+        (vec!["bench", "--folder", data.to_str().unwrap(), "--workers", "0"], "--workers".to_string()),
+        (vec!["bench", "--folder", data.to_str().unwrap(), "--image-size", "3"], "--image-size 3".to_string()),
+        (
+            vec![
+                "bench",
+                "--folder",
+                data.to_str().unwrap(),
+                "--image-size",
+                "24",
+                "--model",
+                "lenet5",
+                "--batch-size",
+                "65",
+            ],
+            "--batch-size 65".to_string(),
+        ),
+    ] {
+        let (code, _, err) = crossbow(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(&needle) && !err.contains("panicked"), "{args:?}: {err}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
