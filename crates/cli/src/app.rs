@@ -366,7 +366,11 @@ pub fn main_with(registry: SyncRegistry) -> ExitCode {
     match run(cli, &matches, &registry) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e @ CliError::Interrupted { .. }) => {
-            say(format!("{who}: {e}"));
+            // Empty when the rank has said it already (see crossbow_session's `interrupted`).
+            let line = e.to_string();
+            if !line.is_empty() {
+                say(format!("{who}: {line}"));
+            }
             ExitCode::from(e.exit_code() as u8)
         }
         Err(e) => {

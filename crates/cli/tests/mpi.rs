@@ -26,6 +26,7 @@ fn mpirun(np: usize) -> Command {
     c.args(["--oversubscribe", "-np", &np.to_string()])
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
         .env("OMPI_MCA_rmaps_base_oversubscribe", "1");
     c
 }

@@ -598,7 +598,14 @@ fn report_written(done: Vec<Written>, ckpt: &Checkpointer, reporter: &mut Report
     Ok(())
 }
 
-/// Stops on `sig` after the iteration: writes a checkpoint and says how to resume.
+/// One line on standard error in one write, so that lines of several ranks never run together.
+fn say_line(line: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+}
+
+/// Stops on `sig` after the iteration: writes a checkpoint and says how to resume. With
+/// several ranks, the other ranks say their line themselves and return an empty message.
 #[allow(clippy::too_many_arguments)]
 fn interrupted<B: Backend>(
     cfg: &TrainConfig,
@@ -623,17 +630,28 @@ fn interrupted<B: Backend>(
     let world = engine.world();
     let Some(c) = ckpt else {
         // Another rank: wait until rank 0 has its file on disk (or failed), then say so.
-        let msg = match written.and_then(|_| Ok(world.all_gather_u64(0)?)) {
+        let gathered = written.and_then(|_| Ok(world.all_gather_u64(0)?));
+        let msg = match &gathered {
             Ok(v) if v.first() == Some(&1) => format!("{what}; rank 0 wrote the checkpoint"),
             Ok(_) => format!("{what}; rank 0 could not write the checkpoint (its message says why)"),
             Err(e) => format!("{what}; the checkpoint failed ({e})"),
         };
-        return CliError::Interrupted { code, msg };
+        if gathered.is_err() {
+            return CliError::Interrupted { code, msg };
+        }
+        // mpirun ends the whole job as soon as rank 0 exits with a signal's code, which would
+        // cut this line off: it is said here, whole, and only then may rank 0 leave.
+        say_line(&format!("crossbow (rank {}): {msg}", world.rank()));
+        let _ = world.all_gather_u64(0);
+        return CliError::Interrupted { code, msg: String::new() };
     };
     let written = written.and_then(|_| report_written(c.flush(), c, reporter));
     if world.size() > 1 {
-        // The other ranks wait for this before they exit.
-        let _ = world.all_gather_u64(u64::from(written.is_ok()));
+        // The other ranks wait for this before they exit; then rank 0 waits until every other
+        // rank has said how it stopped.
+        if world.all_gather_u64(u64::from(written.is_ok())).is_ok() {
+            let _ = world.all_gather_u64(0);
+        }
     }
     let hint = |p: &Path| resume_hint(&**world, p);
     let now = engine.iteration();
