@@ -5,7 +5,9 @@
 //! * `load`: [`load_folder`] on 1, 2 and all threads (every file decoded and resized once);
 //! * `epoch`: one epoch of training batches (batch 64, random-resized crop + flip + normalise)
 //!   from the loaded images, with 1, 2 and all pipeline workers;
-//! * `first epoch` = load + epoch (what PyTorch's loader does every epoch: decode + augment).
+//! * `first epoch` = load + epoch (what PyTorch's loader does every epoch: decode + augment);
+//! * `streaming`: `--decode streaming`, where the workers decode every image of every batch
+//!   (as PyTorch's loader does): the load (file list + statistics from a sample) and one epoch.
 //!
 //! `cargo run --release -p crossbow-data --example make_image_folder -- data/cifar10-4k /tmp/imgfolder`
 //! `CROSSBOW_IMAGE_FOLDER=/tmp/imgfolder cargo bench -p crossbow-benches --bench folder_loader`
@@ -16,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crossbow_data::{Augment, FolderOptions, Pipeline, PipelineConfig, decode_image, load_folder};
+use crossbow_data::{Augment, DecodeMode, FolderOptions, Pipeline, PipelineConfig, decode_image, load_folder};
 
 fn files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(rd) = std::fs::read_dir(dir) else { return };
@@ -58,8 +60,8 @@ fn main() {
     let mut counts = vec![1, 2, cores];
     counts.sort();
     counts.dedup();
-    let opts = FolderOptions::default();
-    for threads in counts {
+    let opts = FolderOptions { decode: DecodeMode::Upfront, ..FolderOptions::default() };
+    for &threads in &counts {
         let pool = match rayon::ThreadPoolBuilder::new().num_threads(threads).build() {
             Ok(p) => p,
             Err(e) => panic!("{e}"),
@@ -97,6 +99,41 @@ fn main() {
             n as f64 / load_secs,
             images as f64 / epoch_secs,
             train.len() as f64 / (load_secs * train.len() as f64 / n as f64 + epoch_secs)
+        );
+    }
+    let opts = FolderOptions { decode: DecodeMode::Streaming, ..FolderOptions::default() };
+    for &threads in &counts {
+        let pool = match rayon::ThreadPoolBuilder::new().num_threads(threads).build() {
+            Ok(p) => p,
+            Err(e) => panic!("{e}"),
+        };
+        let t = Instant::now();
+        let ((train, _), _) = match pool.install(|| load_folder(&dir, &opts, None, None)) {
+            Ok(d) => d,
+            Err(e) => panic!("{e}"),
+        };
+        let load_secs = t.elapsed().as_secs_f64();
+        let config = PipelineConfig {
+            workers: threads,
+            prefetch: 4 * threads,
+            augment: Some(Augment::imagenet()),
+            ..PipelineConfig::new(64, 7)
+        };
+        let mut p = match Pipeline::new(Arc::new(train), config) {
+            Ok(p) => p,
+            Err(e) => panic!("{e}"),
+        };
+        let t = Instant::now();
+        let mut images = 0;
+        for _ in 0..p.batches_per_epoch() {
+            match p.next_batch() {
+                Ok(b) => images += b.len(),
+                Err(e) => panic!("{e}"),
+            }
+        }
+        println!(
+            "streaming {threads:2}: load (file list + statistics) {load_secs:5.2} s | epoch (decode+resize+crop+flip+normalise, b64) {:7.1} images/s",
+            images as f64 / t.elapsed().as_secs_f64()
         );
     }
 }

@@ -14,7 +14,7 @@ fi
 cargo bench -q -p crossbow-benches --bench folder_loader --no-run
 for r in $(seq 1 "$ROUNDS"); do
   echo "== round $r: crossbow"
-  CROSSBOW_IMAGE_FOLDER="$DIR" cargo bench -q -p crossbow-benches --bench folder_loader 2>&1 | grep -E "^(decode|threads)"
+  CROSSBOW_IMAGE_FOLDER="$DIR" cargo bench -q -p crossbow-benches --bench folder_loader 2>&1 | grep -E "^(decode|threads|streaming)"
   echo "== round $r: PyTorch"
   "$PY" benches/peers/folder_loader.py "$DIR" 2>&1 | grep -E "^(decode|workers)"
 done

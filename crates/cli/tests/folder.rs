@@ -1,6 +1,7 @@
 //! `--dataset folder` end to end: a tiny image folder (PNG files written from the built-in
 //! digits) trains far beyond chance through the binary; folder settings are checked, bad
-//! images are reported, and a resumed run on folder data is bit-identical to an uninterrupted one.
+//! images are reported, and a resumed run on folder data is bit-identical to an uninterrupted
+//! one, with images decoded up front or on the pipeline's workers (`--decode streaming`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -118,29 +119,39 @@ fn an_interrupted_folder_run_resumes_bit_identically() {
     assert_eq!(code, 0, "{all}");
     let want = evaluations(&full);
     assert!(want.len() >= 4, "{want:?}");
-    let part = dir.join("part.jsonl");
-    let ck = dir.join("ck");
+    // Decoded on the pipeline's workers for every batch instead of once: the same run.
+    let streamed = dir.join("streamed.jsonl");
     let mut args: Vec<&str> = common.to_vec();
-    args.extend(["--checkpoint-dir", ck.to_str().unwrap()]);
-    let mut c = Command::new(env!("CARGO_BIN_EXE_crossbow"));
-    c.args([
-        "train",
-        "--dataset",
-        "folder",
-        "--data-dir",
-        data.to_str().unwrap(),
-        "--model",
-        "lenet5",
-        "--image-size",
-        "28",
-    ]);
-    c.args(["--devices", "cpu", "--threads", "2", "--learners-per-device", "2", "--batch-size", "32"]);
-    c.args(["--metrics", part.to_str().unwrap()]).args(&args).env("CROSSBOW_TEST_INTERRUPT_AT_ITERATION", "3");
-    let o = c.output().unwrap();
-    assert_eq!(o.status.code(), Some(130), "{}", String::from_utf8_lossy(&o.stderr));
-    let (code, out, err) = crossbow(&["train", "--resume", ck.to_str().unwrap(), "-q"]);
-    assert_eq!(code, 0, "{out}{err}");
-    assert_eq!(evaluations(&part), want, "a resumed folder run differs from an uninterrupted one");
+    args.extend(["--decode", "streaming"]);
+    let (code, all) = train_on(&data, &streamed, &args);
+    assert_eq!(code, 0, "{all}");
+    assert_eq!(evaluations(&streamed), want, "a streamed folder run differs from one decoded up front");
+    let ck = dir.join("ck");
+    for decode in ["upfront", "streaming"] {
+        let part = dir.join(format!("part-{decode}.jsonl"));
+        let _ = std::fs::remove_dir_all(&ck);
+        let mut args: Vec<&str> = common.to_vec();
+        args.extend(["--checkpoint-dir", ck.to_str().unwrap(), "--decode", decode]);
+        let mut c = Command::new(env!("CARGO_BIN_EXE_crossbow"));
+        c.args([
+            "train",
+            "--dataset",
+            "folder",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--model",
+            "lenet5",
+            "--image-size",
+            "28",
+        ]);
+        c.args(["--devices", "cpu", "--threads", "2", "--learners-per-device", "2", "--batch-size", "32"]);
+        c.args(["--metrics", part.to_str().unwrap()]).args(&args).env("CROSSBOW_TEST_INTERRUPT_AT_ITERATION", "3");
+        let o = c.output().unwrap();
+        assert_eq!(o.status.code(), Some(130), "{decode}: {}", String::from_utf8_lossy(&o.stderr));
+        let (code, out, err) = crossbow(&["train", "--resume", ck.to_str().unwrap(), "-q"]);
+        assert_eq!(code, 0, "{decode}: {out}{err}");
+        assert_eq!(evaluations(&part), want, "a resumed folder run ({decode}) differs from an uninterrupted one");
+    }
     // The class folder names travel with the checkpoint into the exported model.
     let model = dir.join("model.safetensors");
     let (code, out, err) =
@@ -170,6 +181,7 @@ fn folder_settings_are_checked() {
         (&["--image-size", "4"][..], "--image-size must be in 8..=4096, got 4"),
         (&["--max-image-pixels", "0"][..], "--max-image-pixels must be at least 1"),
         (&["--on-bad-image", "maybe"][..], "`maybe` is not a bad-image policy"),
+        (&["--decode", "lazy"][..], "`lazy` is not a decode mode"),
         (&["--image-size", "16", "--max-image-pixels", "100", "--on-bad-image", "fail"][..], "refused before decoding"),
     ] {
         let (code, out, err) = run(extra);

@@ -1,7 +1,9 @@
 use std::fmt;
+use std::sync::Arc;
 
 use rayon::prelude::*;
 
+use crate::folder::FileSource;
 use crate::{Augment, DataError};
 
 /// Which part of a dataset: the training set or the test set.
@@ -22,7 +24,8 @@ impl fmt::Display for Split {
     }
 }
 
-/// A labelled image dataset held in memory.
+/// A labelled image dataset, held in memory or (folder data, [`crate::DecodeMode::Streaming`])
+/// decoded from its files as batches are made.
 ///
 /// Pixels are `u8`, one image after another, each in CHW order (`[c, h, w]`, row-major); labels
 /// are class indices in `0..num_classes`. The per-channel mean and standard deviation of the
@@ -36,6 +39,8 @@ pub struct Dataset {
     shape: [usize; 3],
     num_classes: usize,
     pixels: Vec<u8>,
+    /// The files of a streamed dataset (`pixels` is then empty).
+    files: Option<Arc<FileSource>>,
     labels: Vec<u32>,
     mean: Vec<f32>,
     std: Vec<f32>,
@@ -121,6 +126,7 @@ impl Dataset {
             shape,
             num_classes,
             pixels,
+            files: None,
             labels,
             mean,
             std,
@@ -128,6 +134,62 @@ impl Dataset {
             default_augment,
             notes: Vec::new(),
         })
+    }
+
+    /// A dataset decoded from `files` as batches are made, with the statistics measured at
+    /// load. Errors as [`Dataset::new`]'s, and a file list whose length is not the labels'.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn streamed(
+        name: impl Into<String>,
+        split: Split,
+        shape: [usize; 3],
+        num_classes: usize,
+        files: Arc<FileSource>,
+        labels: Vec<u32>,
+        mean: Vec<f32>,
+        std: Vec<f32>,
+    ) -> Result<Self, DataError> {
+        let name = name.into();
+        if files.len() != labels.len() {
+            return Err(DataError::config(format!(
+                "dataset {name}: {} files for {} labels",
+                files.len(),
+                labels.len()
+            )));
+        }
+        // Validate everything but the pixels with an empty set, then attach the files.
+        let mut ds = Dataset::new(name, split, shape, num_classes, Vec::new(), Vec::new())?;
+        if let Some((i, &l)) = labels.iter().enumerate().find(|&(_, &l)| l as usize >= num_classes) {
+            return Err(DataError::config(format!(
+                "dataset {}: label {l} of image {i} is out of range (expected 0..{num_classes})",
+                ds.name
+            )));
+        }
+        if u32::try_from(labels.len()).is_err() {
+            return Err(DataError::config(format!("dataset {}: more than {} images", ds.name, u32::MAX)));
+        }
+        ds.files = Some(files);
+        ds.labels = labels;
+        ds.mean = mean;
+        ds.std = std;
+        Ok(ds)
+    }
+
+    /// True when the images are decoded from files as batches are made
+    /// ([`crate::DecodeMode::Streaming`]): [`Dataset::pixels`] is then empty and
+    /// [`Dataset::image`] `None`.
+    pub fn is_streamed(&self) -> bool {
+        self.files.is_some()
+    }
+
+    /// For a streamed dataset, the bad files met so far (at load and in batches made since),
+    /// each counted once; `None` for a dataset held in memory.
+    pub fn streaming_report(&self) -> Option<crate::FolderReport> {
+        self.files.as_ref().map(|f| f.report())
+    }
+
+    pub(crate) fn files(&self) -> Option<&FileSource> {
+        self.files.as_deref()
     }
 
     /// The same dataset with these class names (one per class; by default `"0"`, `"1"`, ...).
@@ -210,7 +272,7 @@ impl Dataset {
         self.num_classes
     }
 
-    /// The pixels of image `i` (CHW), or `None` past the end.
+    /// The pixels of image `i` (CHW), or `None` past the end (and for a streamed dataset).
     pub fn image(&self, i: usize) -> Option<&[u8]> {
         let n = self.image_len();
         self.pixels.get(i.checked_mul(n)?..i.checked_add(1)?.checked_mul(n)?)
@@ -221,7 +283,7 @@ impl Dataset {
         self.labels.get(i).copied()
     }
 
-    /// All pixels, image after image.
+    /// All pixels, image after image (empty for a streamed dataset).
     pub fn pixels(&self) -> &[u8] {
         &self.pixels
     }
@@ -241,8 +303,16 @@ impl Dataset {
         &self.std
     }
 
-    /// The first `n` images (all of them if `n >= len`), statistics recomputed.
+    /// The first `n` images (all of them if `n >= len`), statistics recomputed (a streamed
+    /// dataset keeps the statistics measured at load).
     pub fn truncated(mut self, n: usize) -> Self {
+        if let Some(files) = &self.files {
+            if n < self.len() {
+                self.files = Some(Arc::new(files.truncated(n)));
+                self.labels.truncate(n);
+            }
+            return self;
+        }
         if n < self.len() {
             self.labels.truncate(n);
             self.pixels.truncate(n * self.image_len());
@@ -285,8 +355,15 @@ impl fmt::Display for Fingerprint {
 }
 
 impl Dataset {
-    /// The dataset's [`Fingerprint`].
+    /// The dataset's [`Fingerprint`] (a streamed dataset computes it once).
     pub fn fingerprint(&self) -> Fingerprint {
+        match &self.files {
+            Some(files) => files.fingerprint.get_or_init(|| self.compute_fingerprint()).clone(),
+            None => self.compute_fingerprint(),
+        }
+    }
+
+    fn compute_fingerprint(&self) -> Fingerprint {
         const SAMPLES: usize = 256;
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
         let mut eat = |bytes: &[u8]| {
@@ -300,10 +377,17 @@ impl Dataset {
         }
         let n = self.len();
         let picks = n.min(SAMPLES);
+        let (mut scratch, mut buf) = (None, Vec::new());
         for k in 0..picks {
             // Evenly spaced, the first and the last included.
             let i = if picks == 1 { 0 } else { k * (n - 1) / (picks - 1) };
-            if let Some(img) = self.image(i) {
+            if let Some(files) = &self.files {
+                // The same bytes a dataset held in memory has for a file that decodes.
+                buf.resize(self.image_len(), 0);
+                if files.load_exact(i, &mut scratch, &mut buf).is_ok() {
+                    eat(&buf);
+                }
+            } else if let Some(img) = self.image(i) {
                 eat(img);
             }
         }
@@ -316,24 +400,43 @@ pub(crate) fn shape_text(shape: [usize; 3]) -> String {
     format!("{}x{}x{}", shape[0], shape[1], shape[2])
 }
 
+/// Per-channel 256-bin histograms of pixel values.
+pub(crate) type Hist = Vec<[u64; 256]>;
+
+/// The histograms of one image (CHW).
+pub(crate) fn image_hist(image: &[u8], shape: [usize; 3]) -> Hist {
+    let [c, h, w] = shape;
+    let mut acc = vec![[0u64; 256]; c];
+    for (ch, values) in image.chunks_exact(h * w).enumerate().take(c) {
+        let hch = &mut acc[ch];
+        for &p in values {
+            hch[p as usize] += 1;
+        }
+    }
+    acc
+}
+
+/// Adds `b` into `a`.
+pub(crate) fn add_hist(a: &mut Hist, b: &Hist) {
+    for (x, y) in a.iter_mut().zip(b) {
+        for (u, v) in x.iter_mut().zip(y) {
+            *u += v;
+        }
+    }
+}
+
 /// Exact per-channel mean and std (of `p / 255`) from 256-bin histograms. Independent of the
 /// number of rayon threads (integer counts). A channel with zero variance gets std 1.
 fn channel_stats(pixels: &[u8], shape: [usize; 3]) -> (Vec<f32>, Vec<f32>) {
-    let [c, h, w] = shape;
-    let plane = h * w;
-    let image_len = c * plane;
+    let c = shape[0];
+    let image_len = shape.iter().product::<usize>();
     let hist = pixels
         .par_chunks(image_len.max(1) * 64)
         .fold(
             || vec![[0u64; 256]; c],
             |mut acc, chunk| {
                 for image in chunk.chunks_exact(image_len) {
-                    for (ch, values) in image.chunks_exact(plane).enumerate() {
-                        let hch = &mut acc[ch];
-                        for &p in values {
-                            hch[p as usize] += 1;
-                        }
-                    }
+                    add_hist(&mut acc, &image_hist(image, shape));
                 }
                 acc
             },
@@ -341,17 +444,19 @@ fn channel_stats(pixels: &[u8], shape: [usize; 3]) -> (Vec<f32>, Vec<f32>) {
         .reduce(
             || vec![[0u64; 256]; c],
             |mut a, b| {
-                for (x, y) in a.iter_mut().zip(&b) {
-                    for (u, v) in x.iter_mut().zip(y) {
-                        *u += v;
-                    }
-                }
+                add_hist(&mut a, &b);
                 a
             },
         );
+    stats_from_hist(&hist)
+}
+
+/// Mean and std (of `p / 255`) per channel from histograms; std 1 for a constant channel.
+pub(crate) fn stats_from_hist(hist: &Hist) -> (Vec<f32>, Vec<f32>) {
+    let c = hist.len();
     let mut mean = Vec::with_capacity(c);
     let mut std = Vec::with_capacity(c);
-    for h in &hist {
+    for h in hist {
         let count: u64 = h.iter().sum();
         if count == 0 {
             mean.push(0.0);

@@ -1,6 +1,7 @@
 //! Test-set batches: in order, not augmented, normalised.
 
 use crossbeam_channel::{Receiver, Sender, unbounded};
+use rayon::prelude::*;
 
 use crate::pipeline::{Buffers, Cursor};
 use crate::transform::{Placement, Transform};
@@ -12,6 +13,11 @@ use crate::{Augment, Batch, DataError, Dataset, Normalize};
 ///
 /// Batches dropped before the next one is asked for give their buffers back, so a whole pass
 /// allocates one batch's worth of memory.
+///
+/// A streamed dataset ([`crate::DecodeMode::Streaming`]) is decoded batch by batch, the images
+/// of a batch in parallel on rayon's pool. A file that stops the run (`--on-bad-image fail`)
+/// is an error of [`EvalBatches::try_next`]; the iterator then ends and
+/// [`EvalBatches::error`] holds it.
 pub struct EvalBatches<'a> {
     dataset: &'a Dataset,
     transform: Transform,
@@ -19,6 +25,7 @@ pub struct EvalBatches<'a> {
     next: usize,
     recycle: Sender<Buffers>,
     free: Receiver<Buffers>,
+    error: Option<DataError>,
 }
 
 impl std::fmt::Debug for EvalBatches<'_> {
@@ -40,7 +47,54 @@ impl<'a> EvalBatches<'a> {
         }
         let transform = Transform::new(dataset.image_shape(), Augment::none(), normalize)?;
         let (recycle, free) = unbounded();
-        Ok(EvalBatches { dataset, transform, batch_size, next: 0, recycle, free })
+        Ok(EvalBatches { dataset, transform, batch_size, next: 0, recycle, free, error: None })
+    }
+
+    /// The error that ended the iteration early, if one did.
+    pub fn error(&self) -> Option<&DataError> {
+        self.error.as_ref()
+    }
+
+    /// The next batch, `None` after the last; an error names a file of a streamed dataset that
+    /// stops the run.
+    pub fn try_next(&mut self) -> Result<Option<Batch>, DataError> {
+        let n = self.dataset.len();
+        let Some(start) = self.next.checked_mul(self.batch_size) else { return Ok(None) };
+        if start >= n {
+            return Ok(None);
+        }
+        let end = (start + self.batch_size).min(n);
+        let mut buf = self.free.try_recv().unwrap_or_else(|_| Buffers::new(self.batch_size, self.dataset.image_len()));
+        if self.dataset.is_streamed() {
+            // Decode the batch's files in parallel, each task with its own buffers.
+            let parts: Vec<Result<Buffers, String>> = (start..end)
+                .into_par_iter()
+                .map_init(
+                    || Buffers::new(1, self.dataset.image_len()),
+                    |one, index| {
+                        one.put(0, self.dataset, index, &self.transform, Placement::default())?;
+                        Ok(one.take_sample())
+                    },
+                )
+                .collect();
+            for (j, part) in parts.into_iter().enumerate() {
+                let part = part.map_err(DataError::Pipeline)?;
+                buf.set_sample(j, &part);
+            }
+        } else {
+            for (j, index) in (start..end).enumerate() {
+                buf.put(j, self.dataset, index, &self.transform, Placement::default()).map_err(DataError::Pipeline)?;
+            }
+        }
+        let batch = Batch::new(
+            buf,
+            end - start,
+            self.dataset.image_shape(),
+            Cursor { epoch: 0, batch: self.next as u64 },
+            self.recycle.clone(),
+        );
+        self.next += 1;
+        Ok(Some(batch))
     }
 
     /// Number of batches (`ceil(len / batch_size)`).
@@ -52,26 +106,18 @@ impl<'a> EvalBatches<'a> {
 impl Iterator for EvalBatches<'_> {
     type Item = Batch;
 
+    /// Ends early on an error (see [`EvalBatches::error`]).
     fn next(&mut self) -> Option<Batch> {
-        let n = self.dataset.len();
-        let start = self.next.checked_mul(self.batch_size)?;
-        if start >= n {
+        if self.error.is_some() {
             return None;
         }
-        let end = (start + self.batch_size).min(n);
-        let mut buf = self.free.try_recv().unwrap_or_else(|_| Buffers::new(self.batch_size, self.dataset.image_len()));
-        for (j, index) in (start..end).enumerate() {
-            buf.put(j, self.dataset, index, &self.transform, Placement::default());
+        match self.try_next() {
+            Ok(b) => b,
+            Err(e) => {
+                self.error = Some(e);
+                None
+            }
         }
-        let batch = Batch::new(
-            buf,
-            end - start,
-            self.dataset.image_shape(),
-            Cursor { epoch: 0, batch: self.next as u64 },
-            self.recycle.clone(),
-        );
-        self.next += 1;
-        Some(batch)
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {

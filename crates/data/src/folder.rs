@@ -1,11 +1,16 @@
 //! Image-folder datasets: `DIR/train/<class>/*` and `DIR/val/<class>/*` (or `DIR/test/`), JPEG
 //! and PNG files, one sub-folder per class — the layout torchvision's `ImageFolder` reads.
 //!
-//! Every image is decoded once, in parallel, converted to RGB (grey is replicated, alpha is
-//! dropped, 16-bit samples are cut to 8 bits), its short side resized to the stored size with an
-//! antialiased bilinear filter and the centre square cut out (torchvision's
-//! `Resize(s)` + `CenterCrop(s)`), and held in memory as a [`Dataset`]. Training batches then
-//! take a random-resized crop of that square ([`crate::Augment::imagenet`]).
+//! Every image is converted to RGB (grey is replicated, alpha is dropped, 16-bit samples are
+//! cut to 8 bits), its short side resized to the stored size with an antialiased bilinear
+//! filter and the centre square cut out (torchvision's `Resize(s)` + `CenterCrop(s)`).
+//! Training batches then take a random-resized crop of that square
+//! ([`crate::Augment::imagenet`]).
+//!
+//! [`DecodeMode`] says when: once, in parallel, when the data is loaded, the squares then held
+//! in memory ([`DecodeMode::Upfront`]); or every time an image enters a batch, on the
+//! pipeline's worker threads, for data larger than memory ([`DecodeMode::Streaming`]). Both
+//! give the same batches, bit for bit, when every file decodes.
 
 use std::collections::HashSet;
 use std::ffi::OsString;
@@ -13,15 +18,18 @@ use std::fmt;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::Arc;
 
 use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer, images::Image};
+use parking_lot::Mutex;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use zune_core::bytestream::ZCursor;
 use zune_core::colorspace::ColorSpace;
 use zune_core::options::DecoderOptions;
 
-use crate::file::check_memory;
+use crate::dataset::{Hist, add_hist, image_hist, stats_from_hist};
+use crate::file::{available_memory, check_memory};
 use crate::{Augment, DataError, Dataset, Split};
 
 /// Default side of the stored (and trained) square images of folder datasets.
@@ -67,6 +75,66 @@ impl FromStr for BadImagePolicy {
     }
 }
 
+/// When the images of a folder dataset are decoded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum DecodeMode {
+    /// [`DecodeMode::Upfront`] when the decoded images take at most half the memory available
+    /// (Linux's `MemAvailable`; always where it cannot be read), else
+    /// [`DecodeMode::Streaming`] (the default).
+    #[default]
+    #[serde(rename = "auto")]
+    Auto,
+    /// Once, in parallel, when the data is loaded; the images are then held in memory
+    /// (`3 x S x S` bytes each) and bad ones are left out.
+    #[serde(rename = "upfront")]
+    Upfront,
+    /// Every time an image enters a batch, on the pipeline's worker threads; only the file
+    /// list is held. The normalisation statistics come from up to [`STATS_SAMPLE`] evenly
+    /// spaced images decoded at load. A bad file found in training is replaced by the next
+    /// file after it that decodes (or stops the run with `--on-bad-image fail`).
+    #[serde(rename = "streaming")]
+    Streaming,
+}
+
+impl fmt::Display for DecodeMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DecodeMode::Auto => "auto",
+            DecodeMode::Upfront => "upfront",
+            DecodeMode::Streaming => "streaming",
+        })
+    }
+}
+
+impl FromStr for DecodeMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" => Ok(DecodeMode::Auto),
+            "upfront" => Ok(DecodeMode::Upfront),
+            "streaming" => Ok(DecodeMode::Streaming),
+            _ => Err(format!("`{s}` is not a decode mode (valid: auto, upfront, streaming)")),
+        }
+    }
+}
+
+impl DecodeMode {
+    /// Whether a dataset of `bytes` decoded is streamed on a machine with `available` bytes of
+    /// memory (`None`: unknown).
+    pub fn streams(self, bytes: u64, available: Option<u64>) -> bool {
+        match self {
+            DecodeMode::Streaming => true,
+            DecodeMode::Upfront => false,
+            DecodeMode::Auto => available.is_some_and(|a| bytes > a / 2),
+        }
+    }
+}
+
+/// Images of a streamed split decoded at load for its normalisation statistics: all of them
+/// up to this many (the statistics are then exact, as with [`DecodeMode::Upfront`]), else
+/// this many evenly spaced.
+pub const STATS_SAMPLE: usize = 1024;
+
 /// Settings of a folder dataset.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FolderOptions {
@@ -76,6 +144,8 @@ pub struct FolderOptions {
     pub max_pixels: u64,
     /// What to do with bad images.
     pub on_bad_image: BadImagePolicy,
+    /// When images are decoded.
+    pub decode: DecodeMode,
 }
 
 impl Default for FolderOptions {
@@ -84,6 +154,7 @@ impl Default for FolderOptions {
             image_size: DEFAULT_IMAGE_SIZE,
             max_pixels: DEFAULT_MAX_IMAGE_PIXELS,
             on_bad_image: BadImagePolicy::Skip,
+            decode: DecodeMode::Auto,
         }
     }
 }
@@ -190,10 +261,21 @@ pub fn load_folder(
     let test_entries = first(test_entries, test_size, &test_dir)?;
     let side = opts.image_size;
     let bytes = (train_entries.len() + test_entries.len()) as u64 * 3 * (side * side) as u64;
-    check_memory(dir, bytes, &format!("{} decoded {side}x{side} images", train_entries.len() + test_entries.len()))?;
-    let (train, mut train_report) = decode_split(&train_entries, &names, Split::Train, &train_dir, opts)?;
+    let streaming = opts.decode.streams(bytes, available_memory());
+    let split = |entries: Vec<Entry>, which: Split, dir: &Path| {
+        if streaming {
+            stream_split(entries, &names, which, dir, opts)
+        } else {
+            decode_split(&entries, &names, which, dir, opts)
+        }
+    };
+    if !streaming {
+        let what = format!("{} decoded {side}x{side} images", train_entries.len() + test_entries.len());
+        check_memory(dir, bytes, &what)?;
+    }
+    let (train, mut train_report) = split(train_entries, Split::Train, &train_dir)?;
     train_report.ignored_files = train_ignored;
-    let (test, mut test_report) = decode_split(&test_entries, &names, Split::Test, &test_dir, opts)?;
+    let (test, mut test_report) = split(test_entries, Split::Test, &test_dir)?;
     test_report.ignored_files = test_ignored;
     test_report.missing_classes = missing_classes;
     Ok(((train, train_report), (test, test_report)))
@@ -359,6 +441,162 @@ fn decode_split(
     Ok((ds, report))
 }
 
+/// The files of a split decoded as batches are made ([`DecodeMode::Streaming`]): the paths,
+/// the decoding settings and a record of the bad files met so far.
+pub(crate) struct FileSource {
+    paths: Vec<PathBuf>,
+    side: usize,
+    max_pixels: u64,
+    policy: BadImagePolicy,
+    bad: Mutex<BadLog>,
+    /// The dataset's fingerprint, computed once (it decodes up to 256 files).
+    pub(crate) fingerprint: std::sync::OnceLock<crate::Fingerprint>,
+}
+
+#[derive(Default)]
+struct BadLog {
+    seen: HashSet<usize>,
+    first: Vec<(String, String)>,
+}
+
+impl PartialEq for FileSource {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.paths, self.side, self.max_pixels, self.policy)
+            == (&other.paths, other.side, other.max_pixels, other.policy)
+    }
+}
+
+impl FileSource {
+    pub(crate) fn len(&self) -> usize {
+        self.paths.len()
+    }
+
+    /// The first `n` files (same settings, a fresh record of bad files).
+    pub(crate) fn truncated(&self, n: usize) -> FileSource {
+        FileSource {
+            paths: self.paths[..n.min(self.paths.len())].to_vec(),
+            side: self.side,
+            max_pixels: self.max_pixels,
+            policy: self.policy,
+            bad: Mutex::new(BadLog::default()),
+            fingerprint: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Decodes file `index` into `out` (`3 x side x side`, CHW), with no substitution.
+    pub(crate) fn load_exact(
+        &self,
+        index: usize,
+        scratch: &mut Option<Box<Scratch>>,
+        out: &mut [u8],
+    ) -> Result<(), String> {
+        let path = self.paths.get(index).ok_or_else(|| format!("image {index} of {}", self.paths.len()))?;
+        let s = scratch.get_or_insert_with(|| Box::new(Scratch::new(self.side)));
+        if s.side != self.side {
+            **s = Scratch::new(self.side);
+        }
+        load_image_into(path, self.max_pixels, s, out)
+    }
+
+    /// Decodes file `index` into `out`; a bad file is recorded and, with
+    /// [`BadImagePolicy::Skip`], replaced by the next file after it (cyclically) that decodes.
+    /// Returns the index of the file decoded. Errors name the file.
+    pub(crate) fn load(
+        &self,
+        index: usize,
+        scratch: &mut Option<Box<Scratch>>,
+        out: &mut [u8],
+    ) -> Result<usize, String> {
+        let n = self.paths.len();
+        for k in 0..n {
+            let i = (index + k) % n;
+            match self.load_exact(i, scratch, out) {
+                Ok(()) => return Ok(i),
+                Err(why) => {
+                    if self.policy == BadImagePolicy::Fail {
+                        return Err(format!("{}: {why} (--on-bad-image fail)", self.paths[i].display()));
+                    }
+                    self.note_bad(i, why);
+                }
+            }
+        }
+        Err(format!("none of the {n} image files decodes (first: {:?})", self.bad.lock().first.first()))
+    }
+
+    fn note_bad(&self, i: usize, why: String) {
+        let mut log = self.bad.lock();
+        if log.seen.insert(i) && log.first.len() < NAMED_BAD_IMAGES {
+            log.first.push((self.paths[i].display().to_string(), why));
+        }
+    }
+
+    /// The bad files met so far (each counted once).
+    pub(crate) fn report(&self) -> FolderReport {
+        let log = self.bad.lock();
+        FolderReport { bad_images: log.seen.len(), first_bad: log.first.clone(), ..FolderReport::default() }
+    }
+}
+
+/// A split of [`DecodeMode::Streaming`]: the file list, and the normalisation statistics of up
+/// to [`STATS_SAMPLE`] evenly spaced images (all of them in a smaller split).
+fn stream_split(
+    entries: Vec<Entry>,
+    classes: &[String],
+    split: Split,
+    split_dir: &Path,
+    opts: &FolderOptions,
+) -> Result<(Dataset, FolderReport), DataError> {
+    let side = opts.image_size;
+    let n = entries.len();
+    let (paths, labels): (Vec<PathBuf>, Vec<u32>) = entries.into_iter().map(|e| (e.path, e.label)).unzip();
+    let source = FileSource {
+        paths,
+        side,
+        max_pixels: opts.max_pixels,
+        policy: opts.on_bad_image,
+        bad: Mutex::new(BadLog::default()),
+        fingerprint: std::sync::OnceLock::new(),
+    };
+    let picks = n.min(STATS_SAMPLE);
+    let sample: Vec<usize> =
+        (0..picks).map(|k| if picks == n { k } else { k * (n - 1) / (picks - 1).max(1) }).collect();
+    let decoded: Vec<(usize, Result<Hist, String>)> = sample
+        .par_iter()
+        .map_init(
+            || (None, vec![0u8; 3 * side * side]),
+            |(scratch, buf), &i| (i, source.load_exact(i, scratch, buf).map(|()| image_hist(buf, [3, side, side]))),
+        )
+        .collect();
+    let mut hist = vec![[0u64; 256]; 3];
+    let mut good = 0usize;
+    for (i, r) in decoded {
+        match r {
+            Ok(h) => {
+                add_hist(&mut hist, &h);
+                good += 1;
+            }
+            Err(why) => {
+                if opts.on_bad_image == BadImagePolicy::Fail {
+                    return Err(DataError::malformed(&source.paths[i], format!("{why} (--on-bad-image fail)")));
+                }
+                source.note_bad(i, why);
+            }
+        }
+    }
+    let report = source.report();
+    if good == 0 {
+        return Err(DataError::malformed(
+            split_dir,
+            format!("none of the {picks} image files sampled could be decoded (first: {:?})", report.first_bad.first()),
+        ));
+    }
+    let (mean, std) = stats_from_hist(&hist);
+    let ds = Dataset::streamed("folder", split, [3, side, side], classes.len(), Arc::new(source), labels, mean, std)?
+        .with_class_names(classes.to_vec())?
+        .with_default_augment(Augment::imagenet());
+    Ok((ds, report))
+}
+
 /// One loader thread's reusable state: the decoder's output, the RGB image, the resizer and
 /// its output, so that decoding a folder allocates per thread, not per image.
 pub(crate) struct Scratch {
@@ -367,6 +605,12 @@ pub(crate) struct Scratch {
     resizer: Resizer,
     resized: Image<'static>,
     side: usize,
+}
+
+impl fmt::Debug for Scratch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Scratch").field("side", &self.side).finish_non_exhaustive()
+    }
 }
 
 impl Scratch {

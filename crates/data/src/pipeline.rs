@@ -92,6 +92,9 @@ pub(crate) struct Buffers {
     images: Vec<f32>,
     labels: Vec<f32>,
     indices: Vec<u32>,
+    /// A streamed dataset's decoded image before its transform, and the decoder's buffers.
+    stage: Vec<u8>,
+    scratch: Option<Box<crate::folder::Scratch>>,
 }
 
 impl Buffers {
@@ -100,10 +103,14 @@ impl Buffers {
             images: vec![0.0; batch_size * image_len],
             labels: vec![0.0; batch_size],
             indices: vec![0; batch_size],
+            stage: Vec::new(),
+            scratch: None,
         }
     }
 
-    /// Writes sample `j` of the batch: dataset image `index`, transformed.
+    /// Writes sample `j` of the batch: dataset image `index`, transformed. A streamed
+    /// dataset's file is decoded here (a bad one replaced by the next that decodes, whose index
+    /// and label the batch then holds); the error names a file that stops the run.
     #[inline]
     pub(crate) fn put(
         &mut self,
@@ -112,12 +119,39 @@ impl Buffers {
         index: usize,
         transform: &Transform,
         placement: crate::transform::Placement,
-    ) {
+    ) -> Result<(), String> {
         let n = dataset.image_len();
-        let src = &dataset.pixels()[index * n..(index + 1) * n];
+        let (src, index) = match dataset.files() {
+            None => (&dataset.pixels()[index * n..(index + 1) * n], index),
+            Some(files) => {
+                self.stage.resize(n, 0);
+                let used = files.load(index, &mut self.scratch, &mut self.stage)?;
+                (&self.stage[..], used)
+            }
+        };
         transform.apply(src, &mut self.images[j * n..(j + 1) * n], placement);
         self.labels[j] = dataset.labels()[index] as f32;
         self.indices[j] = index as u32;
+        Ok(())
+    }
+
+    /// Sample 0 of a one-image buffer, its decoder's buffers kept.
+    pub(crate) fn take_sample(&mut self) -> Buffers {
+        Buffers {
+            images: self.images.clone(),
+            labels: vec![self.labels[0]],
+            indices: vec![self.indices[0]],
+            stage: Vec::new(),
+            scratch: None,
+        }
+    }
+
+    /// Copies sample 0 of `one` into sample `j`.
+    pub(crate) fn set_sample(&mut self, j: usize, one: &Buffers) {
+        let n = one.images.len();
+        self.images[j * n..(j + 1) * n].copy_from_slice(&one.images);
+        self.labels[j] = one.labels[0];
+        self.indices[j] = one.indices[0];
     }
 }
 
@@ -267,7 +301,7 @@ impl Shared {
     }
 
     /// Fills `buf` with batch number `seq` of the stream; returns its length.
-    fn fill(&self, seq: u64, buf: &mut Buffers) -> usize {
+    fn fill(&self, seq: u64, buf: &mut Buffers) -> Result<usize, String> {
         let epoch = seq / self.batches_per_epoch;
         let index = seq % self.batches_per_epoch;
         let perm = self.permutation(epoch);
@@ -276,9 +310,9 @@ impl Shared {
         let mut rng = Rng::derive(self.seed, stream::augmentation(epoch, index));
         for (j, &s) in perm[start..end].iter().enumerate() {
             let placement = self.transform.draw(&mut rng);
-            buf.put(j, &self.dataset, s as usize, &self.transform, placement);
+            buf.put(j, &self.dataset, s as usize, &self.transform, placement)?;
         }
-        end - start
+        Ok(end - start)
     }
 }
 
@@ -440,7 +474,8 @@ impl Pipeline {
 
     /// The next batch of the stream (blocks until it is ready).
     ///
-    /// Errors only if a worker failed (a bug); the pipeline is then unusable.
+    /// Errors if a worker failed: a file of a streamed dataset that stops the run
+    /// (`--on-bad-image fail`, or no file decodes), or a bug. The pipeline is then unusable.
     pub fn next_batch(&mut self) -> Result<Batch, DataError> {
         if let Some(msg) = &self.failed {
             return Err(DataError::Pipeline(msg.clone()));
@@ -560,16 +595,18 @@ impl Worker {
                     Buffers::new(self.shared.batch_size, self.image_len)
                 }
             };
-            let produced = catch_unwind(AssertUnwindSafe(|| self.shared.fill(seq, &mut buf)))
-                .map(|len| (buf, len))
-                .map_err(|panic| {
+            let produced = match catch_unwind(AssertUnwindSafe(|| self.shared.fill(seq, &mut buf))) {
+                Ok(Ok(len)) => Ok((buf, len)),
+                Ok(Err(why)) => Err(why),
+                Err(panic) => {
                     let what = panic
                         .downcast_ref::<&str>()
                         .map(|s| s.to_string())
                         .or_else(|| panic.downcast_ref::<String>().cloned())
                         .unwrap_or_else(|| "unknown panic".to_string());
-                    format!("worker panicked on batch {seq}: {what}")
-                });
+                    Err(format!("worker panicked on batch {seq}: {what}"))
+                }
+            };
             let failed = produced.is_err();
             if self.results.send((seq, produced)).is_err() || failed {
                 return;

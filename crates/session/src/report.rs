@@ -78,6 +78,10 @@ pub struct Summary {
     /// `train_seconds`): a large share means the input pipeline, not the model, bounds the run.
     #[serde(default)]
     pub input_wait_seconds: f64,
+    /// Folder data decoded while training (`--decode streaming`): the bad files met, by split
+    /// (empty when there were none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub data_notes: Vec<String>,
     /// Every evaluation, in order.
     pub evaluations: Vec<EvalLine>,
 }
@@ -383,6 +387,9 @@ impl Reporter {
         if let Some(line) = input_bound_line(s) {
             self.warn(&line);
         }
+        for note in &s.data_notes {
+            self.warn(&format!("warning: {note}"));
+        }
         let line = format!(
             "{} on {}: best test accuracy {:.2}% (final {:.2}%), {tta}; {:.2} epochs, {} iterations, {:.1} s training ({:.1} s wall), {:.0} images/s; learners {:?} on {}, sync {}",
             s.model,
@@ -457,6 +464,7 @@ mod tests {
             wall_seconds: train,
             images_per_sec: 100.0,
             input_wait_seconds: wait,
+            data_notes: vec![],
             evaluations: vec![],
         }
     }

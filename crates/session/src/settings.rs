@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use crossbow_data::{BadImagePolicy, DEFAULT_MAX_IMAGE_PIXELS, DatasetKind};
+use crossbow_data::{BadImagePolicy, DEFAULT_MAX_IMAGE_PIXELS, DatasetKind, DecodeMode};
 use crossbow_replica::engine::{AllReduceChoice, BnGroup, LossRead};
 use crossbow_replica::{ModelKind, Schedule};
 use crossbow_tensor::DeviceSpec;
@@ -116,6 +116,7 @@ text!(
     OnWriteError,
     OnDivergence,
     BadImagePolicy,
+    DecodeMode,
     AugmentChoice
 );
 
@@ -596,6 +597,10 @@ settings! {
     /// Folder data: skip (count and name them) or fail on images that cannot be decoded
     /// [default: skip]
     "on-bad-image" on_bad_image: String => BadImagePolicy = BadImagePolicy::Skip, check any, Changeable, No;
+    /// Folder data: when images are decoded: upfront (once, held in memory), streaming (on the
+    /// pipeline's workers for every batch; for data larger than memory) or auto (upfront when
+    /// the decoded images take at most half the memory available) [default: auto]
+    "decode" decode: String => DecodeMode = DecodeMode::Auto, check any, Changeable, No;
     /// Data pipeline worker threads [default: 2]
     "workers" workers: usize => usize = 2, check count_1024, Changeable, No;
     /// Most learners per device the auto-tuner may use [default: 8]

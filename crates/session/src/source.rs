@@ -54,9 +54,9 @@ impl EvalSource for TestSet {
         // A batch larger than the test set is the whole set (its buffer is not allocated at
         // the size asked for).
         let batch = batch.min(self.dataset.len().max(1));
-        let batches =
+        let mut batches =
             EvalBatches::new(&self.dataset, batch, &self.normalize).map_err(|e| ReplicaError::Data(e.to_string()))?;
-        for b in batches {
+        while let Some(b) = batches.try_next().map_err(|e| ReplicaError::Data(e.to_string()))? {
             f(b.images(), b.labels())?;
         }
         Ok(())

@@ -59,6 +59,7 @@ pub fn load_data(cfg: &TrainConfig) -> Result<Data, CliError> {
             image_size: cfg.image_size.unwrap_or(DEFAULT_IMAGE_SIZE),
             max_pixels: cfg.max_image_pixels,
             on_bad_image: cfg.on_bad_image,
+            decode: cfg.decode,
         },
     };
     let (train, test) = crossbow_data::load(cfg.dataset, &cfg.data_dir, &opts)?;
@@ -1642,6 +1643,10 @@ impl Run {
             wall_seconds: self.wall.elapsed().as_secs_f64() + self.wall_before,
             images_per_sec: engine.samples() as f64 / self.train_secs.max(1e-9),
             input_wait_seconds: self.input_wait_secs,
+            data_notes: [self.source.pipeline.dataset(), &self.test.dataset]
+                .iter()
+                .filter_map(|d| d.streaming_report().and_then(|r| r.summary(d.split())))
+                .collect(),
             evaluations: self.evals.clone(),
         }
     }

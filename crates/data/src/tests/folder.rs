@@ -8,8 +8,8 @@ use std::sync::Arc;
 use super::TempDir;
 use crate::folder::{decode_rgb, resize_center_square};
 use crate::{
-    Augment, BadImagePolicy, DataError, DatasetKind, FolderOptions, LoadOptions, Pipeline, PipelineConfig, Split,
-    export_folder, load, load_folder,
+    Augment, BadImagePolicy, Cursor, DataError, DatasetKind, DecodeMode, EvalBatches, FolderOptions, LoadOptions,
+    Normalize, Pipeline, PipelineConfig, Split, export_folder, load, load_folder,
 };
 
 /// A solid-colour RGB image of `w x h` with a little texture (so JPEG has something to code).
@@ -419,4 +419,131 @@ fn exported_names_must_be_folder_names() {
     let e = export_folder(&train, &test, dir.path()).unwrap_err().to_string();
     assert!(e.contains("../escape"), "{e}");
     let _: PathBuf = dir.path().to_path_buf();
+}
+
+fn streaming(size: usize) -> FolderOptions {
+    FolderOptions { decode: DecodeMode::Streaming, ..opts(size) }
+}
+
+/// Every batch of `epochs` epochs: images (as bits), labels and sample indices.
+fn batches(p: &mut Pipeline, n: usize) -> Vec<(Vec<u32>, Vec<f32>, Vec<u32>)> {
+    (0..n)
+        .map(|_| {
+            let b = p.next_batch().unwrap();
+            (b.images().iter().map(|v| v.to_bits()).collect(), b.labels().to_vec(), b.sample_indices().to_vec())
+        })
+        .collect()
+}
+
+#[test]
+fn streaming_gives_the_batches_of_upfront_decoding_bit_for_bit() {
+    let dir = TempDir::new("folder-stream");
+    two_class_folder(dir.path(), 6);
+    let upfront = FolderOptions { decode: DecodeMode::Upfront, ..opts(16) };
+    let ((train, _), (test, _)) = load_folder(dir.path(), &upfront, None, None).unwrap();
+    let ((strain, sr), (stest, _)) = load_folder(dir.path(), &streaming(16), None, None).unwrap();
+    assert!(!train.is_streamed() && strain.is_streamed() && stest.is_streamed());
+    assert_eq!(sr.bad_images, 0);
+    // Only the file list is held.
+    assert!(strain.pixels().is_empty() && strain.image(0).is_none());
+    assert_eq!(
+        (strain.len(), strain.labels(), strain.class_names()),
+        (train.len(), train.labels(), train.class_names())
+    );
+    // Statistics from every image of a split this small: exactly the upfront ones.
+    assert_eq!((strain.mean(), strain.std()), (train.mean(), train.std()));
+    assert_eq!(strain.fingerprint(), train.fingerprint());
+    assert_eq!(stest.fingerprint(), test.fingerprint());
+    // The training stream, random-resized crops and flips included, two workers, 3 epochs.
+    let cfg = |start| PipelineConfig { workers: 2, start, ..PipelineConfig::new(4, 7) };
+    let want = batches(&mut Pipeline::new(Arc::new(train.clone()), cfg(Cursor::default())).unwrap(), 9);
+    let mut sp = Pipeline::new(Arc::new(strain.clone()), cfg(Cursor::default())).unwrap();
+    assert_eq!(batches(&mut sp, 9), want);
+    // Started from a saved cursor (a resumed run): the same batches from there on.
+    let mut resumed = Pipeline::new(Arc::new(strain.clone()), cfg(Cursor { epoch: 1, batch: 1 })).unwrap();
+    assert_eq!(batches(&mut resumed, 5), want[4..]);
+    // Evaluation batches (decoded in parallel), a short last batch included.
+    let norm = Normalize::from_dataset(&train);
+    let eval = |d| -> Vec<(Vec<u32>, Vec<f32>)> {
+        EvalBatches::new(d, 5, &norm)
+            .unwrap()
+            .map(|b| (b.images().iter().map(|v| v.to_bits()).collect(), b.labels().to_vec()))
+            .collect()
+    };
+    assert_eq!(eval(&stest), eval(&test));
+    assert_eq!(strain.streaming_report().unwrap().bad_images, 0);
+    assert!(train.streaming_report().is_none());
+    // A subset of a streamed set keeps its first files.
+    let sub = strain.clone().truncated(3);
+    assert_eq!((sub.len(), sub.labels()), (3, &train.labels()[..3]));
+    assert_ne!(sub.fingerprint(), strain.fingerprint());
+}
+
+#[test]
+fn streaming_replaces_a_file_gone_bad_by_the_next_and_names_it_or_stops_with_fail() {
+    let dir = TempDir::new("folder-stream-bad");
+    two_class_folder(dir.path(), 4);
+    let ((train, _), (test, _)) = load_folder(dir.path(), &streaming(8), None, None).unwrap();
+    // Files that go bad after the load (a disk error, a file replaced while training).
+    let bad = dir.path().join("train/blue/1.PNG");
+    write(&bad, b"\x89PNG\r\n\x1a\nbroken");
+    let cfg = PipelineConfig { workers: 2, augment: Some(Augment::none()), ..PipelineConfig::new(8, 3) };
+    let mut p = Pipeline::new(Arc::new(train.clone()), cfg.clone()).unwrap();
+    let b = p.next_batch().unwrap();
+    // Blue's `1.PNG` is image 1; it is replaced by image 2 (`2.jpg`), with image 2's label.
+    let mut seen = b.sample_indices().to_vec();
+    seen.sort();
+    assert_eq!(seen, [0, 2, 2, 3, 4, 5, 6, 7]);
+    drop(b);
+    let report = train.streaming_report().unwrap();
+    assert_eq!(report.bad_images, 1);
+    assert!(report.first_bad[0].0.ends_with("train/blue/1.PNG"), "{report:?}");
+    let line = report.summary(Split::Train).unwrap();
+    assert!(line.contains("skipped 1 bad image") && line.contains("1.PNG"), "{line}");
+    // Seen again in the next epoch: still counted once.
+    let _ = p.next_batch().unwrap();
+    assert_eq!(train.streaming_report().unwrap().bad_images, 1);
+    // With `fail`, the pipeline stops with an error naming the file.
+    let ((ftrain, _), (ftest, _)) = {
+        write(&bad, &fs::read(dir.path().join("train/blue/3.PNG")).unwrap());
+        load_folder(dir.path(), &FolderOptions { on_bad_image: BadImagePolicy::Fail, ..streaming(8) }, None, None)
+            .unwrap()
+    };
+    write(&bad, b"not an image");
+    let mut p = Pipeline::new(Arc::new(ftrain), cfg).unwrap();
+    let e = p.next_batch().unwrap_err().to_string();
+    assert!(e.contains("train/blue/1.PNG") && e.contains("--on-bad-image fail"), "{e}");
+    // The same for evaluation: `try_next` errs, the iterator ends and keeps the error.
+    let val = dir.path().join("val/red/0.jpg");
+    write(&val, b"not an image either");
+    let norm = Normalize::from_dataset(&test);
+    let mut it = EvalBatches::new(&ftest, 8, &norm).unwrap();
+    let e = it.try_next().unwrap_err().to_string();
+    assert!(e.contains("val/red/0.jpg"), "{e}");
+    let mut it = EvalBatches::new(&ftest, 8, &norm).unwrap();
+    assert!(it.next().is_none() && it.error().is_some());
+    // With `skip` the test set's bad file is replaced too, and the pass completes.
+    assert_eq!(EvalBatches::new(&test, 3, &norm).unwrap().count(), 3);
+    assert_eq!(test.streaming_report().unwrap().bad_images, 1);
+    // A file bad at load is found by the statistics' sample, and named there.
+    let ((_, report), _) = load_folder(dir.path(), &streaming(8), None, None).unwrap();
+    assert_eq!(report.bad_images, 1, "{report:?}");
+    let e = load_folder(dir.path(), &FolderOptions { on_bad_image: BadImagePolicy::Fail, ..streaming(8) }, None, None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("train/blue/1.PNG"), "{e}");
+}
+
+#[test]
+fn auto_streams_only_what_does_not_fit_in_half_the_memory() {
+    let gb = 1u64 << 30;
+    assert!(!DecodeMode::Auto.streams(4 * gb, Some(8 * gb)));
+    assert!(DecodeMode::Auto.streams(4 * gb + 1, Some(8 * gb)));
+    assert!(!DecodeMode::Auto.streams(u64::MAX, None), "unknown memory: decode up front");
+    assert!(DecodeMode::Streaming.streams(1, Some(8 * gb)));
+    assert!(!DecodeMode::Upfront.streams(u64::MAX, Some(1)));
+    assert_eq!("Streaming".parse::<DecodeMode>().unwrap(), DecodeMode::Streaming);
+    assert_eq!(DecodeMode::default(), DecodeMode::Auto);
+    let e = "lazy".parse::<DecodeMode>().unwrap_err();
+    assert!(e.contains("lazy") && e.contains("streaming"), "{e}");
 }
