@@ -90,13 +90,7 @@ impl Dataset {
                  exact as f32)"
             )));
         }
-        if u32::try_from(labels.len()).is_err() {
-            return Err(DataError::config(format!(
-                "dataset {name}: {} images is more than the supported {}",
-                labels.len(),
-                u32::MAX
-            )));
-        }
+        check_labels(&name, &labels, num_classes)?;
         let image_len = shape[0]
             .checked_mul(shape[1])
             .and_then(|v| v.checked_mul(shape[2]))
@@ -110,11 +104,6 @@ impl Dataset {
                 labels.len(),
                 shape_text(shape),
                 pixels.len()
-            )));
-        }
-        if let Some((i, &l)) = labels.iter().enumerate().find(|&(_, &l)| l as usize >= num_classes) {
-            return Err(DataError::config(format!(
-                "dataset {name}: label {l} of image {i} is out of range (expected 0..{num_classes})"
             )));
         }
         let (mean, std) = channel_stats(&pixels, shape);
@@ -157,17 +146,9 @@ impl Dataset {
                 labels.len()
             )));
         }
-        // Validate everything but the pixels with an empty set, then attach the files.
+        check_labels(&name, &labels, num_classes)?;
+        // Validate the shape and classes with an empty set, then attach the files.
         let mut ds = Dataset::new(name, split, shape, num_classes, Vec::new(), Vec::new())?;
-        if let Some((i, &l)) = labels.iter().enumerate().find(|&(_, &l)| l as usize >= num_classes) {
-            return Err(DataError::config(format!(
-                "dataset {}: label {l} of image {i} is out of range (expected 0..{num_classes})",
-                ds.name
-            )));
-        }
-        if u32::try_from(labels.len()).is_err() {
-            return Err(DataError::config(format!("dataset {}: more than {} images", ds.name, u32::MAX)));
-        }
         ds.files = Some(files);
         ds.labels = labels;
         ds.mean = mean;
@@ -393,6 +374,23 @@ impl Dataset {
         }
         Fingerprint { images: n, shape: self.shape, classes: self.num_classes, hash: format!("{h:016x}") }
     }
+}
+
+/// Every label below `num_classes`, and no more images than a `u32` index counts.
+fn check_labels(name: &str, labels: &[u32], num_classes: usize) -> Result<(), DataError> {
+    if u32::try_from(labels.len()).is_err() {
+        return Err(DataError::config(format!(
+            "dataset {name}: {} images is more than the supported {}",
+            labels.len(),
+            u32::MAX
+        )));
+    }
+    if let Some((i, &l)) = labels.iter().enumerate().find(|&(_, &l)| l as usize >= num_classes) {
+        return Err(DataError::config(format!(
+            "dataset {name}: label {l} of image {i} is out of range (expected 0..{num_classes})"
+        )));
+    }
+    Ok(())
 }
 
 /// An image shape for messages: `[3, 32, 32]` as `3x32x32`.

@@ -1,7 +1,6 @@
 //! Test-set batches: in order, not augmented, normalised.
 
 use crossbeam_channel::{Receiver, Sender, unbounded};
-use rayon::prelude::*;
 
 use crate::pipeline::{Buffers, Cursor};
 use crate::transform::{Placement, Transform};
@@ -66,21 +65,8 @@ impl<'a> EvalBatches<'a> {
         let end = (start + self.batch_size).min(n);
         let mut buf = self.free.try_recv().unwrap_or_else(|_| Buffers::new(self.batch_size, self.dataset.image_len()));
         if self.dataset.is_streamed() {
-            // Decode the batch's files in parallel, each task with its own buffers.
-            let parts: Vec<Result<Buffers, String>> = (start..end)
-                .into_par_iter()
-                .map_init(
-                    || Buffers::new(1, self.dataset.image_len()),
-                    |one, index| {
-                        one.put(0, self.dataset, index, &self.transform, Placement::default())?;
-                        Ok(one.take_sample())
-                    },
-                )
-                .collect();
-            for (j, part) in parts.into_iter().enumerate() {
-                let part = part.map_err(DataError::Pipeline)?;
-                buf.set_sample(j, &part);
-            }
+            buf.put_streamed_parallel(self.dataset, start, end - start, &self.transform)
+                .map_err(DataError::Pipeline)?;
         } else {
             for (j, index) in (start..end).enumerate() {
                 buf.put(j, self.dataset, index, &self.transform, Placement::default()).map_err(DataError::Pipeline)?;

@@ -135,23 +135,34 @@ impl Buffers {
         Ok(())
     }
 
-    /// Sample 0 of a one-image buffer, its decoder's buffers kept.
-    pub(crate) fn take_sample(&mut self) -> Buffers {
-        Buffers {
-            images: self.images.clone(),
-            labels: vec![self.labels[0]],
-            indices: vec![self.indices[0]],
-            stage: Vec::new(),
-            scratch: None,
-        }
-    }
-
-    /// Copies sample 0 of `one` into sample `j`.
-    pub(crate) fn set_sample(&mut self, j: usize, one: &Buffers) {
-        let n = one.images.len();
-        self.images[j * n..(j + 1) * n].copy_from_slice(&one.images);
-        self.labels[j] = one.labels[0];
-        self.indices[j] = one.indices[0];
+    /// Writes samples `0..len` of the batch from a streamed dataset's files `start..start +
+    /// len`, unaugmented (as evaluation wants), decoding in parallel on rayon's pool (each task with its
+    /// own decoder buffers). The error names a file that stops the run.
+    pub(crate) fn put_streamed_parallel(
+        &mut self,
+        dataset: &Dataset,
+        start: usize,
+        len: usize,
+        transform: &Transform,
+    ) -> Result<(), String> {
+        use rayon::prelude::*;
+        let Some(files) = dataset.files() else { return Err("the dataset is held in memory".into()) };
+        let n = dataset.image_len();
+        self.images[..len * n]
+            .par_chunks_mut(n)
+            .zip(self.labels[..len].par_iter_mut())
+            .zip(self.indices[..len].par_iter_mut())
+            .enumerate()
+            .try_for_each_init(
+                || (None, vec![0u8; n]),
+                |(scratch, stage), (j, ((image, label), index))| {
+                    let used = files.load(start + j, scratch, stage)?;
+                    transform.apply(stage, image, crate::transform::Placement::default());
+                    *label = dataset.labels()[used] as f32;
+                    *index = used as u32;
+                    Ok(())
+                },
+            )
     }
 }
 
