@@ -825,6 +825,7 @@ fn run_groups(
     if let crate::config::AugmentChoice::Set(a) = first.augment {
         pc.augment = Some(a);
     }
+    pc.normalize = Some(crate::train::normalize_for(first, &ctx.data.train)?);
     let pipeline = Pipeline::new(Arc::clone(&ctx.data.train), pc)?;
     let per_epoch = pipeline.batches_per_epoch() as usize * g;
     let norm = pipeline.normalize().clone();

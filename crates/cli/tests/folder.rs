@@ -162,6 +162,14 @@ fn an_interrupted_folder_run_resumes_bit_identically() {
     let meta = header.metadata().clone().unwrap();
     let names: Vec<String> = serde_json::from_str(&meta["crossbow.class_names"]).unwrap();
     assert_eq!(names, (0..10).map(|c| format!("shape-{c}")).collect::<Vec<_>>());
+    // Folder data is normalised with ImageNet's constants unless told otherwise, and the
+    // normalisation defines the run: a resume may not change it.
+    let mean: Vec<f32> = serde_json::from_str(&meta["crossbow.normalize.mean"]).unwrap();
+    let std: Vec<f32> = serde_json::from_str(&meta["crossbow.normalize.std"]).unwrap();
+    assert_eq!((&mean[..], &std[..]), (&crossbow_data::IMAGENET_MEAN[..], &crossbow_data::IMAGENET_STD[..]));
+    let (code, _, err) = crossbow(&["train", "--resume", ck.to_str().unwrap(), "--normalize", "auto", "-q"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--normalize cannot change when resuming"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -187,6 +195,45 @@ fn folder_settings_are_checked() {
         let (code, out, err) = run(extra);
         assert_eq!(code, 2, "{extra:?}: {out}\n{err}");
         assert!(err.contains(needle), "{extra:?}: {err}");
+    }
+    // --normalize auto: the training images' own statistics, as the checkpoint and the
+    // exported model record them; a given MEAN/STD, as given.
+    let train_data = load(
+        DatasetKind::Folder,
+        &data,
+        &LoadOptions {
+            folder: crossbow_data::FolderOptions { image_size: 28, ..crossbow_data::FolderOptions::default() },
+            ..LoadOptions::default()
+        },
+    )
+    .unwrap()
+    .0;
+    for (choice, want_mean, want_std) in
+        [("auto", train_data.mean().to_vec(), train_data.std().to_vec()), ("0.5/0.25", vec![0.5; 3], vec![0.25; 3])]
+    {
+        let ck = dir.join(format!("ck-{}", choice.replace('/', "-")));
+        let model = ck.join("model.safetensors");
+        let (code, out, err) = run(&[
+            "--image-size",
+            "28",
+            "--normalize",
+            choice,
+            "--batch-size",
+            "8",
+            "--checkpoint-dir",
+            ck.to_str().unwrap(),
+            "-q",
+        ]);
+        assert_eq!(code, 0, "{choice}: {out}{err}");
+        let (code, out, err) =
+            crossbow(&["export", "--checkpoint", ck.to_str().unwrap(), "--out", model.to_str().unwrap()]);
+        assert_eq!(code, 0, "{out}{err}");
+        let bytes = std::fs::read(&model).unwrap();
+        let (_, header) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+        let meta = header.metadata().clone().unwrap();
+        let mean: Vec<f32> = serde_json::from_str(&meta["crossbow.normalize.mean"]).unwrap();
+        let std: Vec<f32> = serde_json::from_str(&meta["crossbow.normalize.std"]).unwrap();
+        assert_eq!((mean, std), (want_mean, want_std), "{choice}");
     }
     // --image-size is for folder data only.
     let (code, _, err) = crossbow(&["train", "--dataset", "synthetic-shapes", "--image-size", "64", "--epochs", "0.1"]);

@@ -173,6 +173,16 @@ fn bad_input_is_one_line_and_exit_code_2() {
         (vec!["bench", "--sync", "hogwild"], "unknown synchroniser 'hogwild'"),
         (vec!["bench", "--loss-read", "later"], "--loss-read"),
         (vec!["train", "--loss-read", "later"], "--loss-read"),
+        (vec!["train", "--normalize", "fancy"], "--normalize: `fancy` is not a normalisation (valid: auto, imagenet"),
+        (vec!["train", "--normalize", "0.5/0"], "--normalize: `0.5/0`: std 0 must be positive"),
+        (
+            vec!["train", "--dataset", "synthetic-digits", "--train-size", "64", "--normalize", "imagenet"],
+            "--normalize imagenet: imagenet normalisation is for colour (3-channel) images, and synthetic-digits images have 1 channel",
+        ),
+        (
+            vec!["train", "--dataset", "synthetic-digits", "--train-size", "64", "--normalize", "0.1,0.2/0.3"],
+            "--normalize 0.1,0.2/0.3: 0.1,0.2/0.3: 2 mean values for synthetic-digits images of 1 channel",
+        ),
         (vec!["experiment", "tta", "--sync", "sma,hogwild", "--out", &tta_out], "unknown synchroniser 'hogwild'"),
     ] {
         let (code, _out, err) = crossbow(&args);

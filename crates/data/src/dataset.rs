@@ -4,7 +4,7 @@ use std::sync::Arc;
 use rayon::prelude::*;
 
 use crate::folder::FileSource;
-use crate::{Augment, DataError};
+use crate::{Augment, DataError, NormalizeChoice};
 
 /// Which part of a dataset: the training set or the test set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -29,9 +29,9 @@ impl fmt::Display for Split {
 ///
 /// Pixels are `u8`, one image after another, each in CHW order (`[c, h, w]`, row-major); labels
 /// are class indices in `0..num_classes`. The per-channel mean and standard deviation of the
-/// pixels (in units of `pixel / 255`) are computed once, exactly, when the dataset is built; a
-/// test set must be normalised with the statistics of its *training* set
-/// ([`crate::Normalize::from_dataset`]`(&train)`).
+/// pixels (in units of `pixel / 255`) are computed once, exactly, when the dataset is built (a
+/// streamed one measures them on a sample when first asked for); a test set must be normalised
+/// with the statistics of its *training* set ([`crate::Normalize::from_dataset`]`(&train)`).
 #[derive(Clone, PartialEq)]
 pub struct Dataset {
     name: String,
@@ -46,6 +46,7 @@ pub struct Dataset {
     std: Vec<f32>,
     class_names: Vec<String>,
     default_augment: Augment,
+    default_normalize: NormalizeChoice,
     notes: Vec<String>,
 }
 
@@ -121,13 +122,14 @@ impl Dataset {
             std,
             class_names,
             default_augment,
+            default_normalize: NormalizeChoice::Auto,
             notes: Vec::new(),
         })
     }
 
-    /// A dataset decoded from `files` as batches are made, with the statistics measured at
-    /// load. Errors as [`Dataset::new`]'s, and a file list whose length is not the labels'.
-    #[allow(clippy::too_many_arguments)]
+    /// A dataset decoded from `files` as batches are made (its statistics measured when first
+    /// asked for). Errors as [`Dataset::new`]'s, and a file list whose length is not the
+    /// labels'.
     pub(crate) fn streamed(
         name: impl Into<String>,
         split: Split,
@@ -135,8 +137,6 @@ impl Dataset {
         num_classes: usize,
         files: Arc<FileSource>,
         labels: Vec<u32>,
-        mean: Vec<f32>,
-        std: Vec<f32>,
     ) -> Result<Self, DataError> {
         let name = name.into();
         if files.len() != labels.len() {
@@ -151,9 +151,14 @@ impl Dataset {
         let mut ds = Dataset::new(name, split, shape, num_classes, Vec::new(), Vec::new())?;
         ds.files = Some(files);
         ds.labels = labels;
-        ds.mean = mean;
-        ds.std = std;
         Ok(ds)
+    }
+
+    /// Whether a streamed set's statistics have been measured (tests check that nothing decodes
+    /// them unasked); an in-memory set always has them.
+    #[cfg(test)]
+    pub(crate) fn stats_measured(&self) -> bool {
+        self.files.as_ref().is_none_or(|f| f.stats_measured())
     }
 
     /// True when the images are decoded from files as batches are made
@@ -194,6 +199,13 @@ impl Dataset {
         self
     }
 
+    /// The same dataset with another default normalisation (see
+    /// [`Dataset::default_normalize`]).
+    pub fn with_default_normalize(mut self, normalize: NormalizeChoice) -> Self {
+        self.default_normalize = normalize;
+        self
+    }
+
     /// The same dataset with one more line for the log (what loading left out, ...).
     pub fn with_note(mut self, line: String) -> Self {
         self.notes.push(line);
@@ -216,6 +228,13 @@ impl Dataset {
     /// [`Augment::imagenet`]).
     pub fn default_augment(&self) -> Augment {
         self.default_augment
+    }
+
+    /// The normalisation a pipeline uses unless told otherwise: [`NormalizeChoice::Auto`]
+    /// (this set's own statistics), or what the loader set (folder datasets:
+    /// [`NormalizeChoice::Imagenet`], as torchvision's ImageFolder examples).
+    pub fn default_normalize(&self) -> &NormalizeChoice {
+        &self.default_normalize
     }
 
     /// The dataset's name (`mnist`, `cifar10`, `synthetic-digits`, ...).
@@ -274,18 +293,27 @@ impl Dataset {
         &self.labels
     }
 
-    /// Per-channel mean of `pixel / 255` over this dataset.
+    /// Per-channel mean of `pixel / 255` over this dataset (a streamed one: over up to
+    /// [`crate::STATS_SAMPLE`] evenly spaced images, decoded the first time the statistics are
+    /// asked for).
     pub fn mean(&self) -> &[f32] {
-        &self.mean
+        match &self.files {
+            Some(f) => &f.stats().0,
+            None => &self.mean,
+        }
     }
 
-    /// Per-channel (population) standard deviation of `pixel / 255` over this dataset.
+    /// Per-channel (population) standard deviation of `pixel / 255` over this dataset (a
+    /// streamed one: as [`Dataset::mean`]).
     pub fn std(&self) -> &[f32] {
-        &self.std
+        match &self.files {
+            Some(f) => &f.stats().1,
+            None => &self.std,
+        }
     }
 
     /// The first `n` images (all of them if `n >= len`), statistics recomputed (a streamed
-    /// dataset keeps the statistics measured at load).
+    /// dataset measures them on the files kept, when asked for).
     pub fn truncated(mut self, n: usize) -> Self {
         if let Some(files) = &self.files {
             if n < self.len() {

@@ -30,7 +30,7 @@ use zune_core::options::DecoderOptions;
 
 use crate::dataset::{Hist, add_hist, image_hist, stats_from_hist};
 use crate::file::{available_memory, check_memory};
-use crate::{Augment, DataError, Dataset, Split};
+use crate::{Augment, DataError, Dataset, NormalizeChoice, Split};
 
 /// Default side of the stored (and trained) square images of folder datasets.
 pub const DEFAULT_IMAGE_SIZE: usize = 224;
@@ -437,7 +437,8 @@ fn decode_split(
     }
     let ds = Dataset::new("folder", split, [3, side, side], classes.len(), pixels, labels)?
         .with_class_names(classes.to_vec())?
-        .with_default_augment(Augment::imagenet());
+        .with_default_augment(Augment::imagenet())
+        .with_default_normalize(NormalizeChoice::Imagenet);
     Ok((ds, report))
 }
 
@@ -451,6 +452,9 @@ pub(crate) struct FileSource {
     bad: Mutex<BadLog>,
     /// The dataset's fingerprint, computed once (it decodes up to 256 files).
     pub(crate) fingerprint: std::sync::OnceLock<crate::Fingerprint>,
+    /// The normalisation statistics, measured the first time they are asked for (a test
+    /// split, or a run normalised by fixed constants, never decodes for them).
+    stats: std::sync::OnceLock<(Vec<f32>, Vec<f32>)>,
 }
 
 #[derive(Default)]
@@ -480,7 +484,49 @@ impl FileSource {
             policy: self.policy,
             bad: Mutex::new(BadLog::default()),
             fingerprint: std::sync::OnceLock::new(),
+            stats: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Indices of the images the statistics are measured on: all of them up to
+    /// [`STATS_SAMPLE`], else that many evenly spaced (the first and the last among them).
+    fn stats_sample(&self) -> Vec<usize> {
+        let n = self.paths.len();
+        let picks = n.min(STATS_SAMPLE);
+        (0..picks).map(|k| if picks == n { k } else { k * (n - 1) / (picks - 1).max(1) }).collect()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn stats_measured(&self) -> bool {
+        self.stats.get().is_some()
+    }
+
+    /// Per-channel mean and standard deviation (units of `pixel / 255`) of the images of
+    /// [`FileSource::stats_sample`], decoded in parallel the first time they are asked for.
+    /// A file that does not decode is recorded as bad and left out, whatever the policy (a
+    /// run with `--on-bad-image fail` stops when its pipeline reaches the file).
+    pub(crate) fn stats(&self) -> &(Vec<f32>, Vec<f32>) {
+        self.stats.get_or_init(|| {
+            let side = self.side;
+            let decoded: Vec<(usize, Result<Hist, String>)> = self
+                .stats_sample()
+                .par_iter()
+                .map_init(
+                    || (None, vec![0u8; 3 * side * side]),
+                    |(scratch, buf), &i| {
+                        (i, self.load_exact(i, scratch, buf).map(|()| image_hist(buf, [3, side, side])))
+                    },
+                )
+                .collect();
+            let mut hist = vec![[0u64; 256]; 3];
+            for (i, r) in decoded {
+                match r {
+                    Ok(h) => add_hist(&mut hist, &h),
+                    Err(why) => self.note_bad(i, why),
+                }
+            }
+            stats_from_hist(&hist)
+        })
     }
 
     /// Decodes file `index` into `out` (`3 x side x side`, CHW), with no substitution.
@@ -537,8 +583,9 @@ impl FileSource {
     }
 }
 
-/// A split of [`DecodeMode::Streaming`]: the file list, and the normalisation statistics of up
-/// to [`STATS_SAMPLE`] evenly spaced images (all of them in a smaller split).
+/// A split of [`DecodeMode::Streaming`]: the file list. Its normalisation statistics are
+/// measured only if asked for ([`FileSource::stats`]); loading checks that the split holds an
+/// image that decodes, trying the statistics' sample in order.
 fn stream_split(
     entries: Vec<Entry>,
     classes: &[String],
@@ -547,7 +594,6 @@ fn stream_split(
     opts: &FolderOptions,
 ) -> Result<(Dataset, FolderReport), DataError> {
     let side = opts.image_size;
-    let n = entries.len();
     let (paths, labels): (Vec<PathBuf>, Vec<u32>) = entries.into_iter().map(|e| (e.path, e.label)).unzip();
     let source = FileSource {
         paths,
@@ -556,24 +602,16 @@ fn stream_split(
         policy: opts.on_bad_image,
         bad: Mutex::new(BadLog::default()),
         fingerprint: std::sync::OnceLock::new(),
+        stats: std::sync::OnceLock::new(),
     };
-    let picks = n.min(STATS_SAMPLE);
-    let sample: Vec<usize> =
-        (0..picks).map(|k| if picks == n { k } else { k * (n - 1) / (picks - 1).max(1) }).collect();
-    let decoded: Vec<(usize, Result<Hist, String>)> = sample
-        .par_iter()
-        .map_init(
-            || (None, vec![0u8; 3 * side * side]),
-            |(scratch, buf), &i| (i, source.load_exact(i, scratch, buf).map(|()| image_hist(buf, [3, side, side]))),
-        )
-        .collect();
-    let mut hist = vec![[0u64; 256]; 3];
-    let mut good = 0usize;
-    for (i, r) in decoded {
-        match r {
-            Ok(h) => {
-                add_hist(&mut hist, &h);
-                good += 1;
+    let sample = source.stats_sample();
+    let (mut scratch, mut buf) = (None, vec![0u8; 3 * side * side]);
+    let mut good = false;
+    for &i in &sample {
+        match source.load_exact(i, &mut scratch, &mut buf) {
+            Ok(()) => {
+                good = true;
+                break;
             }
             Err(why) => {
                 if opts.on_bad_image == BadImagePolicy::Fail {
@@ -584,16 +622,20 @@ fn stream_split(
         }
     }
     let report = source.report();
-    if good == 0 {
+    if !good {
         return Err(DataError::malformed(
             split_dir,
-            format!("none of the {picks} image files sampled could be decoded (first: {:?})", report.first_bad.first()),
+            format!(
+                "none of the {} image files sampled could be decoded (first: {:?})",
+                sample.len(),
+                report.first_bad.first()
+            ),
         ));
     }
-    let (mean, std) = stats_from_hist(&hist);
-    let ds = Dataset::streamed("folder", split, [3, side, side], classes.len(), Arc::new(source), labels, mean, std)?
+    let ds = Dataset::streamed("folder", split, [3, side, side], classes.len(), Arc::new(source), labels)?
         .with_class_names(classes.to_vec())?
-        .with_default_augment(Augment::imagenet());
+        .with_default_augment(Augment::imagenet())
+        .with_default_normalize(NormalizeChoice::Imagenet);
     Ok((ds, report))
 }
 

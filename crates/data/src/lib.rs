@@ -130,7 +130,7 @@ pub use idx::{IDX1_MAGIC, IDX3_MAGIC, MIN_IMAGE_SIDE};
 pub use kind::DatasetKind;
 pub use load::{DEFAULT_SYNTHETIC_TEST, DEFAULT_SYNTHETIC_TRAIN, LoadOptions, export, load};
 pub use pipeline::{Batch, Cursor, Pipeline, PipelineConfig, Share};
-pub use transform::{Augment, Normalize, PadFill};
+pub use transform::{Augment, IMAGENET_MEAN, IMAGENET_STD, Normalize, NormalizeChoice, PadFill};
 
 #[cfg(test)]
 mod tests;

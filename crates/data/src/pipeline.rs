@@ -42,7 +42,8 @@ pub struct PipelineConfig {
     pub seed: u64,
     /// Augmentation; `None` (default) means the dataset's [`Dataset::default_augment`].
     pub augment: Option<Augment>,
-    /// Normalisation; `None` (default) means [`Normalize::from_dataset`] of the training set.
+    /// Normalisation; `None` (default) means the dataset's [`Dataset::default_normalize`]
+    /// resolved against it (its own statistics, or for folder data ImageNet's).
     pub normalize: Option<Normalize>,
     /// Drop the last, partial batch of each epoch (default `true`: every batch has
     /// `batch_size` images and an epoch has `len / batch_size` batches; the samples dropped differ
@@ -424,7 +425,7 @@ impl Pipeline {
         }
         let normalize = match config.normalize {
             Some(nm) => nm,
-            None => Normalize::from_dataset(&dataset),
+            None => dataset.default_normalize().resolve(&dataset)?,
         };
         let augment = config.augment.unwrap_or_else(|| dataset.default_augment());
         let transform = Transform::new(dataset.image_shape(), augment, &normalize)?;

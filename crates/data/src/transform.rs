@@ -176,6 +176,111 @@ impl Normalize {
     }
 }
 
+/// ImageNet's per-channel mean (RGB, units of `pixel / 255`), as torchvision's examples use.
+pub const IMAGENET_MEAN: [f32; 3] = [0.485, 0.456, 0.406];
+/// ImageNet's per-channel standard deviation (RGB, units of `pixel / 255`).
+pub const IMAGENET_STD: [f32; 3] = [0.229, 0.224, 0.225];
+
+/// Which normalisation to use, as a user chooses it (`--normalize`); [`NormalizeChoice::resolve`]
+/// turns it into the [`Normalize`] of a training set. Written as `auto`, `imagenet`, `none` or
+/// `MEAN/STD` (one value for every channel, or one per channel, comma-separated:
+/// `0.5/0.25`, `0.485,0.456,0.406/0.229,0.224,0.225`); [`fmt::Display`] writes what
+/// [`FromStr`] reads back to the same value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum NormalizeChoice {
+    /// The training set's own statistics ([`Normalize::from_dataset`]).
+    Auto,
+    /// ImageNet's ([`IMAGENET_MEAN`], [`IMAGENET_STD`]); colour images only.
+    Imagenet,
+    /// Only scaled to `[0, 1]` ([`Normalize::unit`]).
+    None,
+    /// Given constants: one per channel, or one for every channel.
+    Given {
+        /// Means, in units of `pixel / 255`.
+        mean: Vec<f32>,
+        /// Standard deviations, positive.
+        std: Vec<f32>,
+    },
+}
+
+impl NormalizeChoice {
+    /// The normalisation of `train`'s images (a test set is normalised with its training
+    /// set's). Errors: ImageNet's constants for images that are not 3-channel, or given
+    /// constants whose count is neither 1 nor the channels'.
+    pub fn resolve(&self, train: &Dataset) -> Result<Normalize, DataError> {
+        let c = train.image_shape()[0];
+        match self {
+            NormalizeChoice::Auto => Ok(Normalize::from_dataset(train)),
+            NormalizeChoice::None => Ok(Normalize::unit(c)),
+            NormalizeChoice::Imagenet if c == 3 => Normalize::new(IMAGENET_MEAN.to_vec(), IMAGENET_STD.to_vec()),
+            NormalizeChoice::Imagenet => Err(DataError::config(format!(
+                "imagenet normalisation is for colour (3-channel) images, and {} images have {c} \
+                 channel{} (use auto, none or MEAN/STD)",
+                train.name(),
+                if c == 1 { "" } else { "s" }
+            ))),
+            NormalizeChoice::Given { mean, std } => {
+                let widen = |v: &[f32], what: &str| -> Result<Vec<f32>, DataError> {
+                    match v.len() {
+                        1 => Ok(vec![v[0]; c]),
+                        n if n == c => Ok(v.to_vec()),
+                        n => Err(DataError::config(format!(
+                            "{self}: {n} {what} values for {} images of {c} channel{} (give 1 or {c})",
+                            train.name(),
+                            if c == 1 { "" } else { "s" }
+                        ))),
+                    }
+                };
+                Normalize::new(widen(mean, "mean")?, widen(std, "std")?)
+            }
+        }
+    }
+}
+
+impl fmt::Display for NormalizeChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let list = |v: &[f32]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",");
+        match self {
+            NormalizeChoice::Auto => f.write_str("auto"),
+            NormalizeChoice::Imagenet => f.write_str("imagenet"),
+            NormalizeChoice::None => f.write_str("none"),
+            NormalizeChoice::Given { mean, std } => write!(f, "{}/{}", list(mean), list(std)),
+        }
+    }
+}
+
+impl FromStr for NormalizeChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let valid = "valid: auto, imagenet, none, or MEAN/STD such as 0.5/0.25 or 0.485,0.456,0.406/0.229,0.224,0.225";
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => return Ok(NormalizeChoice::Auto),
+            "imagenet" => return Ok(NormalizeChoice::Imagenet),
+            "none" => return Ok(NormalizeChoice::None),
+            _ => {}
+        }
+        let Some((m, d)) = s.split_once('/') else {
+            return Err(format!("`{s}` is not a normalisation ({valid})"));
+        };
+        let list = |part: &str, what: &str| -> Result<Vec<f32>, String> {
+            part.split(',')
+                .map(|x| {
+                    x.trim()
+                        .parse::<f32>()
+                        .ok()
+                        .filter(|v| v.is_finite())
+                        .ok_or_else(|| format!("`{s}`: {what} `{}` is not a finite number ({valid})", x.trim()))
+                })
+                .collect()
+        };
+        let (mean, std) = (list(m, "mean")?, list(d, "std")?);
+        if let Some(bad) = std.iter().find(|v| **v <= 0.0) {
+            return Err(format!("`{s}`: std {bad} must be positive"));
+        }
+        Ok(NormalizeChoice::Given { mean, std })
+    }
+}
+
 /// Where a sample lands: translation `(dx, dy)` (source = output + shift) or the source window
 /// of a resized crop, and mirror.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -468,6 +573,50 @@ mod tests {
         let big = Augment { pad: 40, ..Augment::cifar() };
         assert!(Transform::new([3, 32, 32], big, &n).is_err());
         assert_eq!(n.apply(3, 0), None);
+    }
+
+    #[test]
+    fn normalize_choices_read_back_resolve_per_channel_and_name_what_is_wrong() {
+        use crate::Split;
+        let grey =
+            Dataset::new("grey", Split::Train, [1, 2, 2], 2, vec![0, 255, 0, 255, 51, 51, 51, 51], vec![0, 1]).unwrap();
+        let colour =
+            Dataset::new("colour", Split::Train, [3, 1, 1], 2, vec![0, 0, 0, 255, 255, 255], vec![0, 1]).unwrap();
+        for text in ["auto", "imagenet", "none", "0.5/0.25", "0.485,0.456,0.406/0.229,0.224,0.225", "0.1/1e-3"] {
+            let c: NormalizeChoice = text.parse().unwrap();
+            assert_eq!(c.to_string().parse::<NormalizeChoice>().unwrap(), c, "{text}");
+        }
+        assert_eq!("ImageNet".parse::<NormalizeChoice>().unwrap(), NormalizeChoice::Imagenet);
+        // auto: the set's own statistics; none: [0, 1]; imagenet: the constants.
+        let auto = NormalizeChoice::Auto.resolve(&grey).unwrap();
+        assert_eq!((auto.mean(), auto.std()), (grey.mean(), grey.std()));
+        assert_eq!(NormalizeChoice::None.resolve(&colour).unwrap(), Normalize::unit(3));
+        let inet = NormalizeChoice::Imagenet.resolve(&colour).unwrap();
+        assert_eq!((inet.mean(), inet.std()), (&IMAGENET_MEAN[..], &IMAGENET_STD[..]));
+        assert_eq!(inet.apply(0, 255), Some((1.0 - 0.485) / 0.229));
+        // One value serves every channel; one per channel is kept as given.
+        let one: NormalizeChoice = "0.5/0.25".parse().unwrap();
+        let n = one.resolve(&colour).unwrap();
+        assert_eq!((n.mean(), n.std()), (&[0.5f32; 3][..], &[0.25f32; 3][..]));
+        let three: NormalizeChoice = "0.1,0.2,0.3/0.4,0.5,0.6".parse().unwrap();
+        assert_eq!(three.resolve(&colour).unwrap().std(), &[0.4, 0.5, 0.6]);
+        // What is wrong, named.
+        let e = NormalizeChoice::Imagenet.resolve(&grey).unwrap_err().to_string();
+        assert!(e.contains("3-channel") && e.contains("grey images have 1 channel"), "{e}");
+        let e = three.resolve(&grey).unwrap_err().to_string();
+        assert!(e.contains("3 mean values for grey images of 1 channel"), "{e}");
+        for (text, needle) in [
+            ("fancy", "`fancy` is not a normalisation"),
+            ("0.5/0", "std 0 must be positive"),
+            ("0.5/-1", "std -1 must be positive"),
+            ("0.5,x/0.2", "mean `x` is not a finite number"),
+            ("0.5/inf", "std `inf` is not a finite number"),
+            ("0.5/0.2/0.1", "std `0.2/0.1`"),
+            ("/0.2", "mean `` is not"),
+        ] {
+            let e = text.parse::<NormalizeChoice>().unwrap_err();
+            assert!(e.contains(needle), "{text}: {e}");
+        }
     }
     /// Reference bilinear crop-resize in f64 (half-pixel centres, edge clamped), then flip.
     fn resized_reference(

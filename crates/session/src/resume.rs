@@ -61,6 +61,19 @@ pub fn merge(saved: TrainFile, given: TrainFile) -> Result<TrainFile, CliError> 
     Ok(saved.overridden_by(given))
 }
 
+/// The `--normalize` of a checkpoint written before the setting existed: such runs were
+/// normalised with their training set's statistics, which the checkpoint saved
+/// (`normalize: {mean, std}`); continuing with exactly those keeps the run's trajectory,
+/// whatever the default is now. `None` where the checkpoint saved none.
+pub fn saved_normalize(state: &Value) -> Option<String> {
+    let n = state.get("normalize")?;
+    let read = |k: &str| serde_json::from_value::<Vec<f32>>(n.get(k)?.clone()).ok();
+    let (mean, std) = (read("mean")?, read("std")?);
+    let choice = crossbow_data::NormalizeChoice::Given { mean, std };
+    // Only what reads back as a valid setting (the resume then checks it as any other).
+    choice.to_string().parse::<crossbow_data::NormalizeChoice>().ok().map(|_| choice.to_string())
+}
+
 /// The settings a resume changed (those it may change), as `--KEY NEW (the run had OLD)`,
 /// so that nothing changes without a line saying so. The learning rate is left out: the
 /// engine says more about it.
@@ -104,6 +117,21 @@ mod tests {
         let text = toml::to_string(&config_to_file(&cfg)).unwrap();
         let back: TrainFile = toml::from_str(&text).unwrap();
         assert_eq!(back, config_to_file(&cfg));
+    }
+
+    #[test]
+    fn a_checkpoint_from_before_normalize_continues_with_the_statistics_it_saved() {
+        let state = serde_json::json!({ "normalize": { "mean": [0.4914_f32, 0.48], "std": [0.247_f32, 0.2435] } });
+        let text = saved_normalize(&state).unwrap();
+        assert_eq!(text, "0.4914,0.48/0.247,0.2435");
+        let back: crossbow_data::NormalizeChoice = text.parse().unwrap();
+        assert_eq!(
+            back,
+            crossbow_data::NormalizeChoice::Given { mean: vec![0.4914, 0.48], std: vec![0.247, 0.2435] },
+            "read back to the same f32 values"
+        );
+        assert_eq!(saved_normalize(&serde_json::json!({})), None);
+        assert_eq!(saved_normalize(&serde_json::json!({ "normalize": { "mean": [0.5], "std": [0.0] } })), None);
     }
 
     #[test]

@@ -104,10 +104,13 @@ impl Session {
         let cfg = match &resumed {
             None => TrainConfig::from_sources(file, self.settings.clone(), &self.registry)?,
             Some((path, ckpt)) => {
-                let saved: TrainFile = serde_json::from_value(ckpt.state.get("config").cloned().unwrap_or_default())
-                    .map_err(|e| {
+                let mut saved: TrainFile =
+                    serde_json::from_value(ckpt.state.get("config").cloned().unwrap_or_default()).map_err(|e| {
                         CliError::usage(format!("--resume {}: the saved settings are unreadable: {e}", path.display()))
                     })?;
+                if saved.normalize.is_none() {
+                    saved.normalize = resume::saved_normalize(&ckpt.state);
+                }
                 // Refuse what may not change, then build as if the checkpoint were the config
                 // file (a value from it is named by the checkpoint's path).
                 let from_file = file.map(|(_, f)| f).unwrap_or_default();

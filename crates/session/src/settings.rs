@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use crossbow_data::{BadImagePolicy, DEFAULT_MAX_IMAGE_PIXELS, DatasetKind, DecodeMode};
+use crossbow_data::{BadImagePolicy, DEFAULT_MAX_IMAGE_PIXELS, DatasetKind, DecodeMode, NormalizeChoice};
 use crossbow_replica::engine::{AllReduceChoice, BnGroup, LossRead};
 use crossbow_replica::{ModelKind, Schedule};
 use crossbow_tensor::DeviceSpec;
@@ -117,6 +117,7 @@ text!(
     OnDivergence,
     BadImagePolicy,
     DecodeMode,
+    NormalizeChoice,
     AugmentChoice
 );
 
@@ -503,6 +504,13 @@ fn default_model(dataset: DatasetKind) -> ModelKind {
     if dataset.image_shape()[0] == 1 { ModelKind::LeNet5 } else { ModelKind::ResNetCifar(20) }
 }
 
+/// The normalisation a dataset trains with unless told otherwise: ImageNet's constants for
+/// folder data (what torchvision's ImageFolder examples use), else the training set's own
+/// statistics.
+pub fn default_normalize(dataset: DatasetKind) -> NormalizeChoice {
+    if dataset == DatasetKind::Folder { NormalizeChoice::Imagenet } else { NormalizeChoice::Auto }
+}
+
 /// The synchroniser a model trains with by default: S-SGD for batch-normalised models (every
 /// ResNet, VGG-16), SMA otherwise. On ResNet-20 with real images SMA needed more epochs than
 /// S-SGD at 4 and 8 learners and no variant of it closed the gap (BENCHMARKS §5).
@@ -601,6 +609,11 @@ settings! {
     /// pipeline's workers for every batch; for data larger than memory) or auto (upfront when
     /// the decoded images take at most half the memory available) [default: auto]
     "decode" decode: String => DecodeMode = DecodeMode::Auto, check any, Changeable, No;
+    /// Per-channel input normalisation: imagenet (ImageNet's mean and std), auto (measured
+    /// from the training images: all of them, or 1,024 evenly spaced when streaming), none
+    /// (scaled to [0, 1] only) or MEAN/STD, one value or one per channel (0.5/0.25,
+    /// 0.485,0.456,0.406/0.229,0.224,0.225) [default: imagenet for folder data, auto otherwise]
+    "normalize" normalize: String => NormalizeChoice = default_normalize(dataset), check any, Defining, No;
     /// Data pipeline worker threads [default: 2]
     "workers" workers: usize => usize = 2, check count_1024, Changeable, No;
     /// Most learners per device the auto-tuner may use [default: 8]

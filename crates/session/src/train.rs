@@ -93,6 +93,7 @@ pub fn train_with_opts(
         reporter.warn(&format!("warning: {}: {note}", cfg.data_dir.display()));
     }
     opts.interrupt.during_startup("loading the data")?;
+    normalize_for(cfg, &data.train)?;
     let graph = build_graph(cfg, &data)?;
     let hw = resolve_hardware(&cfg.devices, cfg.threads, &mut |l| reporter.say(&l))?;
     struct TrainJob<'a> {
@@ -136,6 +137,7 @@ fn pipeline_for(
     if let AugmentChoice::Set(a) = cfg.augment {
         pc.augment = Some(a);
     }
+    pc.normalize = Some(normalize_for(cfg, &data.train)?);
     Ok(Pipeline::new(Arc::clone(&data.train), pc)?)
 }
 
@@ -1658,7 +1660,14 @@ pub fn calibration_pipeline(cfg: &TrainConfig, data: &Data, n: usize, start: Cur
     pipeline_for(cfg, data, n.min(8), cfg.seed ^ 0xB17_CA11B, start, None)
 }
 
-/// Normalisation the pipeline uses for a dataset (exposed for the benchmark command).
-pub fn normalize_for(d: &Dataset) -> Normalize {
-    Normalize::from_dataset(d)
+/// The normalisation `--normalize` gives for the training set `train` (the test set is
+/// normalised with the same); the error names the setting.
+pub fn normalize_for(cfg: &TrainConfig, train: &Dataset) -> Result<Normalize, CliError> {
+    cfg.normalize.resolve(train).map_err(|e| {
+        let why = match e {
+            crossbow_data::DataError::InvalidConfig(why) => why,
+            e => e.to_string(),
+        };
+        CliError::usage(format!("{} {}: {why}", cfg.name_of("normalize"), cfg.normalize))
+    })
 }

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use super::TempDir;
 use crate::folder::{decode_rgb, resize_center_square};
 use crate::{
-    Augment, BadImagePolicy, Cursor, DataError, DatasetKind, DecodeMode, EvalBatches, FolderOptions, LoadOptions,
-    Normalize, Pipeline, PipelineConfig, Split, export_folder, load, load_folder,
+    Augment, BadImagePolicy, Cursor, DataError, DatasetKind, DecodeMode, EvalBatches, FolderOptions, IMAGENET_MEAN,
+    IMAGENET_STD, LoadOptions, Normalize, NormalizeChoice, Pipeline, PipelineConfig, Split, export_folder, load,
+    load_folder,
 };
 
 /// A solid-colour RGB image of `w x h` with a little texture (so JPEG has something to code).
@@ -480,6 +481,29 @@ fn streaming_gives_the_batches_of_upfront_decoding_bit_for_bit() {
 }
 
 #[test]
+fn folder_data_normalises_with_imagenet_constants_and_a_stream_measures_statistics_only_when_asked() {
+    let dir = TempDir::new("folder-normalize");
+    two_class_folder(dir.path(), 6);
+    let upfront = FolderOptions { decode: DecodeMode::Upfront, ..opts(16) };
+    let ((train, _), _) = load_folder(dir.path(), &upfront, None, None).unwrap();
+    let ((strain, _), (stest, _)) = load_folder(dir.path(), &streaming(16), None, None).unwrap();
+    for d in [&train, &strain, &stest] {
+        assert_eq!(d.default_normalize(), &NormalizeChoice::Imagenet);
+    }
+    // Loading a stream decoded no statistics sample, and a pipeline with the default
+    // normalisation (ImageNet's) decodes none either.
+    assert!(!strain.stats_measured() && !stest.stats_measured());
+    let p = Pipeline::new(Arc::new(strain.clone()), PipelineConfig::new(4, 1)).unwrap();
+    assert_eq!((p.normalize().mean(), p.normalize().std()), (&IMAGENET_MEAN[..], &IMAGENET_STD[..]));
+    assert!(!strain.stats_measured());
+    // auto measures the training split (only), to the upfront statistics here (every image).
+    let auto = NormalizeChoice::Auto.resolve(&strain).unwrap();
+    assert!(strain.stats_measured() && !stest.stats_measured());
+    assert_eq!((auto.mean(), auto.std()), (train.mean(), train.std()));
+    assert_ne!(auto.mean(), &IMAGENET_MEAN[..]);
+}
+
+#[test]
 fn streaming_replaces_a_file_gone_bad_by_the_next_and_names_it_or_stops_with_fail() {
     let dir = TempDir::new("folder-stream-bad");
     two_class_folder(dir.path(), 4);
@@ -525,13 +549,31 @@ fn streaming_replaces_a_file_gone_bad_by_the_next_and_names_it_or_stops_with_fai
     // With `skip` the test set's bad file is replaced too, and the pass completes.
     assert_eq!(EvalBatches::new(&test, 3, &norm).unwrap().count(), 3);
     assert_eq!(test.streaming_report().unwrap().bad_images, 1);
-    // A file bad at load is found by the statistics' sample, and named there.
-    let ((_, report), _) = load_folder(dir.path(), &streaming(8), None, None).unwrap();
+    // Loading a stream decodes only until one file of the statistics' sample decodes: a file
+    // bad at load is found when the statistics are measured (`auto`), or by a batch.
+    let ((strain, report), _) = load_folder(dir.path(), &streaming(8), None, None).unwrap();
+    assert_eq!(report.bad_images, 0, "{report:?}");
+    let _ = strain.mean();
+    let report = strain.streaming_report().unwrap();
     assert_eq!(report.bad_images, 1, "{report:?}");
+    assert!(report.first_bad[0].0.ends_with("train/blue/1.PNG"), "{report:?}");
+    // The files loading tried, named: skipped up to one that decodes, or (fail) the first.
+    let first = dir.path().join("train/blue/0.jpg");
+    write(&first, b"truncated");
+    let ((_, report), _) = load_folder(dir.path(), &streaming(8), None, None).unwrap();
+    assert_eq!(report.bad_images, 2, "blue's 0.jpg and 1.PNG, then 2.jpg decodes: {report:?}");
     let e = load_folder(dir.path(), &FolderOptions { on_bad_image: BadImagePolicy::Fail, ..streaming(8) }, None, None)
         .unwrap_err()
         .to_string();
-    assert!(e.contains("train/blue/1.PNG"), "{e}");
+    assert!(e.contains("train/blue/0.jpg"), "{e}");
+    // A split with no file that decodes is an error at load.
+    for f in
+        fs::read_dir(dir.path().join("train/blue")).unwrap().chain(fs::read_dir(dir.path().join("train/red")).unwrap())
+    {
+        write(&f.unwrap().path(), b"junk");
+    }
+    let e = load_folder(dir.path(), &streaming(8), None, None).unwrap_err().to_string();
+    assert!(e.contains("none of the 8 image files sampled could be decoded"), "{e}");
 }
 
 #[test]
