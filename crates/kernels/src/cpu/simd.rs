@@ -235,6 +235,99 @@ pub(crate) unsafe fn transpose_avx(src: &[f32], rows: usize, cols: usize, ld: us
     }
 }
 
+/// `dst[c * ldd + r] = src[r * cols + c]` for `r < rows`, and `0.0` for `rows <= r < ldd`:
+/// the transpose of a `[rows, cols]` block into rows padded to `ldd` (a multiple of 8, at
+/// least `rows`) — the `[pixels, channels]` layout of the weight-gradient kernels for channel
+/// counts that are not a multiple of the vector width (LeNet-5's six), whose scalar copy
+/// was a twentieth of an iteration.
+pub(crate) fn transpose_padded(src: &[f32], rows: usize, cols: usize, ldd: usize, dst: &mut [f32]) {
+    assert!(
+        ldd >= rows && ldd % 8 == 0 && src.len() >= rows * cols && dst.len() >= cols * ldd,
+        "transpose_padded: operands too short"
+    );
+    if ldd == 0 {
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: the CPU has AVX (checked just above); the lengths are asserted above.
+        unsafe { transpose_padded_avx(src, rows, cols, ldd, dst) };
+        return;
+    }
+    transpose_padded_portable(src, rows, cols, ldd, dst);
+}
+
+/// The portable path of [`transpose_padded`].
+pub(crate) fn transpose_padded_portable(src: &[f32], rows: usize, cols: usize, ldd: usize, dst: &mut [f32]) {
+    if ldd == 0 {
+        return;
+    }
+    for (c, line) in dst.chunks_exact_mut(ldd).take(cols).enumerate() {
+        for (r, v) in line.iter_mut().enumerate() {
+            *v = if r < rows { src[r * cols + c] } else { 0.0 };
+        }
+    }
+}
+
+/// [`transpose_padded`] by 8×8 blocks in registers, the rows past `rows` read as zeros.
+///
+/// # Safety
+/// The CPU has AVX; the operands are as [`transpose_padded`] asserts.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+unsafe fn transpose_padded_avx(src: &[f32], rows: usize, cols: usize, ldd: usize, dst: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let (r8, c8) = (rows.div_ceil(8) * 8, cols / 8 * 8);
+    let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
+    for r0 in (0..r8).step_by(8) {
+        for c0 in (0..c8).step_by(8) {
+            // SAFETY: a row r0 + i < rows is read at src[(r0 + i) * cols + c0 .. + 8] with
+            // c0 + 8 <= cols; the stores write dst[(c0 + i) * ldd + r0 .. + 8] with
+            // r0 + 8 <= r8 <= ldd and c0 + i < cols.
+            unsafe {
+                let l = |i: usize| {
+                    if r0 + i < rows { _mm256_loadu_ps(s.add((r0 + i) * cols + c0)) } else { _mm256_setzero_ps() }
+                };
+                let (a0, a1, a2, a3, a4, a5, a6, a7) = (l(0), l(1), l(2), l(3), l(4), l(5), l(6), l(7));
+                let t0 = _mm256_unpacklo_ps(a0, a1);
+                let t1 = _mm256_unpackhi_ps(a0, a1);
+                let t2 = _mm256_unpacklo_ps(a2, a3);
+                let t3 = _mm256_unpackhi_ps(a2, a3);
+                let t4 = _mm256_unpacklo_ps(a4, a5);
+                let t5 = _mm256_unpackhi_ps(a4, a5);
+                let t6 = _mm256_unpacklo_ps(a6, a7);
+                let t7 = _mm256_unpackhi_ps(a6, a7);
+                let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+                let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+                let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+                let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+                let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+                let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+                let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+                let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+                let st = |i: usize, v: __m256| _mm256_storeu_ps(d.add((c0 + i) * ldd + r0), v);
+                st(0, _mm256_permute2f128_ps::<0x20>(u0, u4));
+                st(1, _mm256_permute2f128_ps::<0x20>(u1, u5));
+                st(2, _mm256_permute2f128_ps::<0x20>(u2, u6));
+                st(3, _mm256_permute2f128_ps::<0x20>(u3, u7));
+                st(4, _mm256_permute2f128_ps::<0x31>(u0, u4));
+                st(5, _mm256_permute2f128_ps::<0x31>(u1, u5));
+                st(6, _mm256_permute2f128_ps::<0x31>(u2, u6));
+                st(7, _mm256_permute2f128_ps::<0x31>(u3, u7));
+            }
+        }
+    }
+    // The padding rows past the blocks, and the columns right of c8.
+    for line in dst.chunks_exact_mut(ldd).take(c8) {
+        line[r8..].fill(0.0);
+    }
+    for c in c8..cols {
+        for r in 0..ldd {
+            dst[c * ldd + r] = if r < rows { src[r * cols + c] } else { 0.0 };
+        }
+    }
+}
+
 /// Inputs for the tests comparing a multiversioned function's two paths: lengths with every
 /// remainder modulo 8 and 16, values of both signs with zeros.
 #[cfg(test)]
@@ -283,6 +376,23 @@ mod tests {
                 let mut d = vec![f32::NAN; r * c];
                 transpose_portable(&src, r, c, ld, &mut d);
                 assert_eq!(d, reference(&src, r, c, ld), "{r}x{c} ld {ld}");
+            }
+        }
+    }
+
+    #[test]
+    fn padded_transpose_pads_with_zeros_on_both_paths() {
+        for (r, c) in shapes() {
+            for ldd in [r.div_ceil(8) * 8, r.div_ceil(8) * 8 + 8] {
+                let src: Vec<f32> = (0..r * c).map(|i| i as f32 * 0.5 - 7.0).collect();
+                let mut want = vec![0.0; c * ldd];
+                for (k, v) in reference(&src, r, c, c).into_iter().enumerate() {
+                    want[(k / r) * ldd + k % r] = v;
+                }
+                let (mut a, mut b) = (vec![f32::NAN; c * ldd], vec![f32::NAN; c * ldd]);
+                transpose_padded(&src, r, c, ldd, &mut a);
+                transpose_padded_portable(&src, r, c, ldd, &mut b);
+                assert_eq!((&a, &b), (&want, &want), "{r}x{c} ldd {ldd}");
             }
         }
     }
