@@ -242,7 +242,7 @@ pub(crate) unsafe fn transpose_avx(src: &[f32], rows: usize, cols: usize, ld: us
 /// was a twentieth of an iteration.
 pub(crate) fn transpose_padded(src: &[f32], rows: usize, cols: usize, ldd: usize, dst: &mut [f32]) {
     assert!(
-        ldd >= rows && ldd % 8 == 0 && src.len() >= rows * cols && dst.len() >= cols * ldd,
+        ldd >= rows && ldd.is_multiple_of(8) && src.len() >= rows * cols && dst.len() >= cols * ldd,
         "transpose_padded: operands too short"
     );
     if ldd == 0 {
