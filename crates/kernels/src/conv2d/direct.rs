@@ -306,14 +306,39 @@ pub(crate) struct Plan {
     segs: Vec<Seg>,
 }
 
+/// Plans made on this thread, by geometry and vector shape: a layer's plan is the same at
+/// every call, and making it was 1.5% of a LeNet-5 step (its layers all take the masked
+/// kernels). A handful of entries per model; cleared if a program ever cycles through more.
+type PlanCache = Vec<((Direct, usize, usize), std::sync::Arc<Plan>)>;
+
+thread_local! {
+    static PLANS: std::cell::RefCell<PlanCache> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Most plans [`PLANS`] keeps per thread.
+const PLAN_CACHE: usize = 64;
+
 impl Direct {
-    /// The segment plan of the masked kernel that [`Direct::run`] will use on this CPU.
-    pub(crate) fn plan(&self) -> Plan {
+    /// The segment plan of the masked kernel that [`Direct::run`] will use on this CPU (made
+    /// once per thread and geometry).
+    pub(crate) fn plan(&self) -> std::sync::Arc<Plan> {
         if self.padded_rows().is_some() {
-            return Plan::default();
+            return std::sync::Arc::new(Plan::default());
         }
         let (lanes, nv) = if has_avx512() { (16, NV) } else { (8, 1) };
-        Plan::for_lanes(self, lanes, nv)
+        let key = (*self, lanes, nv);
+        PLANS.with(|cache| {
+            let mut cache = cache.borrow_mut();
+            if let Some((_, plan)) = cache.iter().find(|(k, _)| *k == key) {
+                return std::sync::Arc::clone(plan);
+            }
+            if cache.len() >= PLAN_CACHE {
+                cache.clear();
+            }
+            let plan = std::sync::Arc::new(Plan::for_lanes(self, lanes, nv));
+            cache.push((key, std::sync::Arc::clone(&plan)));
+            plan
+        })
     }
 }
 

@@ -599,3 +599,15 @@ proptest! {
         }
     }
 }
+
+/// A layer's segment plan is made once per thread and geometry, then shared: the same plan
+/// for the same geometry, another for another (LeNet-5's layers take the masked kernels).
+#[test]
+fn masked_kernel_plans_are_made_once_per_geometry() {
+    let a = Conv2dGeom::square(2, 6, (14, 14), 16, 5, 1, 0, true);
+    let b = Conv2dGeom::square(2, 1, (28, 28), 6, 5, 1, 2, true);
+    let (da, db) = (super::direct::Direct::forward(&a).unwrap(), super::direct::Direct::forward(&b).unwrap());
+    let (p1, p2, q) = (da.plan(), da.plan(), db.plan());
+    assert!(std::sync::Arc::ptr_eq(&p1, &p2));
+    assert!(!std::sync::Arc::ptr_eq(&p1, &q));
+}
