@@ -17,8 +17,10 @@
 //! FMAs. With AVX2 (16 registers), [`AVX2_MR`] = 6 output channels × 2 vectors of 8 pixels,
 //! 12 accumulators, 2 loads and 6 broadcasts per 12 FMAs, the weights packed in blocks of 6.
 //! Where the output rows allow (rows a multiple of 16 or pairs of rows of 8 with AVX-512, a
-//! multiple of 8 with AVX2) the kernels read a zero-padded copy of the image with plain loads
-//! and, for 3×3 kernels, the nine taps unrolled; elsewhere masked loads from a segment plan.
+//! multiple of 8 with AVX2, or with AVX2 rows rounded up to a multiple of 8 where that adds at
+//! most a quarter, the last vector of each row stored under a mask) the kernels read a
+//! zero-padded copy of the image with plain loads and, for 3×3 kernels, the nine taps
+//! unrolled; elsewhere masked loads from a segment plan.
 //! The sum over `(c, ki, kj)` runs in that order for every output element, on every machine
 //! and path (the AVX-512 and AVX2 paths add in the same order, so they give the same bits;
 //! tested).
@@ -111,7 +113,7 @@ impl Direct {
     /// Output channels per block of packed weights for the kernel [`Direct::run`] will use
     /// on this CPU: [`MR`], or [`AVX2_MR`] for the padded AVX2 kernel.
     pub(crate) fn block(&self) -> usize {
-        if self.padded_rows() == Some(Rows::Eights) { AVX2_MR } else { MR }
+        if matches!(self.padded_rows(), Some(Rows::Eights | Rows::Ragged)) { AVX2_MR } else { MR }
     }
 
     /// Elements of the packed weights.
@@ -166,7 +168,8 @@ impl Direct {
                         Rows::Whole => x86::run_padded_avx512::<false, 2>(self, scratch, wp, bias, dst),
                         Rows::Pairs if self.s == 1 => x86::run_padded_avx512::<true, 1>(self, scratch, wp, bias, dst),
                         Rows::Pairs => x86::run_padded_avx512::<true, 2>(self, scratch, wp, bias, dst),
-                        Rows::Eights => x86::run_padded_avx2(self, scratch, wp, bias, dst),
+                        Rows::Eights => x86::run_padded_avx2::<false>(self, scratch, wp, bias, dst),
+                        Rows::Ragged => x86::run_padded_avx2::<true>(self, scratch, wp, bias, dst),
                     }
                 };
                 return;
@@ -194,6 +197,18 @@ pub(crate) enum Rows {
     Whole,
     Pairs,
     Eights,
+    /// AVX2, output rows not a multiple of 8 wide: each row is computed as if rounded up to
+    /// the next multiple of 8 (the copy's rows long enough to read there), the last vector of
+    /// a row stored under a mask. Taken where the rounding adds at most a quarter
+    /// ([`ragged_ok`]): LeNet-5's 28- and 14-pixel rows.
+    Ragged,
+}
+
+/// Whether output rows `ow` wide take the ragged padded AVX2 kernel: not a multiple of 8,
+/// and rounded up to one adding at most a quarter of the row.
+fn ragged_ok(ow: usize) -> bool {
+    let owv = ow.div_ceil(8) * 8;
+    ow >= 8 && !ow.is_multiple_of(8) && 4 * (owv - ow) <= owv
 }
 
 impl Direct {
@@ -204,7 +219,14 @@ impl Direct {
     pub(crate) fn padded_rows(&self) -> Option<Rows> {
         let (ow, p) = (self.ow(), self.oh() * self.ow());
         if !has_avx512() {
-            return (crate::cpu::simd::has_avx2() && ow.is_multiple_of(8)).then_some(Rows::Eights);
+            if !crate::cpu::simd::has_avx2() {
+                return None;
+            }
+            return if ow.is_multiple_of(8) {
+                Some(Rows::Eights)
+            } else {
+                ragged_ok(ow).then_some(Rows::Ragged)
+            };
         }
         if !p.is_multiple_of(16 * NV) {
             return None;
@@ -223,8 +245,14 @@ impl Direct {
     /// `x ≡ q (mod s)` (`x / s` within a row), so that the taps of consecutive output pixels
     /// are consecutive floats for every stride: `xp[((c·s + q)·hp + y)·pitch + x / s]`.
     pub(crate) fn padded_dims(&self) -> (usize, usize) {
+        let owv = if self.padded_rows() == Some(Rows::Ragged) { self.ow().div_ceil(8) * 8 } else { self.ow() };
+        self.padded_dims_for(owv)
+    }
+
+    /// [`Direct::padded_dims`] for output rows computed `owv` pixels wide (at least `ow`).
+    pub(crate) fn padded_dims_for(&self, owv: usize) -> (usize, usize) {
         let hp = (self.h + 2 * self.ph).max(self.s * (self.oh() - 1) + self.kh);
-        let wfull = (self.w + 2 * self.pw).max(self.s * (self.ow() - 1) + self.kw);
+        let wfull = (self.w + 2 * self.pw).max(self.s * (owv - 1) + self.kw);
         (hp, wfull.div_ceil(self.s))
     }
 
@@ -240,7 +268,11 @@ impl Direct {
 
     /// Copies `src[c, h, w]` into the interior of the padded `xp` ([`Direct::padded_dims`]).
     fn pad_into(&self, src: &[f32], xp: &mut [f32]) {
-        let (hp, wp) = self.padded_dims();
+        self.pad_into_dims(src, xp, self.padded_dims());
+    }
+
+    /// [`Direct::pad_into`] for a copy of dimensions `(hp, wp)`.
+    fn pad_into_dims(&self, src: &[f32], xp: &mut [f32], (hp, wp): (usize, usize)) {
         let s = self.s;
         for c in 0..self.c {
             for y in 0..self.h {
@@ -632,17 +664,32 @@ mod x86 {
     /// The CPU has AVX2 and FMA; `xp` holds `c·hp·wp` floats; `wp` (the weights packed in
     /// blocks of [`AVX2_MR`]), `bias` and `dst` are as long as [`Direct::run`] checks; the
     /// output rows are a multiple of 8 pixels wide.
+    /// With `RAGGED`, output rows of any width: each is computed [`super::Rows::Ragged`]'s
+    /// way, rounded up to a multiple of 8, from a copy of [`Direct::padded_dims_for`] that width.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn run_padded_avx2(d: &Direct, xp: &[f32], wp: &[f32], bias: Option<&[f32]>, dst: &mut [f32]) {
+    pub(super) unsafe fn run_padded_avx2<const RAGGED: bool>(
+        d: &Direct,
+        xp: &[f32],
+        wp: &[f32],
+        bias: Option<&[f32]>,
+        dst: &mut [f32],
+    ) {
         // SAFETY: as this function's contract.
         unsafe {
             match ((d.kh, d.kw) == (3, 3), d.s) {
-                (true, 1) => padded_avx2::<true, 1>(d, xp, wp, bias, dst),
-                (false, 1) => padded_avx2::<false, 1>(d, xp, wp, bias, dst),
+                (true, 1) => padded_avx2::<true, 1, RAGGED>(d, xp, wp, bias, dst),
+                (false, 1) => padded_avx2::<false, 1, RAGGED>(d, xp, wp, bias, dst),
                 // Unrolled, the strided taps make LLVM spill an accumulator.
-                (_, _) => padded_avx2::<false, 2>(d, xp, wp, bias, dst),
+                (_, _) => padded_avx2::<false, 2, RAGGED>(d, xp, wp, bias, dst),
             }
         }
+    }
+
+    /// Output pixels per row as [`run_padded_avx2`] computes them: `ow`, or with `RAGGED`
+    /// `ow` rounded up to a multiple of 8.
+    #[inline(always)]
+    fn row_width<const RAGGED: bool>(d: &Direct) -> usize {
+        if RAGGED { d.ow().div_ceil(8) * 8 } else { d.ow() }
     }
 
     /// [`run_padded_avx2`], with the taps unrolled at compile time for 3×3 kernels (`K3`), for
@@ -651,23 +698,29 @@ mod x86 {
     /// # Safety
     /// As [`run_padded_avx2`]; with `K3` a 3×3 kernel.
     #[inline(always)]
-    unsafe fn padded_avx2<const K3: bool, const S: usize>(d: &Direct, xp: &[f32], wp: &[f32], bias: Option<&[f32]>, dst: &mut [f32]) {
-        let p_end = d.oh() * d.ow();
+    unsafe fn padded_avx2<const K3: bool, const S: usize, const RAGGED: bool>(
+        d: &Direct,
+        xp: &[f32],
+        wp: &[f32],
+        bias: Option<&[f32]>,
+        dst: &mut [f32],
+    ) {
+        let p_end = d.oh() * row_width::<RAGGED>(d);
         let whole = p_end - p_end % (8 * AVX2_V);
         let rows = d.co - d.co % AVX2_MR;
         // SAFETY: as this function's contract; every tile lies below `p_end` and `co`.
         unsafe {
             for p0 in (0..whole).step_by(8 * AVX2_V) {
                 for co0 in (0..rows).step_by(AVX2_MR) {
-                    padded_tile_avx2::<AVX2_MR, AVX2_V, K3, S>(d, xp, wp, bias, dst, p0, co0);
+                    padded_tile_avx2::<AVX2_MR, AVX2_V, K3, S, RAGGED>(d, xp, wp, bias, dst, p0, co0);
                 }
-                padded_rest_avx2::<AVX2_V, K3, S>(d, xp, wp, bias, dst, p0, rows);
+                padded_rest_avx2::<AVX2_V, K3, S, RAGGED>(d, xp, wp, bias, dst, p0, rows);
             }
             for p0 in (whole..p_end).step_by(8) {
                 for co0 in (0..rows).step_by(AVX2_MR) {
-                    padded_tile_avx2::<AVX2_MR, 1, K3, S>(d, xp, wp, bias, dst, p0, co0);
+                    padded_tile_avx2::<AVX2_MR, 1, K3, S, RAGGED>(d, xp, wp, bias, dst, p0, co0);
                 }
-                padded_rest_avx2::<1, K3, S>(d, xp, wp, bias, dst, p0, rows);
+                padded_rest_avx2::<1, K3, S, RAGGED>(d, xp, wp, bias, dst, p0, rows);
             }
         }
     }
@@ -678,7 +731,7 @@ mod x86 {
     /// # Safety
     /// As [`padded_tile_avx2`].
     #[inline(always)]
-    unsafe fn padded_rest_avx2<const V: usize, const K3: bool, const S: usize>(
+    unsafe fn padded_rest_avx2<const V: usize, const K3: bool, const S: usize, const RAGGED: bool>(
         d: &Direct,
         xp: &[f32],
         wp: &[f32],
@@ -690,11 +743,11 @@ mod x86 {
         // SAFETY: as the caller guarantees; each arm's rows end at `co`.
         unsafe {
             match d.co - co0 {
-                5 => padded_tile_avx2::<5, V, K3, S>(d, xp, wp, bias, dst, p0, co0),
-                4 => padded_tile_avx2::<4, V, K3, S>(d, xp, wp, bias, dst, p0, co0),
-                3 => padded_tile_avx2::<3, V, K3, S>(d, xp, wp, bias, dst, p0, co0),
-                2 => padded_tile_avx2::<2, V, K3, S>(d, xp, wp, bias, dst, p0, co0),
-                1 => padded_tile_avx2::<1, V, K3, S>(d, xp, wp, bias, dst, p0, co0),
+                5 => padded_tile_avx2::<5, V, K3, S, RAGGED>(d, xp, wp, bias, dst, p0, co0),
+                4 => padded_tile_avx2::<4, V, K3, S, RAGGED>(d, xp, wp, bias, dst, p0, co0),
+                3 => padded_tile_avx2::<3, V, K3, S, RAGGED>(d, xp, wp, bias, dst, p0, co0),
+                2 => padded_tile_avx2::<2, V, K3, S, RAGGED>(d, xp, wp, bias, dst, p0, co0),
+                1 => padded_tile_avx2::<1, V, K3, S, RAGGED>(d, xp, wp, bias, dst, p0, co0),
                 _ => {}
             }
         }
@@ -710,7 +763,7 @@ mod x86 {
     /// As [`run_padded_avx2`]; `p0 + 8·V <= oh·ow`, `co0 + R <= co`, `R <= AVX2_MR`; with
     /// `K3` a 3×3 kernel.
     #[inline(always)]
-    unsafe fn padded_tile_avx2<const R: usize, const V: usize, const K3: bool, const S: usize>(
+    unsafe fn padded_tile_avx2<const R: usize, const V: usize, const K3: bool, const S: usize, const RAGGED: bool>(
         d: &Direct,
         xp: &[f32],
         wp: &[f32],
@@ -723,13 +776,14 @@ mod x86 {
         // the weight offsets stay below `packed_len()`; the stores write whole vectors of
         // the `oh·ow` pixels of output channels below `co`.
         unsafe {
-            let (hp, pitch) = d.padded_dims();
+            let owv = row_width::<RAGGED>(d);
+            let (hp, pitch) = d.padded_dims_for(owv);
             let plane = S * hp * pitch;
             let (ow, p_end, taps) = (d.ow(), d.oh() * d.ow(), d.taps());
             let mut xv = [xp.as_ptr(); V];
             for (v, x) in xv.iter_mut().enumerate() {
                 let p = p0 + 8 * v;
-                *x = xp.as_ptr().add(S * (p / ow) * pitch + p % ow);
+                *x = xp.as_ptr().add(S * (p / owv) * pitch + p % owv);
             }
             // The block's weights, AVX2_MR per (c, tap), read in order.
             let mut wt = wp.as_ptr().add(co0 * d.c * taps);
@@ -754,6 +808,27 @@ mod x86 {
                         wt = wt.add(AVX2_MR);
                     }
                 }
+            }
+            if RAGGED {
+                // Each vector's pixels in the real rows; past `ow`, lanes are not stored.
+                let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+                for v in 0..V {
+                    let p = p0 + 8 * v;
+                    let (oy, ox) = (p / owv, p % owv);
+                    let at = oy * ow + ox;
+                    let keep = _mm256_cmpgt_epi32(_mm256_set1_epi32((ow - ox).min(8) as i32), lane);
+                    for (i, a) in acc.iter().enumerate() {
+                        let co = co0 + i;
+                        let y = _mm256_add_ps(a[v], _mm256_set1_ps(bias.map_or(0.0, |bb| bb[co])));
+                        let out = dst.as_mut_ptr().add(co * p_end + at);
+                        if ox + 8 <= ow {
+                            _mm256_storeu_ps(out, y);
+                        } else {
+                            _mm256_maskstore_ps(out, keep, y);
+                        }
+                    }
+                }
+                return;
             }
             for (i, a) in acc.iter().enumerate() {
                 let co = co0 + i;
@@ -1048,7 +1123,7 @@ mod x86 {
         let (hp, pitch) = d.padded_dims();
         let mut xp = vec![0.0; d.c * d.s * hp * pitch];
         d.pad_into(src, &mut xp);
-        if let Some(rows) = d.padded_rows().filter(|r| *r != Rows::Eights) {
+        if let Some(rows) = d.padded_rows().filter(|r| matches!(r, Rows::Whole | Rows::Pairs)) {
             let mut y = vec![f32::NAN; n];
             // SAFETY: padded_rows() saw AVX-512F and whole tiles; `xp` is the padded copy.
             unsafe {
@@ -1061,11 +1136,21 @@ mod x86 {
             };
             out.push(("avx512-padded", y));
         }
-        if crate::cpu::simd::has_avx2() && d.ow().is_multiple_of(8) {
+        if crate::cpu::simd::has_avx2() && d.ow().is_multiple_of(8) && d.padded_dims_for(d.ow()) == (hp, pitch) {
             let mut y = vec![f32::NAN; n];
             // SAFETY: the CPU has AVX2 and FMA; rows a multiple of 8; `xp` is the padded copy.
-            unsafe { run_padded_avx2(d, &xp, &wp6, bias, &mut y) };
+            unsafe { run_padded_avx2::<false>(d, &xp, &wp6, bias, &mut y) };
             out.push(("avx2-padded", y));
+        }
+        if crate::cpu::simd::has_avx2() && super::ragged_ok(d.ow()) {
+            // The ragged kernel, on any CPU with AVX2 (an AVX-512 one included).
+            let dims = d.padded_dims_for(d.ow().div_ceil(8) * 8);
+            let mut xr = vec![0.0; d.c * d.s * dims.0 * dims.1];
+            d.pad_into_dims(src, &mut xr, dims);
+            let mut y = vec![f32::NAN; n];
+            // SAFETY: the CPU has AVX2 and FMA; `xr` is the copy of the rounded-up rows.
+            unsafe { run_padded_avx2::<true>(d, &xr, &wp6, bias, &mut y) };
+            out.push(("avx2-ragged", y));
         }
         // The masked kernels (stride 1 only).
         if super::has_avx512() && d.s == 1 {
