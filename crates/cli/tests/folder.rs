@@ -73,6 +73,22 @@ fn train_on(data: &Path, metrics: &Path, extra: &[&str]) -> (i32, String) {
     (code, format!("{out}{err}"))
 }
 
+/// Exports the checkpoint `ck` to `model` and returns the exported file's metadata.
+fn exported_metadata(ck: &Path, model: &Path) -> std::collections::HashMap<String, String> {
+    let (code, out, err) =
+        crossbow(&["export", "--checkpoint", ck.to_str().unwrap(), "--out", model.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    let bytes = std::fs::read(model).unwrap();
+    let (_, header) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+    header.metadata().clone().expect("an exported model carries metadata")
+}
+
+/// The normalisation `(mean, std)` an exported model's metadata records.
+fn normalization(meta: &std::collections::HashMap<String, String>) -> (Vec<f32>, Vec<f32>) {
+    let floats = |key: &str| -> Vec<f32> { serde_json::from_str(&meta[key]).unwrap() };
+    (floats("crossbow.normalize.mean"), floats("crossbow.normalize.std"))
+}
+
 #[test]
 fn a_small_model_learns_a_generated_image_folder() {
     let dir = temp_dir("learn");
@@ -153,19 +169,12 @@ fn an_interrupted_folder_run_resumes_bit_identically() {
         assert_eq!(evaluations(&part), want, "a resumed folder run ({decode}) differs from an uninterrupted one");
     }
     // The class folder names travel with the checkpoint into the exported model.
-    let model = dir.join("model.safetensors");
-    let (code, out, err) =
-        crossbow(&["export", "--checkpoint", ck.to_str().unwrap(), "--out", model.to_str().unwrap()]);
-    assert_eq!(code, 0, "{out}{err}");
-    let bytes = std::fs::read(&model).unwrap();
-    let (_, header) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
-    let meta = header.metadata().clone().unwrap();
+    let meta = exported_metadata(&ck, &dir.join("model.safetensors"));
     let names: Vec<String> = serde_json::from_str(&meta["crossbow.class_names"]).unwrap();
     assert_eq!(names, (0..10).map(|c| format!("shape-{c}")).collect::<Vec<_>>());
     // Folder data is normalised with ImageNet's constants unless told otherwise, and the
     // normalisation defines the run: a resume may not change it.
-    let mean: Vec<f32> = serde_json::from_str(&meta["crossbow.normalize.mean"]).unwrap();
-    let std: Vec<f32> = serde_json::from_str(&meta["crossbow.normalize.std"]).unwrap();
+    let (mean, std) = normalization(&meta);
     assert_eq!((&mean[..], &std[..]), (&crossbow_data::IMAGENET_MEAN[..], &crossbow_data::IMAGENET_STD[..]));
     let (code, _, err) = crossbow(&["train", "--resume", ck.to_str().unwrap(), "--normalize", "auto", "-q"]);
     assert_eq!(code, 2, "{err}");
@@ -212,7 +221,6 @@ fn folder_settings_are_checked() {
         [("auto", train_data.mean().to_vec(), train_data.std().to_vec()), ("0.5/0.25", vec![0.5; 3], vec![0.25; 3])]
     {
         let ck = dir.join(format!("ck-{}", choice.replace('/', "-")));
-        let model = ck.join("model.safetensors");
         let (code, out, err) = run(&[
             "--image-size",
             "28",
@@ -225,15 +233,8 @@ fn folder_settings_are_checked() {
             "-q",
         ]);
         assert_eq!(code, 0, "{choice}: {out}{err}");
-        let (code, out, err) =
-            crossbow(&["export", "--checkpoint", ck.to_str().unwrap(), "--out", model.to_str().unwrap()]);
-        assert_eq!(code, 0, "{out}{err}");
-        let bytes = std::fs::read(&model).unwrap();
-        let (_, header) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
-        let meta = header.metadata().clone().unwrap();
-        let mean: Vec<f32> = serde_json::from_str(&meta["crossbow.normalize.mean"]).unwrap();
-        let std: Vec<f32> = serde_json::from_str(&meta["crossbow.normalize.std"]).unwrap();
-        assert_eq!((mean, std), (want_mean, want_std), "{choice}");
+        let meta = exported_metadata(&ck, &ck.join("model.safetensors"));
+        assert_eq!(normalization(&meta), (want_mean, want_std), "{choice}");
     }
     // --image-size is for folder data only.
     let (code, _, err) = crossbow(&["train", "--dataset", "synthetic-shapes", "--image-size", "64", "--epochs", "0.1"]);

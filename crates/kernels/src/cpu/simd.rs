@@ -192,32 +192,11 @@ pub(crate) unsafe fn transpose_avx(src: &[f32], rows: usize, cols: usize, ld: us
                 // dst[(c0 + i) * rows + r0 .. + 8], all within the operands (see # Safety).
                 unsafe {
                     let l = |i: usize| _mm256_loadu_ps(s.add((r0 + i) * ld + c0));
-                    let (a0, a1, a2, a3, a4, a5, a6, a7) = (l(0), l(1), l(2), l(3), l(4), l(5), l(6), l(7));
-                    let t0 = _mm256_unpacklo_ps(a0, a1);
-                    let t1 = _mm256_unpackhi_ps(a0, a1);
-                    let t2 = _mm256_unpacklo_ps(a2, a3);
-                    let t3 = _mm256_unpackhi_ps(a2, a3);
-                    let t4 = _mm256_unpacklo_ps(a4, a5);
-                    let t5 = _mm256_unpackhi_ps(a4, a5);
-                    let t6 = _mm256_unpacklo_ps(a6, a7);
-                    let t7 = _mm256_unpackhi_ps(a6, a7);
-                    let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
-                    let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
-                    let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
-                    let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
-                    let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
-                    let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
-                    let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
-                    let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
                     let st = |i: usize, v: __m256| _mm256_storeu_ps(d.add((c0 + i) * rows + r0), v);
-                    st(0, _mm256_permute2f128_ps::<0x20>(u0, u4));
-                    st(1, _mm256_permute2f128_ps::<0x20>(u1, u5));
-                    st(2, _mm256_permute2f128_ps::<0x20>(u2, u6));
-                    st(3, _mm256_permute2f128_ps::<0x20>(u3, u7));
-                    st(4, _mm256_permute2f128_ps::<0x31>(u0, u4));
-                    st(5, _mm256_permute2f128_ps::<0x31>(u1, u5));
-                    st(6, _mm256_permute2f128_ps::<0x31>(u2, u6));
-                    st(7, _mm256_permute2f128_ps::<0x31>(u3, u7));
+                    for (i, v) in transpose8x8([l(0), l(1), l(2), l(3), l(4), l(5), l(6), l(7)]).into_iter().enumerate()
+                    {
+                        st(i, v);
+                    }
                 }
             }
         }
@@ -233,6 +212,44 @@ pub(crate) unsafe fn transpose_avx(src: &[f32], rows: usize, cols: usize, ld: us
             dst[c * rows + r] = src[r * ld + c];
         }
     }
+}
+
+/// The transpose of an 8×8 block held in eight registers (row `i` in `a[i]`): 24 shuffles,
+/// column `i` in the result's `i`. Shared by [`transpose_avx`] and [`transpose_padded_avx`].
+///
+/// # Safety
+/// The CPU has AVX.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+#[inline]
+unsafe fn transpose8x8(a: [std::arch::x86_64::__m256; 8]) -> [std::arch::x86_64::__m256; 8] {
+    use std::arch::x86_64::*;
+    let t0 = _mm256_unpacklo_ps(a[0], a[1]);
+    let t1 = _mm256_unpackhi_ps(a[0], a[1]);
+    let t2 = _mm256_unpacklo_ps(a[2], a[3]);
+    let t3 = _mm256_unpackhi_ps(a[2], a[3]);
+    let t4 = _mm256_unpacklo_ps(a[4], a[5]);
+    let t5 = _mm256_unpackhi_ps(a[4], a[5]);
+    let t6 = _mm256_unpacklo_ps(a[6], a[7]);
+    let t7 = _mm256_unpackhi_ps(a[6], a[7]);
+    let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+    let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+    let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+    let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+    let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+    let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+    let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+    let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+    [
+        _mm256_permute2f128_ps::<0x20>(u0, u4),
+        _mm256_permute2f128_ps::<0x20>(u1, u5),
+        _mm256_permute2f128_ps::<0x20>(u2, u6),
+        _mm256_permute2f128_ps::<0x20>(u3, u7),
+        _mm256_permute2f128_ps::<0x31>(u0, u4),
+        _mm256_permute2f128_ps::<0x31>(u1, u5),
+        _mm256_permute2f128_ps::<0x31>(u2, u6),
+        _mm256_permute2f128_ps::<0x31>(u3, u7),
+    ]
 }
 
 /// `dst[c * ldd + r] = src[r * cols + c]` for `r < rows`, and `0.0` for `rows <= r < ldd`:
@@ -288,32 +305,10 @@ unsafe fn transpose_padded_avx(src: &[f32], rows: usize, cols: usize, ldd: usize
                 let l = |i: usize| {
                     if r0 + i < rows { _mm256_loadu_ps(s.add((r0 + i) * cols + c0)) } else { _mm256_setzero_ps() }
                 };
-                let (a0, a1, a2, a3, a4, a5, a6, a7) = (l(0), l(1), l(2), l(3), l(4), l(5), l(6), l(7));
-                let t0 = _mm256_unpacklo_ps(a0, a1);
-                let t1 = _mm256_unpackhi_ps(a0, a1);
-                let t2 = _mm256_unpacklo_ps(a2, a3);
-                let t3 = _mm256_unpackhi_ps(a2, a3);
-                let t4 = _mm256_unpacklo_ps(a4, a5);
-                let t5 = _mm256_unpackhi_ps(a4, a5);
-                let t6 = _mm256_unpacklo_ps(a6, a7);
-                let t7 = _mm256_unpackhi_ps(a6, a7);
-                let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
-                let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
-                let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
-                let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
-                let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
-                let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
-                let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
-                let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
                 let st = |i: usize, v: __m256| _mm256_storeu_ps(d.add((c0 + i) * ldd + r0), v);
-                st(0, _mm256_permute2f128_ps::<0x20>(u0, u4));
-                st(1, _mm256_permute2f128_ps::<0x20>(u1, u5));
-                st(2, _mm256_permute2f128_ps::<0x20>(u2, u6));
-                st(3, _mm256_permute2f128_ps::<0x20>(u3, u7));
-                st(4, _mm256_permute2f128_ps::<0x31>(u0, u4));
-                st(5, _mm256_permute2f128_ps::<0x31>(u1, u5));
-                st(6, _mm256_permute2f128_ps::<0x31>(u2, u6));
-                st(7, _mm256_permute2f128_ps::<0x31>(u3, u7));
+                for (i, v) in transpose8x8([l(0), l(1), l(2), l(3), l(4), l(5), l(6), l(7)]).into_iter().enumerate() {
+                    st(i, v);
+                }
             }
         }
     }
