@@ -2,6 +2,7 @@
 //! image; the batch split over the backend's threads.
 
 use super::direct::{Direct, ParamsDirect};
+use super::phases::Phases;
 use super::{Conv2d, Conv2dGeom};
 use crate::backend::{View, ViewMut};
 use crate::cpu::simd::{transpose, transpose_ld};
@@ -67,14 +68,16 @@ fn workspace_len(g: &Conv2dGeom, threads: usize) -> usize {
     (groups * (col + bwd + partial)).max(direct_len(g, threads))
 }
 
-/// Workspace of the direct passes ([`Direct`]): the packed weights of the forward or the
-/// backward-data pass, whichever is longer (`0` where neither runs direct).
+/// Workspace of the direct passes ([`Direct`], [`Phases`]): the packed weights and padded
+/// copies of the forward or the backward-data pass, whichever is longer (`0` where neither
+/// runs direct).
 fn direct_len(g: &Conv2dGeom, threads: usize) -> usize {
     let groups = threads.min(g.batch).max(1);
     let len = |d: Direct| d.packed_len() + groups * d.scratch_len();
     let f = Direct::forward(g).map_or(0, len);
     let b = Direct::backward_data(g).map_or(0, len);
-    f.max(b)
+    let phases = Phases::of(g).map_or(0, |p| p.workspace_len(groups));
+    f.max(b).max(phases)
 }
 
 /// The backward-params pass of a stride-1 convolution without im2col ("shifted windows").
@@ -471,6 +474,10 @@ fn backward_data(ctx: CpuCtx<'_>, g: &Conv2dGeom, dy: &[f32], params: &[f32], dx
         let (c, taps) = (g.in_channels, g.kernel_h * g.kernel_w);
         let weight = |ci: usize, co: usize, t: usize| w[(co * c + ci) * taps + (taps - 1 - t)];
         run_direct(ctx, d, g.batch, weight, None, (dy, out_img), (dx, in_img), ws);
+        return;
+    }
+    if let Some(p) = Phases::of(g) {
+        p.run(ctx, g, dy, &params[..g.weight_len()], dx, ws);
         return;
     }
     let groups = ctx.groups(g.batch);

@@ -51,6 +51,13 @@ pub(crate) struct Direct {
     pub pw: usize,
     /// Stride (the same along both axes): 1, or 2 where a padded kernel runs.
     pub s: usize,
+    /// Zero rows and columns after the image beyond `ph` and `pw`: 0 but for the phases of a
+    /// strided backward-data pass ([`super::phases`]), whose padding is not symmetric.
+    pub eh: usize,
+    pub ew: usize,
+    /// The padded copy's least height and row pitch: `(0, 0)` but where the phases of a
+    /// strided backward-data pass share one copy of `dy`.
+    pub pad_to: (usize, usize),
 }
 
 impl Direct {
@@ -68,6 +75,9 @@ impl Direct {
             ph: g.pad_h,
             pw: g.pad_w,
             s: g.stride_h,
+            eh: 0,
+            ew: 0,
+            pad_to: (0, 0),
         };
         // A 1×1 kernel with stride 2 stays with im2col + GEMM (a strided gather, then one
         // GEMM): here it would copy the whole image for one tap per channel (measured 19% of
@@ -94,16 +104,19 @@ impl Direct {
             ph: g.kernel_h - 1 - g.pad_h,
             pw: g.kernel_w - 1 - g.pad_w,
             s: 1,
+            eh: 0,
+            ew: 0,
+            pad_to: (0, 0),
         };
         (d.ow() >= 8 && d.oh() == g.in_h && d.ow() == g.in_w).then_some(d)
     }
 
     pub(crate) fn oh(&self) -> usize {
-        (self.h + 2 * self.ph - self.kh) / self.s + 1
+        (self.h + 2 * self.ph + self.eh - self.kh) / self.s + 1
     }
 
     pub(crate) fn ow(&self) -> usize {
-        (self.w + 2 * self.pw - self.kw) / self.s + 1
+        (self.w + 2 * self.pw + self.ew - self.kw) / self.s + 1
     }
 
     fn taps(&self) -> usize {
@@ -158,20 +171,9 @@ impl Direct {
         assert!(scratch.len() >= self.scratch_len(), "direct conv: short scratch");
         #[cfg(target_arch = "x86_64")]
         {
-            if let Some(rows) = self.padded_rows() {
+            if self.padded_rows().is_some() {
                 self.pad_into(src, scratch);
-                // SAFETY: the CPU has the vector unit padded_rows() chose; the padded copy holds
-                // every tap of every output pixel; the other lengths were checked above.
-                unsafe {
-                    match rows {
-                        Rows::Whole if self.s == 1 => x86::run_padded_avx512::<false, 1>(self, scratch, wp, bias, dst),
-                        Rows::Whole => x86::run_padded_avx512::<false, 2>(self, scratch, wp, bias, dst),
-                        Rows::Pairs if self.s == 1 => x86::run_padded_avx512::<true, 1>(self, scratch, wp, bias, dst),
-                        Rows::Pairs => x86::run_padded_avx512::<true, 2>(self, scratch, wp, bias, dst),
-                        Rows::Eights => x86::run_padded_avx2::<false>(self, scratch, wp, bias, dst),
-                        Rows::Ragged => x86::run_padded_avx2::<true>(self, scratch, wp, bias, dst),
-                    }
-                };
+                self.run_on_copy(scratch, wp, bias, dst);
                 return;
             }
             if has_avx512() {
@@ -186,6 +188,37 @@ impl Direct {
             }
         }
         unreachable!("Direct is only made where has_kernel() holds")
+    }
+}
+
+impl Direct {
+    /// [`Direct::run`]'s padded kernel on `xp`, a copy [`Direct::pad_into`] made (this
+    /// geometry's or one of the same [`Direct::padded_dims`] and padding).
+    ///
+    /// # Panics
+    /// Where no padded kernel runs on this CPU, or an operand is short.
+    pub(crate) fn run_on_copy(&self, xp: &[f32], wp: &[f32], bias: Option<&[f32]>, dst: &mut [f32]) {
+        let Some(rows) = self.padded_rows() else { unreachable!("direct conv: no padded kernel on this CPU") };
+        let (hp, pitch) = self.padded_dims();
+        assert!(xp.len() >= self.c * self.s * hp * pitch, "direct conv: short padded copy");
+        assert!(dst.len() >= self.co * self.oh() * self.ow(), "direct conv: short destination");
+        assert!(wp.len() >= self.packed_len(), "direct conv: short packed weights");
+        assert!(bias.is_none_or(|b| b.len() >= self.co), "direct conv: short bias");
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the CPU has the vector unit padded_rows() chose; the padded copy holds
+        // every tap of every output pixel; the other lengths were checked above.
+        unsafe {
+            match rows {
+                Rows::Whole if self.s == 1 => x86::run_padded_avx512::<false, 1>(self, xp, wp, bias, dst),
+                Rows::Whole => x86::run_padded_avx512::<false, 2>(self, xp, wp, bias, dst),
+                Rows::Pairs if self.s == 1 => x86::run_padded_avx512::<true, 1>(self, xp, wp, bias, dst),
+                Rows::Pairs => x86::run_padded_avx512::<true, 2>(self, xp, wp, bias, dst),
+                Rows::Eights => x86::run_padded_avx2::<false>(self, xp, wp, bias, dst),
+                Rows::Ragged => x86::run_padded_avx2::<true>(self, xp, wp, bias, dst),
+            }
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        unreachable!("padded kernels exist on x86_64 only: {rows:?}");
     }
 }
 
@@ -251,9 +284,9 @@ impl Direct {
 
     /// [`Direct::padded_dims`] for output rows computed `owv` pixels wide (at least `ow`).
     pub(crate) fn padded_dims_for(&self, owv: usize) -> (usize, usize) {
-        let hp = (self.h + 2 * self.ph).max(self.s * (self.oh() - 1) + self.kh);
-        let wfull = (self.w + 2 * self.pw).max(self.s * (owv - 1) + self.kw);
-        (hp, wfull.div_ceil(self.s))
+        let hp = (self.h + 2 * self.ph + self.eh).max(self.s * (self.oh() - 1) + self.kh);
+        let wfull = (self.w + 2 * self.pw + self.ew).max(self.s * (owv - 1) + self.kw);
+        (hp.max(self.pad_to.0), wfull.div_ceil(self.s).max(self.pad_to.1))
     }
 
     /// Scratch floats [`Direct::run`] needs per image: the padded copy, where it is used.
@@ -267,7 +300,7 @@ impl Direct {
     }
 
     /// Copies `src[c, h, w]` into the interior of the padded `xp` ([`Direct::padded_dims`]).
-    fn pad_into(&self, src: &[f32], xp: &mut [f32]) {
+    pub(crate) fn pad_into(&self, src: &[f32], xp: &mut [f32]) {
         self.pad_into_dims(src, xp, self.padded_dims());
     }
 

@@ -6,9 +6,11 @@
 //! passes of stride-1 convolutions with output rows of at least 8 pixels (`Direct`:
 //! backward-data as a convolution of `dy` with the transposed, flipped kernel; an unmasked
 //! AVX-512 kernel over a zero-padded copy where rows are a multiple of 16 or exactly 8
-//! pixels, masked loads elsewhere), and the weight gradient of every convolution but 1×1
-//! unpadded (`ParamsDirect`, output channels in the vector lanes). Everything else (strided
-//! forward/backward-data, pointwise, CPUs without AVX2): per image, im2col into a workspace
+//! pixels, masked loads elsewhere), the forward pass of stride-2 convolutions larger than 1×1
+//! (over a copy split into column phases), their backward-data pass as four stride-1 direct
+//! convolutions, one per parity class of the input pixels (`phases.rs`), and the weight
+//! gradient of every convolution but 1×1 unpadded (`ParamsDirect`, output channels in the
+//! vector lanes). Everything else (other strides, pointwise, CPUs without AVX2): per image, im2col into a workspace
 //! then one GEMM (`W[c_out, K] * col[K, OH*OW]`, `K = c_in*kh*kw`); a 1×1 stride-1 unpadded
 //! convolution skips im2col; the backward-params pass of stride-1 convolutions runs one GEMM
 //! per kernel row from windows of a padded copy (`cpu.rs`, `Window`), other geometries
@@ -20,6 +22,7 @@
 
 pub(crate) mod cpu;
 pub(crate) mod direct;
+pub(crate) mod phases;
 pub(crate) mod cuda;
 #[cfg(feature = "cuda")]
 pub(crate) mod cudnn;

@@ -479,6 +479,34 @@ proptest! {
     }
 }
 
+#[cfg(test)]
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    /// The backward-data pass of stride-2 convolutions by phases (four stride-1 direct
+    /// convolutions, one per parity class of the input pixels) matches the f64 definition:
+    /// odd and even input sizes, 2-5 × 2-5 kernels, padding 0-2, channel counts around the
+    /// weight blocks, with 1-3 threads.
+    #[test]
+    fn stride_two_backward_data_by_phases_matches_the_reference(
+        n in 1usize..3, ci in 1usize..14, h in 15usize..36, w in 15usize..40, co in 1usize..14,
+        kh in 2usize..6, kw in 2usize..6, ph in 0usize..3, pw in 0usize..3,
+        threads in 1usize..4, seed in any::<u64>(),
+    ) {
+        let g = Conv2dGeom {
+            batch: n, in_channels: ci, in_h: h, in_w: w, out_channels: co, kernel_h: kh, kernel_w: kw,
+            stride_h: 2, stride_w: 2, pad_h: ph, pad_w: pw, bias: false,
+        };
+        prop_assume!(g.validate().is_ok());
+        prop_assume!(super::phases::Phases::of(&g).is_some());
+        let be = CpuBackend::with_threads(0, threads).unwrap();
+        let x = random_vec(seed, g.input_len(), 1.0);
+        let p = random_vec(seed ^ 7, g.params_len(), 0.5);
+        let dy = random_vec(seed ^ 9, g.output_len(), 1.0);
+        let out = run(&be, &g, &x, &p, &dy);
+        assert_close(&out.dx, &dx_ref(&g, &to_f64(&p), &to_f64(&dy)), Tolerance::new(1e-5, 1e-5), &format!("dx {g:?}"));
+    }
+}
+
 /// All three passes of `g` on 2 threads against the f64 definitions.
 #[cfg(test)]
 fn check_all_passes_against_the_reference(g: &Conv2dGeom) {
@@ -494,8 +522,8 @@ fn check_all_passes_against_the_reference(g: &Conv2dGeom) {
 }
 
 /// The strided ResNet layers (3×3 stride 2 into 16 and 8 pixels) run the direct forward
-/// kernel on both vector units, the 1×1 stride-2 projections stay with im2col, and all match
-/// the f64 definitions in all three passes.
+/// kernel and the backward-data pass by phases on both vector units, the 1×1 stride-2
+/// projections stay with im2col, and all match the f64 definitions in all three passes.
 #[test]
 fn strided_resnet_shapes_run_direct_forward_and_match_the_reference() {
     let shapes = [
@@ -507,10 +535,12 @@ fn strided_resnet_shapes_run_direct_forward_and_match_the_reference() {
     for g in shapes {
         if super::direct::has_kernel() {
             let d = super::direct::Direct::forward(&g);
+            let phases = super::phases::Phases::of(&g);
             if g.kernel_h == 3 {
                 assert!(d.and_then(|d| d.padded_rows()).is_some(), "{g:?}: {d:?}");
+                assert!(phases.is_some(), "{g:?}");
             } else {
-                assert!(d.is_none(), "{g:?}: {d:?}");
+                assert!(d.is_none() && phases.is_none(), "{g:?}: {d:?} {phases:?}");
             }
         }
         check_all_passes_against_the_reference(&g);
