@@ -3,6 +3,7 @@
 
 use super::direct::{Direct, ParamsDirect};
 use super::phases::Phases;
+use super::projection::Projection;
 use super::{Conv2d, Conv2dGeom};
 use crate::backend::{View, ViewMut};
 use crate::cpu::simd::{transpose, transpose_ld};
@@ -60,15 +61,16 @@ fn workspace_len(g: &Conv2dGeom, threads: usize) -> usize {
     let groups = threads.min(g.batch).max(1);
     let col = col_len(g);
     let partial = if groups > 1 { g.params_len() } else { 0 };
-    let bwd = match (ParamsDirect::of(g), Window::of(g)) {
-        (Some(pd), _) => params_direct_len(&pd),
-        (None, Some(win)) => win.len(g),
-        (None, None) => transposes_len(g),
+    let bwd = match (Projection::of(g), ParamsDirect::of(g), Window::of(g)) {
+        (Some(pr), _, _) => pr.subsampled_len(),
+        (None, Some(pd), _) => params_direct_len(&pd),
+        (None, None, Some(win)) => win.len(g),
+        (None, None, None) => transposes_len(g),
     };
     (groups * (col + bwd + partial)).max(direct_len(g, threads))
 }
 
-/// Workspace of the direct passes ([`Direct`], [`Phases`]): the packed weights and padded
+/// Workspace of the direct passes ([`Direct`], [`Phases`], [`Projection`]): the packed weights and padded
 /// copies of the forward or the backward-data pass, whichever is longer (`0` where neither
 /// runs direct).
 fn direct_len(g: &Conv2dGeom, threads: usize) -> usize {
@@ -77,7 +79,8 @@ fn direct_len(g: &Conv2dGeom, threads: usize) -> usize {
     let f = Direct::forward(g).map_or(0, len);
     let b = Direct::backward_data(g).map_or(0, len);
     let phases = Phases::of(g).map_or(0, |p| p.workspace_len(groups));
-    f.max(b).max(phases)
+    let proj = Projection::of(g).map_or(0, |p| p.forward_len(groups).max(p.backward_data_len(groups)));
+    f.max(b).max(phases).max(proj)
 }
 
 /// The backward-params pass of a stride-1 convolution without im2col ("shifted windows").
@@ -434,6 +437,10 @@ fn forward(ctx: CpuCtx<'_>, g: &Conv2dGeom, x: &[f32], params: &[f32], y: &mut [
         run_direct(ctx, d, g.batch, weight, g.bias.then_some(bias), (x, in_img), (y, out_img), ws);
         return;
     }
+    if let Some(p) = Projection::of(g) {
+        p.forward(ctx, g, x, params, y, ws);
+        return;
+    }
     let groups = ctx.groups(g.batch);
     let ranges = split_ranges(g.batch, groups);
     let col_len = col_len(g);
@@ -480,6 +487,10 @@ fn backward_data(ctx: CpuCtx<'_>, g: &Conv2dGeom, dy: &[f32], params: &[f32], dx
         p.run(ctx, g, dy, &params[..g.weight_len()], dx, ws);
         return;
     }
+    if let Some(p) = Projection::of(g) {
+        p.backward_data(ctx, g, dy, &params[..g.weight_len()], dx, ws);
+        return;
+    }
     let groups = ctx.groups(g.batch);
     let ranges = split_ranges(g.batch, groups);
     let col_len = col_len(g);
@@ -506,6 +517,9 @@ fn backward_data(ctx: CpuCtx<'_>, g: &Conv2dGeom, dy: &[f32], params: &[f32], dx
 }
 
 fn backward_params(ctx: CpuCtx<'_>, g: &Conv2dGeom, x: &[f32], dy: &[f32], dparams: &mut [f32], ws: &mut [f32]) {
+    if let Some(pr) = Projection::of(g) {
+        return backward_params_projection(ctx, g, pr, x, dy, dparams, ws);
+    }
     if let Some(pd) = ParamsDirect::of(g) {
         return backward_params_direct(ctx, g, pd, x, dy, dparams, ws);
     }
@@ -645,6 +659,41 @@ fn backward_params_direct(
         }
     };
     params_over_groups(ctx, ranges, bufs, (partials, plen), dparams, work);
+}
+
+/// [`backward_params`] of a strided 1×1 convolution ([`Projection`]): per image, the
+/// subsampled pixels, then the product along the pixels.
+fn backward_params_projection(
+    ctx: CpuCtx<'_>,
+    g: &Conv2dGeom,
+    pr: Projection,
+    x: &[f32],
+    dy: &[f32],
+    dparams: &mut [f32],
+    ws: &mut [f32],
+) {
+    let groups = ctx.groups(g.batch);
+    let ranges = split_ranges(g.batch, groups);
+    let (in_img, out_img) = (g.in_channels * g.in_h * g.in_w, g.out_channels * g.col_cols());
+    let len = pr.subsampled_len();
+    let (bufs, partials) = ws.split_at_mut(groups * len);
+    let bufs = chunks_mut_n(bufs, groups, len);
+    let work = |r: std::ops::Range<usize>, xs: &mut [f32], out: &mut [f32]| {
+        let (dw, db) = out.split_at_mut(g.weight_len());
+        dw.fill(0.0);
+        if g.bias {
+            db.fill(0.0);
+        }
+        for n in r {
+            let dyi = &dy[n * out_img..(n + 1) * out_img];
+            pr.subsample(g, &x[n * in_img..(n + 1) * in_img], xs);
+            pr.accumulate_dw(dyi, xs, dw);
+            if g.bias {
+                add_bias_grad(g, dyi, db);
+            }
+        }
+    };
+    params_over_groups(ctx, ranges, bufs, (partials, g.params_len()), dparams, work);
 }
 
 /// [`backward_params`] through a [`Window`]: no im2col.

@@ -507,6 +507,39 @@ proptest! {
     }
 }
 
+#[cfg(test)]
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    /// Strided 1×1 convolutions (stride 2 and 3, odd and even sizes, output rows of 8-20
+    /// pixels: whole and ragged vectors, with and without bias) by the pointwise direct
+    /// kernels over the subsampled image match the f64 definitions in all three passes,
+    /// with 1-3 threads.
+    #[test]
+    fn strided_pointwise_convolutions_match_the_reference(
+        n in 1usize..3, ci in 1usize..14, oh in 1usize..5, ow in 8usize..21, co in 1usize..14,
+        s in 2usize..4, ey in 0usize..2, ex in 0usize..2, bias in any::<bool>(),
+        threads in 1usize..4, seed in any::<u64>(),
+    ) {
+        let (h, w) = (s * (oh - 1) + 1 + ey, s * (ow - 1) + 1 + ex);
+        let g = Conv2dGeom {
+            batch: n, in_channels: ci, in_h: h, in_w: w, out_channels: co, kernel_h: 1, kernel_w: 1,
+            stride_h: s, stride_w: s, pad_h: 0, pad_w: 0, bias,
+        };
+        prop_assert!(g.validate().is_ok());
+        prop_assert_eq!((g.out_h(), g.out_w()), (oh, ow));
+        prop_assume!(super::projection::Projection::of(&g).is_some());
+        let be = CpuBackend::with_threads(0, threads).unwrap();
+        let x = random_vec(seed, g.input_len(), 1.0);
+        let p = random_vec(seed ^ 7, g.params_len(), 0.5);
+        let dy = random_vec(seed ^ 9, g.output_len(), 1.0);
+        let out = run(&be, &g, &x, &p, &dy);
+        let (xd, pd, dyd) = (to_f64(&x), to_f64(&p), to_f64(&dy));
+        assert_close(&out.y, &conv_ref(&g, &xd, &pd), Tolerance::new(1e-5, 1e-5), &format!("forward {g:?}"));
+        assert_close(&out.dx, &dx_ref(&g, &pd, &dyd), Tolerance::new(1e-5, 1e-5), &format!("dx {g:?}"));
+        assert_close(&out.dp, &dparams_ref(&g, &xd, &dyd), Tolerance::new(1e-4, 1e-4), &format!("dparams {g:?}"));
+    }
+}
+
 /// All three passes of `g` on 2 threads against the f64 definitions.
 #[cfg(test)]
 fn check_all_passes_against_the_reference(g: &Conv2dGeom) {
@@ -523,7 +556,8 @@ fn check_all_passes_against_the_reference(g: &Conv2dGeom) {
 
 /// The strided ResNet layers (3×3 stride 2 into 16 and 8 pixels) run the direct forward
 /// kernel and the backward-data pass by phases on both vector units, the 1×1 stride-2
-/// projections stay with im2col, and all match the f64 definitions in all three passes.
+/// projections their pointwise direct passes, and all match the f64 definitions in all
+/// three passes.
 #[test]
 fn strided_resnet_shapes_run_direct_forward_and_match_the_reference() {
     let shapes = [
@@ -541,6 +575,7 @@ fn strided_resnet_shapes_run_direct_forward_and_match_the_reference() {
                 assert!(phases.is_some(), "{g:?}");
             } else {
                 assert!(d.is_none() && phases.is_none(), "{g:?}: {d:?} {phases:?}");
+                assert!(super::projection::Projection::of(&g).is_some(), "{g:?}");
             }
         }
         check_all_passes_against_the_reference(&g);
