@@ -70,7 +70,7 @@ fn workspace_len(g: &Conv2dGeom, threads: usize) -> usize {
     (groups * (col + bwd + partial)).max(direct_len(g, threads))
 }
 
-/// Workspace of the direct passes ([`Direct`], [`Phases`], [`Projection`]): the packed weights and padded
+/// Workspace of the direct passes ([`Direct`], [`Phases`]): the packed weights and padded
 /// copies of the forward or the backward-data pass, whichever is longer (`0` where neither
 /// runs direct).
 fn direct_len(g: &Conv2dGeom, threads: usize) -> usize {
@@ -79,8 +79,7 @@ fn direct_len(g: &Conv2dGeom, threads: usize) -> usize {
     let f = Direct::forward(g).map_or(0, len);
     let b = Direct::backward_data(g).map_or(0, len);
     let phases = Phases::of(g).map_or(0, |p| p.workspace_len(groups));
-    let proj = Projection::of(g).map_or(0, |p| p.forward_len(groups).max(p.backward_data_len(groups)));
-    f.max(b).max(phases).max(proj)
+    f.max(b).max(phases)
 }
 
 /// The backward-params pass of a stride-1 convolution without im2col ("shifted windows").
@@ -437,10 +436,6 @@ fn forward(ctx: CpuCtx<'_>, g: &Conv2dGeom, x: &[f32], params: &[f32], y: &mut [
         run_direct(ctx, d, g.batch, weight, g.bias.then_some(bias), (x, in_img), (y, out_img), ws);
         return;
     }
-    if let Some(p) = Projection::of(g) {
-        p.forward(ctx, g, x, params, y, ws);
-        return;
-    }
     let groups = ctx.groups(g.batch);
     let ranges = split_ranges(g.batch, groups);
     let col_len = col_len(g);
@@ -485,10 +480,6 @@ fn backward_data(ctx: CpuCtx<'_>, g: &Conv2dGeom, dy: &[f32], params: &[f32], dx
     }
     if let Some(p) = Phases::of(g) {
         p.run(ctx, g, dy, &params[..g.weight_len()], dx, ws);
-        return;
-    }
-    if let Some(p) = Projection::of(g) {
-        p.backward_data(ctx, g, dy, &params[..g.weight_len()], dx, ws);
         return;
     }
     let groups = ctx.groups(g.batch);
@@ -686,7 +677,7 @@ fn backward_params_projection(
         }
         for n in r {
             let dyi = &dy[n * out_img..(n + 1) * out_img];
-            pr.subsample(g, &x[n * in_img..(n + 1) * in_img], xs);
+            pr.subsample(&x[n * in_img..(n + 1) * in_img], xs);
             pr.accumulate_dw(dyi, xs, dw);
             if g.bias {
                 add_bias_grad(g, dyi, db);

@@ -10,10 +10,9 @@
 //! (over a copy split into column phases), their backward-data pass as four stride-1 direct
 //! convolutions, one per parity class of the input pixels (`phases.rs`), and the weight
 //! gradient of every convolution but 1×1 unpadded (`ParamsDirect`, output channels in the
-//! vector lanes); strided 1×1 projections run their forward and backward-data passes as
-//! pointwise direct convolutions of the subsampled image and their weight gradient as a
-//! product along its pixels (`projection.rs`). Everything else
-//! (other strides, pointwise stride 1, CPUs without AVX2): per image, im2col into a workspace
+//! vector lanes; strided 1×1 projections, `projection.rs`, as a product along the
+//! subsampled pixels). Everything else (the forward and backward-data passes of 1×1 and of
+//! other strides, CPUs without AVX2): per image, im2col into a workspace
 //! then one GEMM (`W[c_out, K] * col[K, OH*OW]`, `K = c_in*kh*kw`); a 1×1 stride-1 unpadded
 //! convolution skips im2col; the backward-params pass of stride-1 convolutions runs one GEMM
 //! per kernel row from windows of a padded copy (`cpu.rs`, `Window`), other geometries
