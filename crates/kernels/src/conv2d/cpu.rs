@@ -562,23 +562,28 @@ fn sum_partials(dparams: &mut [f32], outs: &[&mut [f32]]) {
     }
 }
 
-/// Runs a weight-gradient `work(images, buffer, out)` per thread group: with one group
-/// straight into `dparams`, else each group into its partial (`plen` floats of `partials`),
-/// summed in group order.
+/// Runs a weight-gradient `work(images, buffer, out)` per thread group of the batch: each
+/// group gets `len` floats of `ws` as its buffer and writes straight into `dparams` when it
+/// is the only group, else into its partial (taken from `ws` after the buffers), summed in
+/// group order.
 fn params_over_groups(
     ctx: CpuCtx<'_>,
-    ranges: Vec<std::ops::Range<usize>>,
-    bufs: Vec<&mut [f32]>,
-    (partials, plen): (&mut [f32], usize),
+    g: &Conv2dGeom,
+    len: usize,
+    ws: &mut [f32],
     dparams: &mut [f32],
     work: impl Fn(std::ops::Range<usize>, &mut [f32], &mut [f32]) + Sync + Send,
 ) {
-    if ranges.len() == 1 {
+    let groups = ctx.groups(g.batch);
+    let ranges = split_ranges(g.batch, groups);
+    let (bufs, partials) = ws.split_at_mut(groups * len);
+    let bufs = chunks_mut_n(bufs, groups, len);
+    if groups == 1 {
         let (r, buf) = ranges.into_iter().zip(bufs).next().unwrap_or_default();
         work(r, buf, dparams);
         return;
     }
-    let mut outs = chunks_mut_n(partials, ranges.len(), plen);
+    let mut outs = chunks_mut_n(partials, groups, g.params_len());
     let items: Vec<_> = ranges.into_iter().zip(bufs).zip(outs.iter_mut()).collect();
     ctx.for_each(items, |((r, buf), out)| work(r, buf, out));
     sum_partials(dparams, &outs);
@@ -600,16 +605,10 @@ fn backward_params_direct(
     dparams: &mut [f32],
     ws: &mut [f32],
 ) {
-    let groups = ctx.groups(g.batch);
-    let ranges = split_ranges(g.batch, groups);
     let (c, co_n) = (g.in_channels, g.out_channels);
     let (h, w, pixels) = (g.in_h, g.in_w, g.col_cols());
     let (in_img, out_img) = (c * h * w, co_n * pixels);
     let (hp, wp) = pd.padded();
-    let len = params_direct_len(&pd);
-    let plen = g.params_len();
-    let (bufs, partials) = ws.split_at_mut(groups * len);
-    let bufs = chunks_mut_n(bufs, groups, len);
     let work = |r: std::ops::Range<usize>, buf: &mut [f32], out: &mut [f32]| {
         let (xp, rest) = buf.split_at_mut(pd.xp_len());
         let (dyt, dwt) = rest.split_at_mut(pd.dyt_len());
@@ -649,7 +648,7 @@ fn backward_params_direct(
             }
         }
     };
-    params_over_groups(ctx, ranges, bufs, (partials, plen), dparams, work);
+    params_over_groups(ctx, g, params_direct_len(&pd), ws, dparams, work);
 }
 
 /// [`backward_params`] of a strided 1×1 convolution ([`Projection`]): per image, the
@@ -663,12 +662,7 @@ fn backward_params_projection(
     dparams: &mut [f32],
     ws: &mut [f32],
 ) {
-    let groups = ctx.groups(g.batch);
-    let ranges = split_ranges(g.batch, groups);
     let (in_img, out_img) = (g.in_channels * g.in_h * g.in_w, g.out_channels * g.col_cols());
-    let len = pr.subsampled_len();
-    let (bufs, partials) = ws.split_at_mut(groups * len);
-    let bufs = chunks_mut_n(bufs, groups, len);
     let work = |r: std::ops::Range<usize>, xs: &mut [f32], out: &mut [f32]| {
         let (dw, db) = out.split_at_mut(g.weight_len());
         dw.fill(0.0);
@@ -684,7 +678,7 @@ fn backward_params_projection(
             }
         }
     };
-    params_over_groups(ctx, ranges, bufs, (partials, g.params_len()), dparams, work);
+    params_over_groups(ctx, g, pr.subsampled_len(), ws, dparams, work);
 }
 
 /// [`backward_params`] through a [`Window`]: no im2col.
@@ -697,17 +691,12 @@ fn backward_params_window(
     dparams: &mut [f32],
     ws: &mut [f32],
 ) {
-    let groups = ctx.groups(g.batch);
-    let ranges = split_ranges(g.batch, groups);
     let (c, co_n) = (g.in_channels, g.out_channels);
     let (h, w, oh, ow) = (g.in_h, g.in_w, g.out_h(), g.out_w());
     let (kh, kw) = (g.kernel_h, g.kernel_w);
     let (in_img, out_img) = (c * h * w, co_n * oh * ow);
     let (wp, pp) = (win.wp, win.pp);
     let (xp_len, dyp_len) = (win.xp_len(g), win.dyp_len(g));
-    let plen = g.params_len();
-    let (bufs, partials) = ws.split_at_mut(groups * win.len(g));
-    let bufs = chunks_mut_n(bufs, groups, win.len(g));
     let nk = kw * c;
     let work = |r: std::ops::Range<usize>, buf: &mut [f32], out: &mut [f32]| {
         let (xp, rest) = buf.split_at_mut(xp_len);
@@ -760,7 +749,7 @@ fn backward_params_window(
             }
         }
     };
-    params_over_groups(ctx, ranges, bufs, (partials, plen), dparams, work);
+    params_over_groups(ctx, g, win.len(g), ws, dparams, work);
 }
 
 /// [`backward_params`] through im2col and transposes.
@@ -772,17 +761,11 @@ fn backward_params_im2col(
     dparams: &mut [f32],
     ws: &mut [f32],
 ) {
-    let groups = ctx.groups(g.batch);
-    let ranges = split_ranges(g.batch, groups);
     let in_img = g.in_channels * g.in_h * g.in_w;
     let out_img = g.out_channels * g.col_cols();
     let col_len = col_len(g);
-    let plen = g.params_len();
-    let (cols, rest) = ws.split_at_mut(groups * col_len);
-    let (tbufs, partials) = rest.split_at_mut(groups * transposes_len(g));
-    let cols = chunks_mut_n(cols, groups, col_len);
-    let tbufs = chunks_mut_n(tbufs, groups, transposes_len(g));
-    let work = |r: std::ops::Range<usize>, col: &mut [f32], tbuf: &mut [f32], out: &mut [f32]| {
+    let work = |r: std::ops::Range<usize>, buf: &mut [f32], out: &mut [f32]| {
+        let (col, tbuf) = buf.split_at_mut(col_len);
         let (dw, db) = out.split_at_mut(g.weight_len());
         if g.bias {
             db.fill(0.0);
@@ -823,16 +806,7 @@ fn backward_params_im2col(
             }
         }
     };
-    if groups == 1 {
-        let col = cols.into_iter().next().unwrap_or_default();
-        let tbuf = tbufs.into_iter().next().unwrap_or_default();
-        work(0..g.batch, col, tbuf, dparams);
-        return;
-    }
-    let mut outs = chunks_mut_n(partials, groups, plen);
-    let items: Vec<_> = ranges.into_iter().zip(cols).zip(tbufs).zip(outs.iter_mut()).collect();
-    ctx.for_each(items, |(((r, col), tbuf), out)| work(r, col, tbuf, out));
-    sum_partials(dparams, &outs);
+    params_over_groups(ctx, g, col_len + transposes_len(g), ws, dparams, work);
 }
 
 /// The weight and bias gradient of `g` by the window path (taken whatever its padding

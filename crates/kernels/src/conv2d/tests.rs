@@ -75,6 +75,12 @@ pub struct Outputs {
     pub dp: Vec<f32>,
 }
 
+/// Random operands of `g` drawn from `seed`: the input and `dy` within ±1, the parameters
+/// within ±0.5.
+pub fn operands(g: &Conv2dGeom, seed: u64) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    (random_vec(seed, g.input_len(), 1.0), random_vec(seed ^ 7, g.params_len(), 0.5), random_vec(seed ^ 9, g.output_len(), 1.0))
+}
+
 /// Runs forward, backward-data and backward-params of `g` on `be`.
 pub fn run<B: Backend>(be: &B, g: &Conv2dGeom, x: &[f32], p: &[f32], dy: &[f32]) -> Outputs {
     let (xb, pb, dyb) = (upload(be, x), upload(be, p), upload(be, dy));
@@ -96,9 +102,7 @@ pub fn run<B: Backend>(be: &B, g: &Conv2dGeom, x: &[f32], p: &[f32], dy: &[f32])
 /// O(h^2)-exact difference of a linear function); plus the GPU bound off the CPU.
 pub fn conv2d_matches_reference_and_finite_differences<B: Backend>(be: &B) {
     proptest!(proptest_config::<B>(48), |(g in geom(), seed in any::<u64>())| {
-        let x = random_vec(seed, g.input_len(), 1.0);
-        let p = random_vec(seed ^ 7, g.params_len(), 0.5);
-        let dy = random_vec(seed ^ 9, g.output_len(), 1.0);
+        let (x, p, dy) = operands(&g, seed);
         let (xd, pd, dyd) = (to_f64(&x), to_f64(&p), to_f64(&dy));
         let out = run(be, &g, &x, &p, &dy);
         assert_close(&out.y, &conv_ref(&g, &xd, &pd), Tolerance::new(1e-5, 1e-5).for_backend::<B>(), &format!("forward {g:?}"));
@@ -233,9 +237,7 @@ proptest! {
     /// and the same weight gradient up to summation order.
     #[test]
     fn conv2d_threads_agree(g in geom(), threads in 2usize..4, seed in any::<u64>()) {
-        let x = random_vec(seed, g.input_len(), 1.0);
-        let p = random_vec(seed ^ 7, g.params_len(), 0.5);
-        let dy = random_vec(seed ^ 9, g.output_len(), 1.0);
+        let (x, p, dy) = operands(&g, seed);
         let one = run(&CpuBackend::new(0), &g, &x, &p, &dy);
         let many = run(&CpuBackend::with_threads(0, threads).unwrap(), &g, &x, &p, &dy);
         prop_assert_eq!(&one.y, &many.y);
@@ -400,9 +402,7 @@ proptest! {
         let fwd = super::direct::Direct::forward(&g);
         prop_assume!(fwd.is_some());
         let be = CpuBackend::with_threads(0, threads).unwrap();
-        let x = random_vec(seed, g.input_len(), 1.0);
-        let p = random_vec(seed ^ 7, g.params_len(), 0.5);
-        let dy = random_vec(seed ^ 9, g.output_len(), 1.0);
+        let (x, p, dy) = operands(&g, seed);
         let out = run(&be, &g, &x, &p, &dy);
         let (xd, pd, dyd) = (to_f64(&x), to_f64(&p), to_f64(&dy));
         assert_close(&out.y, &conv_ref(&g, &xd, &pd), Tolerance::new(1e-5, 1e-5), &format!("forward {g:?}"));
@@ -459,9 +459,7 @@ proptest! {
         prop_assume!(g.validate().is_ok());
         prop_assert_eq!((g.out_h(), g.out_w()), (oh, ow));
         let be = CpuBackend::with_threads(0, threads).unwrap();
-        let x = random_vec(seed, g.input_len(), 1.0);
-        let p = random_vec(seed ^ 7, g.params_len(), 0.5);
-        let dy = random_vec(seed ^ 9, g.output_len(), 1.0);
+        let (x, p, dy) = operands(&g, seed);
         let out = run(&be, &g, &x, &p, &dy);
         let (xd, pd, dyd) = (to_f64(&x), to_f64(&p), to_f64(&dy));
         assert_close(&out.y, &conv_ref(&g, &xd, &pd), Tolerance::new(1e-5, 1e-5), &format!("forward {g:?}"));
@@ -499,9 +497,7 @@ proptest! {
         prop_assume!(g.validate().is_ok());
         prop_assume!(super::phases::Phases::of(&g).is_some());
         let be = CpuBackend::with_threads(0, threads).unwrap();
-        let x = random_vec(seed, g.input_len(), 1.0);
-        let p = random_vec(seed ^ 7, g.params_len(), 0.5);
-        let dy = random_vec(seed ^ 9, g.output_len(), 1.0);
+        let (x, p, dy) = operands(&g, seed);
         let out = run(&be, &g, &x, &p, &dy);
         assert_close(&out.dx, &dx_ref(&g, &to_f64(&p), &to_f64(&dy)), Tolerance::new(1e-5, 1e-5), &format!("dx {g:?}"));
     }
@@ -529,9 +525,7 @@ proptest! {
         prop_assert_eq!((g.out_h(), g.out_w()), (oh, ow));
         prop_assume!(super::projection::Projection::of(&g).is_some());
         let be = CpuBackend::with_threads(0, threads).unwrap();
-        let x = random_vec(seed, g.input_len(), 1.0);
-        let p = random_vec(seed ^ 7, g.params_len(), 0.5);
-        let dy = random_vec(seed ^ 9, g.output_len(), 1.0);
+        let (x, p, dy) = operands(&g, seed);
         let out = run(&be, &g, &x, &p, &dy);
         let (xd, pd, dyd) = (to_f64(&x), to_f64(&p), to_f64(&dy));
         assert_close(&out.y, &conv_ref(&g, &xd, &pd), Tolerance::new(1e-5, 1e-5), &format!("forward {g:?}"));
