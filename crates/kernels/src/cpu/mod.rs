@@ -23,8 +23,8 @@ use crate::gemm::CpuGemm;
 ///
 /// With one thread (the default) every op runs on the calling thread: that is what a learner
 /// uses when several learners share the cores. With `threads > 1` batch-parallel ops (conv,
-/// linear, pooling, batch norm) split the batch over a private rayon pool, for a single
-/// learner that should use every core.
+/// linear, pooling, batch norm) split the batch over the calling thread and a private rayon pool of
+/// `threads - 1` workers.
 #[derive(Clone)]
 pub struct CpuBackend {
     index: usize,
@@ -60,9 +60,10 @@ impl CpuBackend {
         if threads == 0 {
             return Err(KernelError::invalid("CpuBackend", "threads must be at least 1"));
         }
+        // The calling thread is the first of the `threads`: the pool holds the others.
         let pool = if threads > 1 {
             let p = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
+                .num_threads(threads - 1)
                 .thread_name(move |i| format!("crossbow-cpu{index}-op{i}"))
                 .build()
                 .map_err(|e| KernelError::invalid("CpuBackend", format!("cannot start {threads} threads: {e}")))?;
@@ -103,23 +104,47 @@ pub(crate) struct CpuCtx<'a> {
 }
 
 impl CpuCtx<'_> {
-    /// Runs `f` on every item, in parallel on the pool when there is one.
+    /// Runs `f` on every item: the items are cut into `threads` contiguous runs, the calling
+    /// thread runs the first and the pool's `threads - 1` workers the others.
+    ///
+    /// The caller works instead of sleeping while the pool works (as `install` would have
+    /// it): `threads` threads, not `threads + 1`, compete for the cores, and the hand-over
+    /// costs one wake-up of a worker rather than two context switches per op.
     pub fn for_each<T: Send>(&self, items: Vec<T>, f: impl Fn(T) + Sync + Send) {
         match self.pool {
             Some(p) if items.len() > 1 => {
-                use rayon::prelude::*;
-                p.install(|| items.into_par_iter().for_each(f))
+                let mut runs = runs(items, self.threads).into_iter();
+                let first = runs.next().unwrap_or_default();
+                let f = &f;
+                p.in_place_scope(|s| {
+                    for run in runs {
+                        s.spawn(move |_| run.into_iter().for_each(f));
+                    }
+                    first.into_iter().for_each(f);
+                });
             }
             _ => items.into_iter().for_each(f),
         }
     }
 
-    /// Maps every item, in parallel on the pool when there is one; results keep their order.
+    /// Maps every item as [`CpuCtx::for_each`] runs them; results keep their order.
     pub fn map<T: Send, R: Send>(&self, items: Vec<T>, f: impl Fn(T) -> R + Sync + Send) -> Vec<R> {
         match self.pool {
             Some(p) if items.len() > 1 => {
-                use rayon::prelude::*;
-                p.install(|| items.into_par_iter().map(f).collect())
+                let mut runs = runs(items, self.threads);
+                let mut outs: Vec<Vec<R>> = runs.iter().map(|_| Vec::new()).collect();
+                let f = &f;
+                let mut jobs = runs.drain(..).zip(outs.iter_mut());
+                let first = jobs.next();
+                p.in_place_scope(|s| {
+                    for (run, out) in jobs {
+                        s.spawn(move |_| *out = run.into_iter().map(f).collect());
+                    }
+                    if let Some((run, out)) = first {
+                        *out = run.into_iter().map(f).collect();
+                    }
+                });
+                outs.into_iter().flatten().collect()
             }
             _ => items.into_iter().map(f).collect(),
         }
@@ -129,6 +154,13 @@ impl CpuCtx<'_> {
     pub fn groups(&self, n: usize) -> usize {
         self.threads.min(n).max(1)
     }
+}
+
+/// Cuts `items` into at most `groups` contiguous runs of nearly equal length, in order.
+fn runs<T>(items: Vec<T>, groups: usize) -> Vec<Vec<T>> {
+    let ranges = split_ranges(items.len(), groups.min(items.len()));
+    let mut items = items.into_iter();
+    ranges.into_iter().map(|r| items.by_ref().take(r.len()).collect()).collect()
 }
 
 /// Splits `0..n` into `groups` contiguous, nearly equal ranges.
@@ -243,5 +275,49 @@ impl Backend for CpuBackend {
 
     fn wait(&self, _event: &()) -> Result<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// `map` keeps the items' order and `for_each` runs every item once, on the calling
+    /// thread and `threads - 1` workers, for item counts below, at and above the threads.
+    #[test]
+    fn for_each_and_map_cover_every_item_once_in_order() {
+        for threads in 1..5 {
+            let be = CpuBackend::with_threads(0, threads).unwrap();
+            let ctx = be.ctx();
+            for n in 0..12 {
+                let squares = ctx.map((0..n).collect(), |i: usize| i * i);
+                assert_eq!(squares, (0..n).map(|i| i * i).collect::<Vec<_>>(), "{threads} threads, {n} items");
+                let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+                let callers = std::thread::current().id();
+                let on_caller = AtomicUsize::new(0);
+                ctx.for_each((0..n).collect(), |i: usize| {
+                    hits[i].fetch_add(1, Ordering::Relaxed);
+                    if std::thread::current().id() == callers {
+                        on_caller.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+                assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1), "{threads} threads, {n} items");
+                // The caller runs the first run of items itself.
+                let first = if n == 0 { 0 } else { split_ranges(n, threads.min(n))[0].len() };
+                if threads > 1 && n > 1 {
+                    assert_eq!(on_caller.load(Ordering::Relaxed), first, "{threads} threads, {n} items");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn runs_are_contiguous_and_nearly_equal() {
+        let r = runs((0..10).collect::<Vec<_>>(), 3);
+        assert_eq!(r, vec![vec![0, 1, 2], vec![3, 4, 5], vec![6, 7, 8, 9]]);
+        assert_eq!(runs((0..2).collect::<Vec<_>>(), 4), vec![vec![0], vec![1]]);
+        assert_eq!(runs(Vec::<u8>::new(), 2), vec![Vec::<u8>::new()]);
     }
 }
