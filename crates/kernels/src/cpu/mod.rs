@@ -1,17 +1,18 @@
 //! The CPU backend: plain Rust kernels on `Vec<f32>` buffers, GEMM through
-//! `matrixmultiply` (or `gemm`), optional intra-op parallelism over the batch with a private
-//! rayon pool. It is both a real trainer for machines without GPUs and the reference every
+//! `matrixmultiply` (or `gemm`), optional intra-op parallelism over the batch with helper
+//! threads of its own (`team`). It is both a real trainer for machines without GPUs and the reference every
 //! other backend is tested against.
 //!
 //! This file holds the backend itself (threads, GEMM choice) and its memory; each op's CPU
 //! kernels and `impl <Op> for CpuBackend` live in the op's folder (`src/<op>/cpu.rs`).
 
 pub(crate) mod simd;
+mod team;
 
 pub use simd::{CPU_ISA_ENV, CpuIsa, cpu_isa, cpu_isa_with};
 
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crossbow_tensor::Device;
 
@@ -23,13 +24,13 @@ use crate::gemm::CpuGemm;
 ///
 /// With one thread (the default) every op runs on the calling thread: that is what a learner
 /// uses when several learners share the cores. With `threads > 1` batch-parallel ops (conv,
-/// linear, pooling, batch norm) split the batch over the calling thread and a private rayon pool of
-/// `threads - 1` workers.
+/// linear, pooling, batch norm) split the batch over the calling thread and `threads - 1`
+/// helper threads of its own.
 #[derive(Clone)]
 pub struct CpuBackend {
     index: usize,
     threads: usize,
-    pool: Option<Arc<rayon::ThreadPool>>,
+    pool: Option<Arc<team::Team>>,
     gemm: CpuGemm,
 }
 
@@ -55,19 +56,16 @@ impl CpuBackend {
         CpuBackend { index, threads: 1, pool: None, gemm: CpuGemm::default() }
     }
 
-    /// A backend whose ops use `threads` threads (a private rayon pool when `threads > 1`).
+    /// A backend whose ops use `threads` threads (`threads - 1` helper threads when `threads > 1`).
     pub fn with_threads(index: usize, threads: usize) -> Result<Self> {
         if threads == 0 {
             return Err(KernelError::invalid("CpuBackend", "threads must be at least 1"));
         }
-        // The calling thread is the first of the `threads`: the pool holds the others.
+        // The calling thread is the first of the `threads`: the team holds the others.
         let pool = if threads > 1 {
-            let p = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads - 1)
-                .thread_name(move |i| format!("crossbow-cpu{index}-op{i}"))
-                .build()
+            let t = team::Team::new(threads - 1, &format!("crossbow-cpu{index}-op"))
                 .map_err(|e| KernelError::invalid("CpuBackend", format!("cannot start {threads} threads: {e}")))?;
-            Some(Arc::new(p))
+            Some(Arc::new(t))
         } else {
             None
         };
@@ -99,29 +97,19 @@ impl CpuBackend {
 #[derive(Clone, Copy)]
 pub(crate) struct CpuCtx<'a> {
     pub gemm: CpuGemm,
-    pub pool: Option<&'a rayon::ThreadPool>,
+    pub pool: Option<&'a team::Team>,
     pub threads: usize,
 }
 
 impl CpuCtx<'_> {
     /// Runs `f` on every item: the items are cut into `threads` contiguous runs, the calling
-    /// thread runs the first and the pool's `threads - 1` workers the others.
-    ///
-    /// The caller works instead of sleeping while the pool works (as `install` would have
-    /// it): `threads` threads, not `threads + 1`, compete for the cores, and the hand-over
-    /// costs one wake-up of a worker rather than two context switches per op.
+    /// thread runs the first and the backend's `threads - 1` helper threads the others
+    /// (see [`team`] for why they are not a rayon pool).
     pub fn for_each<T: Send>(&self, items: Vec<T>, f: impl Fn(T) + Sync + Send) {
         match self.pool {
-            Some(p) if items.len() > 1 => {
-                let mut runs = runs(items, self.threads).into_iter();
-                let first = runs.next().unwrap_or_default();
-                let f = &f;
-                p.in_place_scope(|s| {
-                    for run in runs {
-                        s.spawn(move |_| run.into_iter().for_each(f));
-                    }
-                    first.into_iter().for_each(f);
-                });
+            Some(team) if items.len() > 1 => {
+                let runs: Vec<Mutex<Vec<T>>> = runs(items, self.threads).into_iter().map(Mutex::new).collect();
+                team.run(runs.len(), &|j| std::mem::take(&mut *team::lock(&runs[j])).into_iter().for_each(&f));
             }
             _ => items.into_iter().for_each(f),
         }
@@ -130,21 +118,14 @@ impl CpuCtx<'_> {
     /// Maps every item as [`CpuCtx::for_each`] runs them; results keep their order.
     pub fn map<T: Send, R: Send>(&self, items: Vec<T>, f: impl Fn(T) -> R + Sync + Send) -> Vec<R> {
         match self.pool {
-            Some(p) if items.len() > 1 => {
-                let mut runs = runs(items, self.threads);
-                let mut outs: Vec<Vec<R>> = runs.iter().map(|_| Vec::new()).collect();
-                let f = &f;
-                let mut jobs = runs.drain(..).zip(outs.iter_mut());
-                let first = jobs.next();
-                p.in_place_scope(|s| {
-                    for (run, out) in jobs {
-                        s.spawn(move |_| *out = run.into_iter().map(f).collect());
-                    }
-                    if let Some((run, out)) = first {
-                        *out = run.into_iter().map(f).collect();
-                    }
+            Some(team) if items.len() > 1 => {
+                let runs: Vec<Mutex<Vec<T>>> = runs(items, self.threads).into_iter().map(Mutex::new).collect();
+                let outs: Vec<Mutex<Vec<R>>> = runs.iter().map(|_| Mutex::new(Vec::new())).collect();
+                team.run(runs.len(), &|j| {
+                    let run = std::mem::take(&mut *team::lock(&runs[j]));
+                    *team::lock(&outs[j]) = run.into_iter().map(&f).collect();
                 });
-                outs.into_iter().flatten().collect()
+                outs.into_iter().flat_map(|o| o.into_inner().unwrap_or_else(|e| e.into_inner())).collect()
             }
             _ => items.into_iter().map(f).collect(),
         }
