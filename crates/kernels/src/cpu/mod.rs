@@ -30,7 +30,7 @@ use crate::gemm::CpuGemm;
 pub struct CpuBackend {
     index: usize,
     threads: usize,
-    pool: Option<Arc<team::Team>>,
+    team: Option<Arc<team::Team>>,
     gemm: CpuGemm,
 }
 
@@ -53,7 +53,7 @@ impl Default for CpuBackend {
 impl CpuBackend {
     /// A single-threaded backend for CPU device `index`.
     pub fn new(index: usize) -> Self {
-        CpuBackend { index, threads: 1, pool: None, gemm: CpuGemm::default() }
+        CpuBackend { index, threads: 1, team: None, gemm: CpuGemm::default() }
     }
 
     /// A backend whose ops use `threads` threads (`threads - 1` helper threads when `threads > 1`).
@@ -62,14 +62,14 @@ impl CpuBackend {
             return Err(KernelError::invalid("CpuBackend", "threads must be at least 1"));
         }
         // The calling thread is the first of the `threads`: the team holds the others.
-        let pool = if threads > 1 {
+        let team = if threads > 1 {
             let t = team::Team::new(threads - 1, &format!("crossbow-cpu{index}-op"))
                 .map_err(|e| KernelError::invalid("CpuBackend", format!("cannot start {threads} threads: {e}")))?;
             Some(Arc::new(t))
         } else {
             None
         };
-        Ok(CpuBackend { index, threads, pool, gemm: CpuGemm::default() })
+        Ok(CpuBackend { index, threads, team, gemm: CpuGemm::default() })
     }
 
     /// The same backend with another GEMM crate.
@@ -89,7 +89,7 @@ impl CpuBackend {
     }
 
     pub(crate) fn ctx(&self) -> CpuCtx<'_> {
-        CpuCtx { gemm: self.gemm, pool: self.pool.as_deref(), threads: self.threads }
+        CpuCtx { gemm: self.gemm, team: self.team.as_deref(), threads: self.threads }
     }
 }
 
@@ -97,7 +97,7 @@ impl CpuBackend {
 #[derive(Clone, Copy)]
 pub(crate) struct CpuCtx<'a> {
     pub gemm: CpuGemm,
-    pub pool: Option<&'a team::Team>,
+    pub team: Option<&'a team::Team>,
     pub threads: usize,
 }
 
@@ -106,18 +106,13 @@ impl CpuCtx<'_> {
     /// thread runs the first and the backend's `threads - 1` helper threads the others
     /// (see [`team`] for why they are not a rayon pool).
     pub fn for_each<T: Send>(&self, items: Vec<T>, f: impl Fn(T) + Sync + Send) {
-        match self.pool {
-            Some(team) if items.len() > 1 => {
-                let runs: Vec<Mutex<Vec<T>>> = runs(items, self.threads).into_iter().map(Mutex::new).collect();
-                team.run(runs.len(), &|j| std::mem::take(&mut *team::lock(&runs[j])).into_iter().for_each(&f));
-            }
-            _ => items.into_iter().for_each(f),
-        }
+        // A `Vec<()>` allocates nothing.
+        self.map(items, f);
     }
 
     /// Maps every item as [`CpuCtx::for_each`] runs them; results keep their order.
     pub fn map<T: Send, R: Send>(&self, items: Vec<T>, f: impl Fn(T) -> R + Sync + Send) -> Vec<R> {
-        match self.pool {
+        match self.team {
             Some(team) if items.len() > 1 => {
                 let runs: Vec<Mutex<Vec<T>>> = runs(items, self.threads).into_iter().map(Mutex::new).collect();
                 let outs: Vec<Mutex<Vec<R>>> = runs.iter().map(|_| Mutex::new(Vec::new())).collect();

@@ -96,9 +96,9 @@ impl Team {
         Ok(team)
     }
 
-    /// Runs `job(0)`, ..., `job(jobs - 1)`: job 0 on the calling thread, the others on the
-    /// helpers (at most `helpers + 1` jobs). Returns when all are done; a panic in any job is
-    /// raised here after all are done.
+    /// Runs `job(0)`, ..., `job(jobs - 1)`: jobs `1..=helpers` on the helpers, the others
+    /// (job 0, and any beyond the helpers) on the calling thread. Returns when all are done; a
+    /// panic in any job is raised here after all are done.
     pub(crate) fn run(&self, jobs: usize, job: &(dyn Fn(usize) + Sync)) {
         let helpers = jobs.saturating_sub(1).min(self.shared.slots.len());
         let claimed = !IN_JOB.with(|f| f.get())
@@ -123,7 +123,7 @@ impl Team {
                 self.threads[i].unpark();
             }
         }
-        let mine = catch_unwind(AssertUnwindSafe(|| job(0)));
+        let mine = catch_unwind(AssertUnwindSafe(|| std::iter::once(0).chain(helpers + 1..jobs).for_each(job)));
         drop(joined);
         // Every helper's panic is taken (the first is raised): none is left for a later run.
         let mut theirs = None;
@@ -258,6 +258,16 @@ mod tests {
                 std::thread::sleep(LINGER * 2);
             }
         }
+    }
+
+    #[test]
+    fn jobs_beyond_the_helpers_run_on_the_caller() {
+        let team = Team::new(1, "team-test").unwrap();
+        let hits: Vec<AtomicUsize> = (0..5).map(|_| AtomicUsize::new(0)).collect();
+        team.run(5, &|j| {
+            hits[j].fetch_add(1, Ordering::Relaxed);
+        });
+        assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
     }
 
     #[test]
