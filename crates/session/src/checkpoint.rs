@@ -1032,10 +1032,21 @@ mod fuzz {
             std::fs::create_dir_all(&dir).unwrap();
             make(&dir, &items);
             let before: Vec<Entry> = list(&dir).unwrap();
-            let runs: std::collections::BTreeSet<u8> = items.iter().filter_map(|i| match i {
-                Item::Ckpt { run, .. } => Some(*run),
-                _ => None,
-            }).collect();
+            // The runs whose checkpoints the folder holds at the end: a later item may overwrite
+            // an earlier one of the same name (junk over run 0's checkpoint, or the reverse).
+            let mut owner: std::collections::BTreeMap<String, Option<u8>> = Default::default();
+            for it in &items {
+                match it {
+                    Item::Ckpt { run, tag, iteration } => {
+                        owner.insert(file_name(*iteration, &line_of(*run, *tag).tag), Some(*run));
+                    }
+                    Item::Junk { tag, iteration, .. } => {
+                        owner.insert(file_name(*iteration, &line_of(0, *tag).tag), None);
+                    }
+                    Item::Legacy { .. } | Item::Folder { .. } => {}
+                }
+            }
+            let runs: std::collections::BTreeSet<u8> = owner.values().flatten().copied().collect();
             // Loading: never a panic; a folder of two runs is refused by name.
             match load(&dir, &mut |_| {}) {
                 Ok((p, f)) => {
