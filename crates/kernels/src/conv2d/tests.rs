@@ -483,19 +483,23 @@ proptest! {
     /// The backward-data pass of stride-2 convolutions by phases (four stride-1 direct
     /// convolutions, one per parity class of the input pixels) matches the f64 definition:
     /// odd and even input sizes, 2-5 × 2-5 kernels, padding 0-2, channel counts around the
-    /// weight blocks, with 1-3 threads.
+    /// weight blocks, with 1-3 threads. The input size is the first from the drawn one
+    /// (rows, then columns, up to 31 more each) that phases take on this CPU: on AVX2 nearly
+    /// every size, on AVX-512 only those whose phases have 8 or a multiple of 16 columns.
     #[test]
     fn stride_two_backward_data_by_phases_matches_the_reference(
-        n in 1usize..3, ci in 1usize..14, h in 15usize..36, w in 15usize..40, co in 1usize..14,
+        n in 1usize..3, ci in 1usize..14, h0 in 15usize..36, w0 in 15usize..40, co in 1usize..14,
         kh in 2usize..6, kw in 2usize..6, ph in 0usize..3, pw in 0usize..3,
         threads in 1usize..4, seed in any::<u64>(),
     ) {
-        let g = Conv2dGeom {
+        let geom = |h, w| Conv2dGeom {
             batch: n, in_channels: ci, in_h: h, in_w: w, out_channels: co, kernel_h: kh, kernel_w: kw,
             stride_h: 2, stride_w: 2, pad_h: ph, pad_w: pw, bias: false,
         };
-        prop_assume!(g.validate().is_ok());
-        prop_assume!(super::phases::Phases::of(&g).is_some());
+        let taken = (0..32).flat_map(|i| (0..32).map(move |j| (h0 + i, w0 + j))).map(|(h, w)| geom(h, w))
+            .find(|g| g.validate().is_ok() && super::phases::Phases::of(g).is_some());
+        prop_assume!(taken.is_some());
+        let Some(g) = taken else { unreachable!() };
         let be = CpuBackend::with_threads(0, threads).unwrap();
         let (x, p, dy) = operands(&g, seed);
         let out = run(&be, &g, &x, &p, &dy);
