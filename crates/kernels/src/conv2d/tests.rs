@@ -609,6 +609,26 @@ fn resnet_shapes_run_direct_and_match_the_reference() {
     }
 }
 
+/// LeNet-5's 28-pixel rows (the first layer's forward pass) and 14-pixel rows (the second
+/// layer's backward-data pass) take the ragged padded kernel on every CPU with AVX2, an
+/// AVX-512 one included (whose own padded kernels need rows a multiple of 16); the second
+/// layer's 10-pixel forward rows stay with the masked kernels.
+#[test]
+fn lenet_rows_take_the_ragged_kernel_on_every_cpu_with_avx2() {
+    use super::direct::{Direct, Rows};
+    let conv1 = Conv2dGeom::square(2, 1, (28, 28), 6, 5, 1, 2, true);
+    let conv2 = Conv2dGeom::square(2, 6, (14, 14), 16, 5, 1, 0, true);
+    if crate::cpu::simd::has_avx2() && super::direct::has_kernel() {
+        let rows = |d: Option<Direct>| d.and_then(|d| d.padded_rows());
+        assert_eq!(rows(Direct::forward(&conv1)), Some(Rows::Ragged));
+        assert_eq!(rows(Direct::backward_data(&conv2)), Some(Rows::Ragged));
+        assert!(Direct::forward(&conv2).is_some());
+        assert_eq!(rows(Direct::forward(&conv2)), None);
+    }
+    check_all_passes_against_the_reference(&conv1);
+    check_all_passes_against_the_reference(&conv2);
+}
+
 #[cfg(test)]
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
@@ -664,7 +684,7 @@ proptest! {
 }
 
 /// A layer's segment plan is made once per thread and geometry, then shared: the same plan
-/// for the same geometry, another for another (LeNet-5's layers take the masked kernels).
+/// for the same geometry, another for another (LeNet-5's second layer takes the masked kernels).
 #[test]
 fn masked_kernel_plans_are_made_once_per_geometry() {
     let a = Conv2dGeom::square(2, 6, (14, 14), 16, 5, 1, 0, true);
