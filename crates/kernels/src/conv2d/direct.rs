@@ -251,9 +251,10 @@ impl Direct {
     /// multiple of 8 pixels wide, or [`Rows::Ragged`] ones. Elsewhere the masked kernels of
     /// [`Direct::run`] run.
     ///
-    /// An AVX-512 CPU takes the AVX2 forms where its own do not apply: LeNet-5's 28-pixel
-    /// rows ran 1.3× faster through the ragged AVX2 kernel than through the masked AVX-512
-    /// one (BENCHMARKS §10.6). Both add in the same order, so the bits do not change.
+    /// An AVX-512 CPU takes the AVX2 forms where its own do not apply: LeNet-5's second layer
+    /// ran its backward-data pass (14-pixel rows) 1.5× faster through the ragged AVX2 kernel
+    /// than through the masked AVX-512 one on a Zen 4 (BENCHMARKS §10.6). Both add in the
+    /// same order, so the bits do not change.
     pub(crate) fn padded_rows(&self) -> Option<Rows> {
         let (ow, p) = (self.ow(), self.oh() * self.ow());
         if has_avx512() && p.is_multiple_of(16 * NV) {
@@ -1125,9 +1126,17 @@ mod x86 {
     pub(crate) fn params_paths(d: &ParamsDirect, xp: &[f32], dyt: &[f32]) -> Vec<(&'static str, Vec<f32>)> {
         let mut out = Vec::new();
         if super::has_avx512() {
-            let mut w = vec![f32::NAN; d.dwt_len()];
+            // Rows of 16 channels for the AVX-512 kernel (where `d` has rows of 8, zero
+            // channels added), the result cut back to `d`'s rows.
+            let d16 = ParamsDirect { cop: d.cop.next_multiple_of(16), ..*d };
+            let mut dyt16 = vec![0.0; d16.dyt_len()];
+            for (to, from) in dyt16.chunks_exact_mut(d16.cop).zip(dyt.chunks_exact(d.cop)) {
+                to[..d.cop].copy_from_slice(from);
+            }
+            let mut w16 = vec![f32::NAN; d16.dwt_len()];
             // SAFETY: the CPU has AVX-512F; lengths as the tests make them.
-            unsafe { params_avx512(d, xp, dyt, &mut w, true) };
+            unsafe { params_avx512(&d16, xp, &dyt16, &mut w16, true) };
+            let w = w16.chunks_exact(d16.cop).flat_map(|row| row[..d.cop].iter().copied()).collect();
             out.push(("avx512", w));
         }
         if crate::cpu::simd::has_avx2() {
@@ -1246,7 +1255,11 @@ impl ParamsDirect {
     /// Where the kernel applies: a CPU with AVX-512F or AVX2 and FMA, and a kernel other than
     /// 1×1 unpadded (a plain GEMM).
     pub(crate) fn of(g: &Conv2dGeom) -> Option<ParamsDirect> {
-        let lanes = if has_avx512() {
+        // Vectors of 16 output channels where AVX-512 pads no more of them than AVX2's 8
+        // would: LeNet-5's first layer (6 channels) wastes 10 of 16 lanes but 2 of 8, and its
+        // weight gradient ran 2.1× faster through the AVX2 kernel on a Zen 4 (BENCHMARKS §10.6).
+        let co = g.out_channels;
+        let lanes = if has_avx512() && co.next_multiple_of(16) == co.next_multiple_of(8) {
             16
         } else if crate::cpu::simd::has_avx2() {
             8
@@ -1297,7 +1310,7 @@ impl ParamsDirect {
         assert!(xp.len() >= self.xp_len() && dyt.len() >= self.dyt_len() && dwt.len() >= self.dwt_len());
         #[cfg(target_arch = "x86_64")]
         {
-            if has_avx512() {
+            if has_avx512() && self.cop.is_multiple_of(16) {
                 // SAFETY: the CPU has AVX-512F; lengths checked above.
                 unsafe { x86::params_avx512(self, xp, dyt, dwt, first) };
                 return;

@@ -612,7 +612,8 @@ fn resnet_shapes_run_direct_and_match_the_reference() {
 /// LeNet-5's 28-pixel rows (the first layer's forward pass) and 14-pixel rows (the second
 /// layer's backward-data pass) take the ragged padded kernel on every CPU with AVX2, an
 /// AVX-512 one included (whose own padded kernels need rows a multiple of 16); the second
-/// layer's 10-pixel forward rows stay with the masked kernels.
+/// layer's 10-pixel forward rows stay with the masked kernels; the first layer's weight
+/// gradient takes AVX2's vectors of 8 output channels.
 #[test]
 fn lenet_rows_take_the_ragged_kernel_on_every_cpu_with_avx2() {
     use super::direct::{Direct, Rows};
@@ -624,6 +625,11 @@ fn lenet_rows_take_the_ragged_kernel_on_every_cpu_with_avx2() {
         assert_eq!(rows(Direct::backward_data(&conv2)), Some(Rows::Ragged));
         assert!(Direct::forward(&conv2).is_some());
         assert_eq!(rows(Direct::forward(&conv2)), None);
+        // The first layer's weight gradient in vectors of 8 channels (6 used) on every such
+        // CPU, not 16 where AVX-512 is present.
+        let cop = |g: &Conv2dGeom| super::direct::ParamsDirect::of(g).map(|p| p.cop);
+        assert_eq!(cop(&conv1), Some(8));
+        assert_eq!(cop(&conv2), Some(16));
     }
     check_all_passes_against_the_reference(&conv1);
     check_all_passes_against_the_reference(&conv2);
