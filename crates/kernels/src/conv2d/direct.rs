@@ -148,10 +148,14 @@ impl Direct {
     fn pack_for(&self, mr: usize, weight: impl Fn(usize, usize, usize) -> f32, wp: &mut [f32]) {
         let taps = self.taps();
         for (b, block) in wp[..self.packed_len_for(mr)].chunks_mut(self.c * taps * mr).enumerate() {
-            for c in 0..self.c {
-                for t in 0..taps {
-                    for i in 0..mr {
-                        let co = b * mr + i;
+            // One output channel at a time, its taps innermost: the callers' `weight` reads
+            // a run of `taps` consecutive floats per (channel, input channel), where the
+            // lanes innermost jumped a whole filter per float (2-2.4× faster on a 64→64 3×3
+            // layer, forward and backward-data layouts; 44 µs before, serial in every call).
+            for i in 0..mr {
+                let co = b * mr + i;
+                for c in 0..self.c {
+                    for t in 0..taps {
                         block[(c * taps + t) * mr + i] = if co < self.co { weight(co, c, t) } else { 0.0 };
                     }
                 }
