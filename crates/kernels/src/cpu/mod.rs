@@ -135,10 +135,15 @@ impl CpuCtx<'_> {
     /// range per thread where each gets at least [`ELEMENTWISE_MIN_PER_THREAD`] elements (on
     /// the calling thread alone below that). The same bits for any split.
     pub fn elementwise(&self, out: &mut [f32], f: impl Fn(Range<usize>, &mut [f32]) + Sync + Send) {
-        let groups = self.threads.min(out.len() / ELEMENTWISE_MIN_PER_THREAD).max(1);
-        let ranges = split_ranges(out.len(), groups);
+        let ranges = self.elementwise_ranges(out.len());
         let outs = split_mut_by(out, &ranges, 1);
         self.for_each(ranges.into_iter().zip(outs).collect(), |(r, o)| f(r, o));
+    }
+
+    /// The ranges [`CpuCtx::elementwise`] splits `len` elements into, for ops that write
+    /// more than one array.
+    pub fn elementwise_ranges(&self, len: usize) -> Vec<Range<usize>> {
+        split_ranges(len, self.threads.min(len / ELEMENTWISE_MIN_PER_THREAD).max(1))
     }
 }
 

@@ -7,7 +7,7 @@ use crate::error::Result;
 
 impl Vector for CpuBackend {
     fn scale(&self, alpha: f32, y: ViewMut<'_, Self>) -> Result<()> {
-        scale(alpha, host_slice_mut(y));
+        self.ctx().elementwise(host_slice_mut(y), |_, y| scale(alpha, y));
         Ok(())
     }
 
@@ -18,21 +18,25 @@ impl Vector for CpuBackend {
         b: View<'_, Self>,
         y: ViewMut<'_, Self>,
     ) -> Result<()> {
-        match op {
-            BinaryOp::Add => add(host_slice(a), host_slice(b), host_slice_mut(y)),
-            BinaryOp::Sub => sub(host_slice(a), host_slice(b), host_slice_mut(y)),
-            BinaryOp::Mul => mul(host_slice(a), host_slice(b), host_slice_mut(y)),
-        }
+        let (a, b) = (host_slice(a), host_slice(b));
+        let f = match op {
+            BinaryOp::Add => add,
+            BinaryOp::Sub => sub,
+            BinaryOp::Mul => mul,
+        };
+        self.ctx().elementwise(host_slice_mut(y), |r, y| f(&a[r.clone()], &b[r], y));
         Ok(())
     }
 
     unsafe fn axpy_unchecked(&self, alpha: f32, x: View<'_, Self>, y: ViewMut<'_, Self>) -> Result<()> {
-        axpy(alpha, host_slice(x), host_slice_mut(y));
+        let x = host_slice(x);
+        self.ctx().elementwise(host_slice_mut(y), |r, y| axpy(alpha, &x[r], y));
         Ok(())
     }
 
     unsafe fn axpby_unchecked(&self, alpha: f32, x: View<'_, Self>, beta: f32, y: ViewMut<'_, Self>) -> Result<()> {
-        axpby(alpha, host_slice(x), beta, host_slice_mut(y));
+        let x = host_slice(x);
+        self.ctx().elementwise(host_slice_mut(y), |r, y| axpby(alpha, &x[r], beta, y));
         Ok(())
     }
 
@@ -158,6 +162,49 @@ mod tests {
             assert_eq!(bits(&y1), bits(&y2));
             assert_eq!(sum_squares(&x).to_bits(), sum_squares_portable(&x).to_bits());
         }
+    }
+
+    /// Split over a backend's threads, each op gives the bits of one whole call (every
+    /// thread reads its own range of the inputs).
+    #[test]
+    fn split_over_threads_gives_the_whole_call_bits() {
+        use crate::backend::{View, ViewMut};
+        let n = 3 * crate::cpu::ELEMENTWISE_MIN_PER_THREAD + 7;
+        let x: Vec<f32> = (0..n).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+        let b: Vec<f32> = (0..n).map(|i| ((i * 104_729) % 997) as f32 / 300.0 - 1.5).collect();
+        let be = CpuBackend::with_threads(0, 3).unwrap();
+        assert_eq!(be.ctx().elementwise_ranges(n).len(), 3);
+        for op in [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul] {
+            let mut want = vec![f32::NAN; n];
+            match op {
+                BinaryOp::Add => add(&x, &b, &mut want),
+                BinaryOp::Sub => sub(&x, &b, &mut want),
+                BinaryOp::Mul => mul(&x, &b, &mut want),
+            }
+            let mut got = vec![f32::NAN; n];
+            let (xv, bv, gv) = (View::whole(&x), View::whole(&b), ViewMut::whole(&mut got));
+            match op {
+                BinaryOp::Add => be.add(xv, bv, gv),
+                BinaryOp::Sub => be.sub(xv, bv, gv),
+                BinaryOp::Mul => be.mul(xv, bv, gv),
+            }
+            .unwrap();
+            assert_eq!(bits(&got), bits(&want), "{op:?}");
+        }
+        let (mut want, mut got) = (b.clone(), b.clone());
+        axpy(0.3, &x, &mut want);
+        be.axpy(0.3, View::whole(&x), ViewMut::whole(&mut got)).unwrap();
+        assert_eq!(bits(&got), bits(&want));
+        for beta in [0.0, 0.9] {
+            let (mut want, mut got) = (b.clone(), b.clone());
+            axpby(0.3, &x, beta, &mut want);
+            be.axpby(0.3, View::whole(&x), beta, ViewMut::whole(&mut got)).unwrap();
+            assert_eq!(bits(&got), bits(&want));
+        }
+        let (mut want, mut got) = (x.clone(), x.clone());
+        scale(-1.7, &mut want);
+        be.scale(-1.7, ViewMut::whole(&mut got)).unwrap();
+        assert_eq!(bits(&got), bits(&want));
     }
 
     fn bits(v: &[f32]) -> Vec<u32> {
