@@ -249,12 +249,15 @@ impl Backend for CpuBackend {
 
     fn copy(&self, src: View<'_, Self>, dst: ViewMut<'_, Self>) -> Result<()> {
         check_len("copy", "dst", src.len(), dst.len())?;
-        host_slice_mut(dst).copy_from_slice(host_slice(src));
+        // Split over the threads where large (a model's parameters, a batch's activations):
+        // one thread alone does not saturate the memory bandwidth.
+        let src = host_slice(src);
+        self.ctx().elementwise(host_slice_mut(dst), |r, d| d.copy_from_slice(&src[r]));
         Ok(())
     }
 
     fn fill(&self, dst: ViewMut<'_, Self>, value: f32) -> Result<()> {
-        host_slice_mut(dst).fill(value);
+        self.ctx().elementwise(host_slice_mut(dst), |_, d| d.fill(value));
         Ok(())
     }
 
@@ -278,6 +281,23 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Split over three threads, a copy and a fill still write every element, each from its
+    /// own place.
+    #[test]
+    fn copy_and_fill_split_over_threads_write_every_element() {
+        let n = 3 * ELEMENTWISE_MIN_PER_THREAD + 7;
+        let be = CpuBackend::with_threads(0, 3).unwrap();
+        assert_eq!(be.ctx().elementwise_ranges(n).len(), 3);
+        let src: Vec<f32> = (0..n).map(|i| i as f32).collect();
+        let mut dst = vec![f32::NAN; n];
+        be.copy(View::whole(&src), ViewMut::whole(&mut dst)).unwrap();
+        assert_eq!(dst, src);
+        be.fill(ViewMut::whole(&mut dst), 2.5).unwrap();
+        assert!(dst.iter().all(|&v| v == 2.5));
+        let short = src[1..].to_vec();
+        assert!(be.copy(View::whole(&short), ViewMut::whole(&mut dst)).is_err());
+    }
 
     /// `map` keeps the items' order and `for_each` runs every item once, on the calling
     /// thread and `threads - 1` workers, for item counts below, at and above the threads.
