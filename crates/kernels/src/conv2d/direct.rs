@@ -26,6 +26,7 @@
 //! tested).
 
 use super::Conv2dGeom;
+use crate::cpu::simd::deinterleave;
 
 /// Output channels per block of packed weights (rows of the micro-kernel's tile).
 pub(crate) const MR: usize = 8;
@@ -328,16 +329,12 @@ impl Direct {
                 debug_assert_eq!(s, 2);
                 let r0 = (c * s * hp + y + self.ph) * wp;
                 let r1 = r0 + hp * wp;
-                let (a, b) = if self.pw.is_multiple_of(2) {
-                    (r0 + self.pw / 2, r1 + self.pw / 2)
+                let (phase0, phase1) = xp.split_at_mut(r1);
+                let (p0, p1) = (&mut phase0[r0..r0 + wp], &mut phase1[..wp]);
+                if self.pw.is_multiple_of(2) {
+                    deinterleave(row, &mut p0[self.pw / 2..], &mut p1[self.pw / 2..]);
                 } else {
-                    (r1 + (self.pw - 1) / 2, r0 + self.pw.div_ceil(2))
-                };
-                for (i, v) in row.iter().step_by(2).enumerate() {
-                    xp[a + i] = *v;
-                }
-                for (i, v) in row.iter().skip(1).step_by(2).enumerate() {
-                    xp[b + i] = *v;
+                    deinterleave(row, &mut p1[(self.pw - 1) / 2..], &mut p0[self.pw.div_ceil(2)..]);
                 }
             }
         }

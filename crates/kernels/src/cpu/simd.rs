@@ -323,6 +323,28 @@ unsafe fn transpose_padded_avx(src: &[f32], rows: usize, cols: usize, ldd: usize
     }
 }
 
+multiversion! {
+    /// Splits `src` into its even-indexed elements (`even[i] = src[2i]`, `src.len().div_ceil(2)`
+    /// of them) and its odd-indexed ones (`odd[i] = src[2i + 1]`, `src.len() / 2`): the
+    /// phase planes of a stride-2 convolution's padded copy. As one loop over pairs, LLVM
+    /// splits 8 or 16 pairs per step with shuffles; the `step_by(2)` loops it replaced stayed
+    /// scalar.
+    ///
+    /// # Panics
+    /// Where `even` or `odd` is shorter than that.
+    pub(crate) fn deinterleave / deinterleave_portable(src: &[f32], even: &mut [f32], odd: &mut [f32]) {
+        let pairs = src.len() / 2;
+        let (even_pairs, even_rest) = even[..src.len().div_ceil(2)].split_at_mut(pairs);
+        for ((p, e), o) in src.chunks_exact(2).zip(even_pairs.iter_mut()).zip(odd[..pairs].iter_mut()) {
+            *e = p[0];
+            *o = p[1];
+        }
+        if let (Some(last), Some(e)) = (src.chunks_exact(2).remainder().first(), even_rest.first_mut()) {
+            *e = *last;
+        }
+    }
+}
+
 /// Inputs for the tests comparing a multiversioned function's two paths: lengths with every
 /// remainder modulo 8 and 16, values of both signs with zeros.
 #[cfg(test)]
@@ -336,6 +358,30 @@ pub(crate) fn test_vectors() -> Vec<Vec<f32>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deinterleave_splits_even_and_odd_elements_on_both_paths() {
+        for v in test_vectors() {
+            let want_even: Vec<f32> = v.iter().step_by(2).copied().collect();
+            let want_odd: Vec<f32> = v.iter().skip(1).step_by(2).copied().collect();
+            for (name, f) in [
+                ("dispatched", deinterleave as fn(&[f32], &mut [f32], &mut [f32])),
+                ("portable", deinterleave_portable),
+            ] {
+                // One spare element each side: nothing is written past the split.
+                let mut even = vec![f32::NAN; want_even.len() + 1];
+                let mut odd = vec![f32::NAN; want_odd.len() + 1];
+                f(&v, &mut even, &mut odd);
+                let n = v.len();
+                assert_eq!(&even[..want_even.len()], &want_even[..], "{name}: even elements of {n}");
+                assert_eq!(&odd[..want_odd.len()], &want_odd[..], "{name}: odd elements of {n}");
+                assert!(
+                    even[want_even.len()].is_nan() && odd[want_odd.len()].is_nan(),
+                    "{name}: wrote past the split of {n}"
+                );
+            }
+        }
+    }
 
     fn reference(src: &[f32], rows: usize, cols: usize, ld: usize) -> Vec<f32> {
         let mut d = vec![f32::NAN; rows * cols];
