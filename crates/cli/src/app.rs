@@ -357,9 +357,9 @@ pub fn main_with(registry: SyncRegistry) -> ExitCode {
         use std::io::Write;
         let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
     };
-    // A bad CROSSBOW_CPU_ISA is refused before anything runs (the kernels would otherwise
-    // fall back to the portable path silently).
-    if let Err(e) = crossbow_kernels::cpu_isa() {
+    // A bad CROSSBOW_CPU_ISA or CROSSBOW_WINOGRAD is refused before anything runs (the
+    // kernels would otherwise fall back silently).
+    if let Err(e) = crossbow_kernels::cpu_isa().and(crossbow_kernels::winograd_setting()) {
         say(format!("{who}: error: {e}"));
         return ExitCode::from(2);
     }

@@ -20,7 +20,7 @@
 //! | module | op trait | op |
 //! |---|---|---|
 //! | [`gemm`] | [`gemm::Gemm`] | row-major GEMM (CPU: `matrixmultiply`, or `gemm`, chosen by measurement) |
-//! | [`conv2d`] | [`conv2d::Conv2d`] | convolution with stride, padding, optional bias (CPU: direct AVX-512/AVX2 kernels, else im2col + GEMM) |
+//! | [`conv2d`] | [`conv2d::Conv2d`] | convolution with stride, padding, optional bias (CPU: Winograd F(4×4, 3×3) for wide 3×3 layers, direct AVX-512/AVX2 kernels, else im2col + GEMM) |
 //! | [`linear`] | [`linear::Linear`] | fully connected layer |
 //! | [`batch_norm`] | [`batch_norm::BatchNorm`] | batch normalisation, training (batch statistics, running averages) and inference |
 //! | [`pool`] | [`pool::Pool2d`] | max and average pooling, global average pooling |
@@ -81,6 +81,7 @@ pub mod testing;
 
 pub use crate::gemm::{CpuGemm, GemmConfig};
 pub use backend::{Backend, Storage, View, ViewMut};
+pub use conv2d::winograd::{WINOGRAD_ENV, winograd_setting, winograd_setting_with};
 pub use cpu::{CPU_ISA_ENV, CpuBackend, CpuIsa, cpu_isa, cpu_isa_with};
 pub use error::{KernelError, Result};
 

@@ -4,6 +4,7 @@
 use super::direct::{Direct, ParamsDirect};
 use super::phases::Phases;
 use super::projection::Projection;
+use super::winograd::{LANES, Winograd};
 use super::{Conv2d, Conv2dGeom};
 use crate::backend::{View, ViewMut};
 use crate::cpu::simd::{transpose, transpose_ld};
@@ -79,7 +80,9 @@ fn direct_len(g: &Conv2dGeom, threads: usize) -> usize {
     let f = Direct::forward(g).map_or(0, len);
     let b = Direct::backward_data(g).map_or(0, len);
     let phases = Phases::of(g).map_or(0, |p| p.workspace_len(groups));
-    f.max(b).max(phases)
+    let wf = Winograd::forward(g).map_or(0, |w| w.workspace_len(groups));
+    let wb = Winograd::backward_data(g).map_or(0, |w| w.workspace_len(groups));
+    f.max(b).max(phases).max(wf).max(wb)
 }
 
 /// The backward-params pass of a stride-1 convolution without im2col ("shifted windows").
@@ -426,9 +429,55 @@ fn run_direct(
     });
 }
 
+/// The forward or backward-data pass of a wide 3×3 convolution by [`Winograd`]: `weight(co,
+/// c, t)` transformed and packed once into the workspace, then the images in groups of
+/// [`LANES`], whole groups per thread.
+#[allow(clippy::too_many_arguments)]
+fn run_winograd(
+    ctx: CpuCtx<'_>,
+    wg: Winograd,
+    batch: usize,
+    weight: impl Fn(usize, usize, usize) -> f32 + Sync,
+    bias: Option<&[f32]>,
+    (src, src_img): (&[f32], usize),
+    (dst, dst_img): (&mut [f32], usize),
+    ws: &mut [f32],
+) {
+    // Whole groups of LANES images per thread: a group is computed the same way on any
+    // thread, so the bits do not depend on the thread count.
+    let lane_groups = batch.div_ceil(LANES);
+    let groups = ctx.groups(lane_groups);
+    let ranges: Vec<_> = split_ranges(lane_groups, groups)
+        .into_iter()
+        .map(|r| r.start * LANES..(r.end * LANES).min(batch))
+        .collect();
+    let (u, scratch) = ws.split_at_mut(wg.packed_len());
+    wg.pack(ctx, weight, u);
+    let u = &*u;
+    let dsts = split_mut_by(dst, &ranges, dst_img);
+    let scratches = chunks_mut_n(scratch, groups, wg.scratch_len());
+    let items: Vec<_> = ranges.into_iter().zip(dsts).zip(scratches).collect();
+    ctx.for_each(items, |((r, dg), sc)| {
+        let mut i = 0;
+        while i < r.len() {
+            let k = (r.len() - i).min(LANES);
+            let n0 = r.start + i;
+            wg.run_group(k, &src[n0 * src_img..], u, bias, &mut dg[i * dst_img..(i + k) * dst_img], sc);
+            i += k;
+        }
+    });
+}
+
 fn forward(ctx: CpuCtx<'_>, g: &Conv2dGeom, x: &[f32], params: &[f32], y: &mut [f32], ws: &mut [f32]) {
     let in_img = g.in_channels * g.in_h * g.in_w;
     let out_img = g.out_channels * g.col_cols();
+    if let Some(wg) = Winograd::forward(g) {
+        let (w, bias) = params.split_at(g.weight_len());
+        let c = g.in_channels;
+        let weight = |co: usize, ci: usize, t: usize| w[(co * c + ci) * 9 + t];
+        run_winograd(ctx, wg, g.batch, weight, g.bias.then_some(bias), (x, in_img), (y, out_img), ws);
+        return;
+    }
     if let Some(d) = Direct::forward(g) {
         let (w, bias) = params.split_at(g.weight_len());
         let (c, taps) = (g.in_channels, g.kernel_h * g.kernel_w);
@@ -470,6 +519,14 @@ fn forward(ctx: CpuCtx<'_>, g: &Conv2dGeom, x: &[f32], params: &[f32], y: &mut [
 fn backward_data(ctx: CpuCtx<'_>, g: &Conv2dGeom, dy: &[f32], params: &[f32], dx: &mut [f32], ws: &mut [f32]) {
     let in_img = g.in_channels * g.in_h * g.in_w;
     let out_img = g.out_channels * g.col_cols();
+    if let Some(wg) = Winograd::backward_data(g) {
+        // dx = dy convolved with the kernel transposed (c_in <-> c_out) and flipped.
+        let w = &params[..g.weight_len()];
+        let c = g.in_channels;
+        let weight = |ci: usize, co: usize, t: usize| w[(co * c + ci) * 9 + (8 - t)];
+        run_winograd(ctx, wg, g.batch, weight, None, (dy, out_img), (dx, in_img), ws);
+        return;
+    }
     if let Some(d) = Direct::backward_data(g) {
         // dx = dy convolved with the kernel transposed (c_in <-> c_out) and flipped.
         let w = &params[..g.weight_len()];

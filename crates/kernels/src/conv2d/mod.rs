@@ -26,6 +26,7 @@ pub(crate) mod cpu;
 pub(crate) mod direct;
 pub(crate) mod phases;
 pub(crate) mod projection;
+pub(crate) mod winograd;
 pub(crate) mod cuda;
 #[cfg(feature = "cuda")]
 pub(crate) mod cudnn;

@@ -700,3 +700,81 @@ fn masked_kernel_plans_are_made_once_per_geometry() {
     assert!(std::sync::Arc::ptr_eq(&p1, &p2));
     assert!(!std::sync::Arc::ptr_eq(&p1, &q));
 }
+
+/// The Winograd path's bound against the f64 definition for `c` input channels: its
+/// transforms reassociate the sum, so the absolute error grows with the terms summed
+/// (measured up to 6.5e-5 on outputs of scale ~8 at 64 channels, this bound 2.9e-4 there;
+/// the direct kernel is held to 1e-5).
+#[cfg(test)]
+fn winograd_tolerance(c: usize) -> Tolerance {
+    Tolerance::new(1e-5, 5e-7 * 9.0 * c as f64)
+}
+
+#[cfg(test)]
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(8))]
+    /// Wide 3×3 layers (at least 32 channels in and out) take the Winograd path where AVX-512
+    /// runs on batches of 32 or more, and its forward and backward-data passes match the f64
+    /// definitions on random sizes (images 1-10 pixels a side, so edge tiles are partial;
+    /// batches of 32-60, so the last group of 16 lanes is often partial), with 2-4 threads
+    /// (some idle where the groups are fewer); several threads give the bits of one.
+    #[test]
+    fn winograd_forward_and_backward_data_match_the_reference(
+        n in 32usize..61, c in 32usize..72, co in 32usize..72, h in 1usize..11, w in 1usize..11,
+        bias in any::<bool>(), threads in 2usize..5, seed in any::<u64>(),
+    ) {
+        let g = Conv2dGeom {
+            batch: n, in_channels: c, in_h: h, in_w: w, out_channels: co, kernel_h: 3, kernel_w: 3,
+            stride_h: 1, stride_w: 1, pad_h: 1, pad_w: 1, bias,
+        };
+        prop_assume!(g.validate().is_ok());
+        if super::winograd::Winograd::forward(&g).is_none() {
+            eprintln!("skipped: the Winograd path needs AVX-512 (and {} unset or on)", super::winograd::WINOGRAD_ENV);
+            return Ok(());
+        }
+        prop_assert!(super::winograd::Winograd::backward_data(&g).is_some());
+        let (x, p, dy) = operands(&g, seed);
+        let out = run(&CpuBackend::with_threads(0, threads).unwrap(), &g, &x, &p, &dy);
+        let (xd, pd, dyd) = (to_f64(&x), to_f64(&p), to_f64(&dy));
+        assert_close(&out.y, &conv_ref(&g, &xd, &pd), winograd_tolerance(c), &format!("forward {g:?}"));
+        assert_close(&out.dx, &dx_ref(&g, &pd, &dyd), winograd_tolerance(co), &format!("dx {g:?}"));
+        let one = run(&CpuBackend::new(0), &g, &x, &p, &dy);
+        prop_assert_eq!(&one.y, &out.y, "forward, 1 thread against {}", threads);
+        prop_assert_eq!(&one.dx, &out.dx, "dx, 1 thread against {}", threads);
+    }
+}
+
+/// Which 3×3 layers take the Winograd path: the CIFAR ResNets' 64- and 32-channel stages
+/// (forward and backward-data) at batches of 32 or more, not smaller ones, not the
+/// 16-channel stage, not strided or unpadded ones.
+#[test]
+fn winograd_takes_the_wide_resnet_layers_only() {
+    use super::winograd::Winograd;
+    let on = crate::cpu::simd::has_avx512() && super::winograd::winograd_setting() == Ok(true);
+    let wide = Conv2dGeom::square(32, 64, (8, 8), 64, 3, 1, 1, false);
+    for g in [wide, Conv2dGeom { batch: 128, ..wide }, Conv2dGeom::square(32, 32, (16, 16), 32, 3, 1, 1, false)] {
+        assert_eq!(Winograd::forward(&g).is_some(), on, "{g:?}");
+        assert_eq!(Winograd::backward_data(&g).is_some(), on, "{g:?}");
+    }
+    assert!(Winograd::forward(&Conv2dGeom { batch: 31, ..wide }).is_none(), "a batch of 31");
+    for g in [
+        Conv2dGeom::square(32, 16, (32, 32), 16, 3, 1, 1, false),
+        Conv2dGeom::square(32, 32, (16, 16), 64, 3, 2, 1, false),
+        Conv2dGeom::square(32, 64, (8, 8), 64, 3, 1, 0, false),
+        Conv2dGeom::square(32, 64, (8, 8), 64, 1, 1, 0, false),
+    ] {
+        assert!(Winograd::forward(&g).is_none() && Winograd::backward_data(&g).is_none(), "{g:?}");
+    }
+}
+
+/// `CROSSBOW_WINOGRAD` takes 1/on/0/off (any case, unset is on) and names itself when wrong.
+#[test]
+fn winograd_switch_parses_and_names_a_bad_value() {
+    use super::winograd::winograd_setting_with as parse;
+    assert_eq!(parse(None), Ok(true));
+    for (v, want) in [("1", true), ("on", true), ("ON", true), ("0", false), ("off", false), (" Off ", false)] {
+        assert_eq!(parse(Some(v)), Ok(want), "{v:?}");
+    }
+    let e = parse(Some("maybe")).unwrap_err();
+    assert!(e.contains("CROSSBOW_WINOGRAD") && e.contains("maybe"), "{e}");
+}
