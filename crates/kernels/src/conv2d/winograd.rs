@@ -300,12 +300,13 @@ impl Winograd {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
     unsafe fn run_avx512(&self, n: usize, src: &[f32], u: &[f32], bias: Option<&[f32]>, dst: &mut [f32], sc: &mut [f32]) {
-        self.run_lanes::<LANES>(n, src, u, bias, dst, sc)
+        self.run_lanes(n, src, u, bias, dst, sc)
     }
 
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    fn run_lanes<const G: usize>(&self, n: usize, src: &[f32], u: &[f32], bias: Option<&[f32]>, dst: &mut [f32], sc: &mut [f32]) {
+    fn run_lanes(&self, n: usize, src: &[f32], u: &[f32], bias: Option<&[f32]>, dst: &mut [f32], sc: &mut [f32]) {
+        const G: usize = LANES;
         let (hp, wp) = self.padded();
         let (c, co, h, w) = (self.c, self.co, self.h, self.w);
         let nt = self.chunk_tiles();
@@ -315,18 +316,18 @@ impl Winograd {
         let (v, rest) = rest.split_at_mut(XI * vs);
         let (m, rest) = rest.split_at_mut(XI * ms);
         let yq = &mut rest[..co * h * w * G];
-        self.interleave::<G>(n, src, xq);
+        self.interleave(n, src, xq);
         let prod = self.product();
         let len = prod.packed_len();
         let tiles = self.tiles();
         debug_assert!(u.len() >= XI * len);
         for t0 in (0..tiles).step_by(nt) {
             let t1 = (t0 + nt).min(tiles);
-            self.input_chunk::<G>(xq, v, vs, t0, t1, cols);
+            self.input_chunk(xq, v, vs, t0, t1, cols);
             for xi in 0..XI {
                 prod.run_on_copy(&v[xi * vs..][..c * cols], &u[xi * len..][..len], None, &mut m[xi * ms..][..co * cols]);
             }
-            self.output_chunk::<G>(m, ms, bias, yq, t0, t1, cols);
+            self.output_chunk(m, ms, bias, yq, t0, t1, cols);
         }
         // yq[p][lane] -> dst[lane][p] for the n images present.
         let pixels = co * h * w;
@@ -339,7 +340,8 @@ impl Winograd {
     /// the images and in the lanes past `n`.
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    fn interleave<const G: usize>(&self, n: usize, src: &[f32], xq: &mut [f32]) {
+    fn interleave(&self, n: usize, src: &[f32], xq: &mut [f32]) {
+        const G: usize = LANES;
         let (hp, wp) = self.padded();
         let (c, h, w) = (self.c, self.h, self.w);
         let in_img = c * h * w;
@@ -376,7 +378,8 @@ impl Winograd {
 
     /// The input transform of tiles `t0..t1` into `v[ξ][c][(tile - t0)·G + lane]`.
     #[inline(always)]
-    fn input_chunk<const G: usize>(&self, xq: &[f32], v: &mut [f32], vs: usize, t0: usize, t1: usize, cols: usize) {
+    fn input_chunk(&self, xq: &[f32], v: &mut [f32], vs: usize, t0: usize, t1: usize, cols: usize) {
+        const G: usize = LANES;
         let (hp, wp) = self.padded();
         let (c, tw) = (self.c, self.tw());
         for ci in 0..c {
@@ -407,7 +410,7 @@ impl Winograd {
     /// `yq[co][h][w][lane]` (plus the bias), dropping the pixels past the image's edge.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    fn output_chunk<const G: usize>(
+    fn output_chunk(
         &self,
         m: &[f32],
         ms: usize,
@@ -417,6 +420,7 @@ impl Winograd {
         t1: usize,
         cols: usize,
     ) {
+        const G: usize = LANES;
         let (co, h, w, tw) = (self.co, self.h, self.w, self.tw());
         for o in 0..co {
             let b = bias.map_or(0.0, |b| b[o]);
