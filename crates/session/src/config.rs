@@ -43,7 +43,7 @@ impl FromStr for LearnersPerDevice {
             "auto" => Ok(LearnersPerDevice::Auto),
             t => match t.parse::<usize>() {
                 Ok(n) if n >= 1 => Ok(LearnersPerDevice::Fixed(n)),
-                _ => Err(format!("must be 'auto' or a whole number >= 1, got '{s}'")),
+                _ => Err(format!("must be 'auto' or a whole number >= 1, got {s:?}")),
             },
         }
     }
@@ -258,7 +258,7 @@ impl FromStr for BnEval {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         let bad =
-            || format!("must be 'mean', 'learner', 'recalibrate' or 'recalibrate:N' with N >= 1 batches, got '{s}'");
+            || format!("must be 'mean', 'learner', 'recalibrate' or 'recalibrate:N' with N >= 1 batches, got {s:?}");
         match s.trim().split_once(':') {
             None if s.trim() == "mean" => Ok(BnEval::LearnerMean),
             None if s.trim() == "learner" => Ok(BnEval::FirstLearner),

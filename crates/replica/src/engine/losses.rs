@@ -38,7 +38,7 @@ impl std::str::FromStr for LossRead {
         match s.trim().to_ascii_lowercase().as_str() {
             "now" => Ok(LossRead::Now),
             "lagged" => Ok(LossRead::Lagged),
-            _ => Err(format!("must be 'now' or 'lagged', got '{s}'")),
+            _ => Err(format!("must be 'now' or 'lagged', got {s:?}")),
         }
     }
 }

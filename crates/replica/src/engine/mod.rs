@@ -172,7 +172,7 @@ impl std::str::FromStr for BnGroup {
         match s.trim().to_ascii_lowercase().as_str() {
             "learner" => Ok(BnGroup::Learner),
             "device" => Ok(BnGroup::Device),
-            _ => Err(format!("must be 'learner' or 'device', got '{s}'")),
+            _ => Err(format!("must be 'learner' or 'device', got {s:?}")),
         }
     }
 }
