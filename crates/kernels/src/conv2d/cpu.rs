@@ -4,7 +4,7 @@
 use super::direct::{Direct, ParamsDirect};
 use super::phases::Phases;
 use super::projection::Projection;
-use super::winograd::{LANES, Winograd};
+use super::winograd::Winograd;
 use super::{Conv2d, Conv2dGeom};
 use crate::backend::{View, ViewMut};
 use crate::cpu::simd::{transpose, transpose_ld};
@@ -431,7 +431,7 @@ fn run_direct(
 
 /// The forward or backward-data pass of a wide 3×3 convolution by [`Winograd`]: `weight(co,
 /// c, t)` transformed and packed once into the workspace, then the images in groups of
-/// [`LANES`], whole groups per thread.
+/// [`Winograd::lanes`], whole groups per thread.
 #[allow(clippy::too_many_arguments)]
 fn run_winograd(
     ctx: CpuCtx<'_>,
@@ -443,13 +443,14 @@ fn run_winograd(
     (dst, dst_img): (&mut [f32], usize),
     ws: &mut [f32],
 ) {
-    // Whole groups of LANES images per thread: a group is computed the same way on any
+    // Whole groups of `lanes` images per thread: a group is computed the same way on any
     // thread, so the bits do not depend on the thread count.
-    let lane_groups = batch.div_ceil(LANES);
+    let lanes = wg.lanes;
+    let lane_groups = batch.div_ceil(lanes);
     let groups = ctx.groups(lane_groups);
     let ranges: Vec<_> = split_ranges(lane_groups, groups)
         .into_iter()
-        .map(|r| r.start * LANES..(r.end * LANES).min(batch))
+        .map(|r| r.start * lanes..(r.end * lanes).min(batch))
         .collect();
     let (u, scratch) = ws.split_at_mut(wg.packed_len());
     wg.pack(ctx, weight, u);
@@ -460,7 +461,7 @@ fn run_winograd(
     ctx.for_each(items, |((r, dg), sc)| {
         let mut i = 0;
         while i < r.len() {
-            let k = (r.len() - i).min(LANES);
+            let k = (r.len() - i).min(lanes);
             let n0 = r.start + i;
             wg.run_group(k, &src[n0 * src_img..], u, bias, &mut dg[i * dst_img..(i + k) * dst_img], sc);
             i += k;

@@ -713,14 +713,15 @@ fn winograd_tolerance(c: usize) -> Tolerance {
 #[cfg(test)]
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(8))]
-    /// Wide 3×3 layers (at least 32 channels in and out) take the Winograd path where AVX-512
-    /// runs on batches of 32 or more, and its forward and backward-data passes match the f64
-    /// definitions on random sizes (images 1-10 pixels a side, so edge tiles are partial;
-    /// batches of 32-60, so the last group of 16 lanes is often partial), with 2-4 threads
-    /// (some idle where the groups are fewer); several threads give the bits of one.
+    /// Wide 3×3 layers (at least 32 channels in and out) take the Winograd path where AVX2 or
+    /// AVX-512 runs on batches of 16 or more, and its forward and backward-data passes match
+    /// the f64 definitions on random sizes (images 1-10 pixels a side, so edge tiles are
+    /// partial; batches of 16-60, so groups of 8 and of 16 lanes, the last often partial),
+    /// with 2-4 threads (some idle where the groups are fewer); several threads give the bits
+    /// of one.
     #[test]
     fn winograd_forward_and_backward_data_match_the_reference(
-        n in 32usize..61, c in 32usize..72, co in 32usize..72, h in 1usize..11, w in 1usize..11,
+        n in 16usize..61, c in 32usize..72, co in 32usize..72, h in 1usize..11, w in 1usize..11,
         bias in any::<bool>(), threads in 2usize..5, seed in any::<u64>(),
     ) {
         let g = Conv2dGeom {
@@ -729,7 +730,7 @@ proptest! {
         };
         prop_assume!(g.validate().is_ok());
         if super::winograd::Winograd::forward(&g).is_none() {
-            eprintln!("skipped: the Winograd path needs AVX-512 (and {} unset or on)", super::winograd::WINOGRAD_ENV);
+            eprintln!("skipped: the Winograd path needs AVX2 (and {} unset or on)", super::winograd::WINOGRAD_ENV);
             return Ok(());
         }
         prop_assert!(super::winograd::Winograd::backward_data(&g).is_some());
@@ -745,18 +746,28 @@ proptest! {
 }
 
 /// Which 3×3 layers take the Winograd path: the CIFAR ResNets' 64- and 32-channel stages
-/// (forward and backward-data) at batches of 32 or more, not smaller ones, not the
-/// 16-channel stage, not strided or unpadded ones.
+/// (forward and backward-data) at batches of 16 or more (groups of 16 lanes with AVX-512 from
+/// batch 32, of 8 lanes below that and on AVX2), not smaller ones, not the 16-channel stage,
+/// not strided or unpadded ones.
 #[test]
 fn winograd_takes_the_wide_resnet_layers_only() {
-    use super::winograd::Winograd;
-    let on = crate::cpu::simd::has_avx512() && super::winograd::winograd_setting() == Ok(true);
+    use super::winograd::{AVX2_LANES, LANES, Winograd};
+    let on = crate::cpu::simd::has_avx2() && super::winograd::winograd_setting() == Ok(true);
+    let wide_lanes = if crate::cpu::simd::has_avx512() { LANES } else { AVX2_LANES };
     let wide = Conv2dGeom::square(32, 64, (8, 8), 64, 3, 1, 1, false);
-    for g in [wide, Conv2dGeom { batch: 128, ..wide }, Conv2dGeom::square(32, 32, (16, 16), 32, 3, 1, 1, false)] {
-        assert_eq!(Winograd::forward(&g).is_some(), on, "{g:?}");
-        assert_eq!(Winograd::backward_data(&g).is_some(), on, "{g:?}");
+    let cases = [
+        (wide, wide_lanes),
+        (Conv2dGeom { batch: 128, ..wide }, wide_lanes),
+        (Conv2dGeom::square(32, 32, (16, 16), 32, 3, 1, 1, false), wide_lanes),
+        (Conv2dGeom { batch: 31, ..wide }, AVX2_LANES),
+        (Conv2dGeom { batch: 16, ..wide }, AVX2_LANES),
+    ];
+    for (g, lanes) in cases {
+        let want = on.then_some(lanes);
+        assert_eq!(Winograd::forward(&g).map(|w| w.lanes), want, "{g:?}");
+        assert_eq!(Winograd::backward_data(&g).map(|w| w.lanes), want, "{g:?}");
     }
-    assert!(Winograd::forward(&Conv2dGeom { batch: 31, ..wide }).is_none(), "a batch of 31");
+    assert!(Winograd::forward(&Conv2dGeom { batch: 15, ..wide }).is_none(), "a batch of 15");
     for g in [
         Conv2dGeom::square(32, 16, (32, 32), 16, 3, 1, 1, false),
         Conv2dGeom::square(32, 32, (16, 16), 64, 3, 2, 1, false),

@@ -10,24 +10,25 @@
 //! multiply-adds per 16 output pixels and input channel instead of 144 (4× fewer), plus the
 //! transforms. Those are memory-bound passes over 36/16 of the input and output, so the
 //! method pays on wide layers and not on narrow ones: on a Zen 4 (`gemm_conv` bench, batch
-//! 32) the CIFAR ResNets' 64- and 32-channel layers ran 1.1-1.5× faster than the direct
-//! kernel, the 16-channel ones 0.8-0.95× (BENCHMARKS §10.8).
+//! 32) the CIFAR ResNets' 64- and 32-channel layers ran 1.3-2.1× faster than the direct
+//! kernel with AVX-512 and 1.3-1.7× with AVX2, the 16-channel ones 0.8-1.1× (BENCHMARKS
+//! §10.8, §10.9).
 //!
-//! Layout: the images are processed in groups of [`LANES`] = 16 (one AVX-512 vector), one
-//! image per lane, so that every transform is plain vector arithmetic over the lanes
-//! with no shuffles: a group is first copied, zero-padded, into `xq[c][hp][wp][lane]` (8×8
-//! register transposes), the tiles' transforms are written to `V[ξ][c][tile·16 + lane]` (planes [`SKEW`] floats apart), the
+//! Layout: the images are processed in groups of [`Winograd::lanes`] (16 with AVX-512 at
+//! batches of 32 or more, else 8: one vector), one image per lane, so that every transform is
+//! plain vector arithmetic over the lanes with no shuffles: a group is first copied,
+//! zero-padded, into `xq[c][hp][wp][lane]` (8×8 register transposes), the tiles' transforms
+//! are written to `V[ξ][c][tile·lanes + lane]` (planes [`SKEW`] floats apart), the
 //! 36 products run on the direct convolution's 1×1 kernel ([`Direct`], whose sum over the
 //! input channels runs in order on every path), and the output transform writes
 //! `yq[co][h][w][lane]`, transposed back into the images. Tiles are processed in chunks so
 //! that `V` and the products stay in L2.
 //!
-//! It runs where AVX-512 runs, on batches of at least 32 images, split over the threads in
-//! whole groups of 16 (so a thread count above batch / 16 leaves threads idle in these
-//! layers):
-//! with 8 lanes on AVX2 it measured 0.69-1.10× the direct AVX2 kernel, so AVX2 machines keep
-//! the direct kernel. Every lane computes the same operations in the same order and a group
-//! is computed the same way on any thread, so any number of threads gives the same bits. The result differs from
+//! It runs where AVX2 or AVX-512 runs, on batches of at least two groups, split over the
+//! threads in whole groups (so a thread count above the groups leaves threads idle in these
+//! layers). The width is chosen from the batch and the CPU, never the threads; every lane
+//! computes the same operations in the same order and a group is computed the same way on
+//! any thread, so any number of threads gives the same bits. The result differs from
 //! the direct kernel's in rounding (the transforms reassociate the sum: up to 6.5e-5 on
 //! outputs of scale ~8 at 64 channels; tested against the f64 definition).
 
@@ -43,19 +44,35 @@ pub(crate) const MIN_CHANNELS: usize = 32;
 /// Positions of a transformed tile.
 const XI: usize = 36;
 
-/// Fewest images for which a layer takes this path: two groups of [`LANES`], so that a
-/// learner of two threads keeps both busy (the groups are the unit of work split over the
-/// threads). At batch 16 on two threads one thread idled and ResNet-32 ran 0.92× the
-/// direct kernel's speed.
-pub(crate) const MIN_BATCH: usize = 2 * LANES;
+/// Fewest groups of images (of [`Winograd::lanes`] each) for which a layer takes this path:
+/// two, so that a learner of two threads keeps both busy (the groups are the unit of work
+/// split over the threads). At batch 16 on two AVX-512 threads (one group) one thread idled
+/// and ResNet-32 ran 0.92× the direct kernel's speed.
+pub(crate) const MIN_GROUPS: usize = 2;
 
 /// Floats between consecutive positions' planes of `V` and of the products beyond the plane
 /// itself: the planes are a multiple of 4 KB apart otherwise, so the 36 streams of a tile's
 /// transform fall into the same L1 sets and evict each other.
 const SKEW: usize = 16;
 
-/// Images per group: one per lane of an AVX-512 vector.
+/// Images per group with AVX-512: one per lane of a vector.
 pub(crate) const LANES: usize = 16;
+
+/// Images per group with AVX2: one per lane of a vector.
+pub(crate) const AVX2_LANES: usize = 8;
+
+/// The group width for a batch of `batch` images on this CPU: [`LANES`] with AVX-512 where
+/// the batch fills [`MIN_GROUPS`] groups of it, else [`AVX2_LANES`] (with AVX2 or AVX-512)
+/// where the batch fills as many of those; `None` for smaller batches or without AVX2.
+fn lanes_for(batch: usize) -> Option<usize> {
+    if crate::cpu::simd::has_avx512() && batch >= MIN_GROUPS * LANES {
+        Some(LANES)
+    } else if crate::cpu::simd::has_avx2() && batch >= MIN_GROUPS * AVX2_LANES {
+        Some(AVX2_LANES)
+    } else {
+        None
+    }
+}
 
 /// Floats of `V` and the products per chunk of tiles that the chunking aims at (~384 KB:
 /// both stay in a 512 KB L2).
@@ -90,6 +107,8 @@ pub(crate) struct Winograd {
     pub co: usize,
     pub h: usize,
     pub w: usize,
+    /// Images per group, one per vector lane: [`LANES`] or [`AVX2_LANES`].
+    pub lanes: usize,
 }
 
 /// Lane-wise arithmetic on `G` lanes (LLVM keeps these whole vectors).
@@ -169,26 +188,28 @@ const GM: [[f32; 3]; 6] = [
 impl Winograd {
     /// The forward pass of `g`, where this path applies and is on.
     pub(crate) fn forward(g: &Conv2dGeom) -> Option<Winograd> {
-        Self::applies(g).then_some(Winograd { c: g.in_channels, co: g.out_channels, h: g.in_h, w: g.in_w })
+        let lanes = Self::applies(g)?;
+        Some(Winograd { c: g.in_channels, co: g.out_channels, h: g.in_h, w: g.in_w, lanes })
     }
 
     /// The backward-data pass of `g` (the convolution of `dy` with the transposed, flipped
     /// kernel, also 3×3 with padding 1), where this path applies and is on.
     pub(crate) fn backward_data(g: &Conv2dGeom) -> Option<Winograd> {
-        Self::applies(g).then_some(Winograd { c: g.out_channels, co: g.in_channels, h: g.in_h, w: g.in_w })
+        let lanes = Self::applies(g)?;
+        Some(Winograd { c: g.out_channels, co: g.in_channels, h: g.in_h, w: g.in_w, lanes })
     }
 
-    /// 3×3, stride 1, padding 1, at least [`MIN_CHANNELS`] in and out, AVX-512, a batch of
-    /// at least [`MIN_BATCH`] images, and [`WINOGRAD_ENV`] not off. Never the thread count:
-    /// the path (so the bits) of a layer must not change with the threads a learner gets.
-    fn applies(g: &Conv2dGeom) -> bool {
+    /// The group width, where the layer takes this path: 3×3, stride 1, padding 1, at least
+    /// [`MIN_CHANNELS`] in and out, AVX-512 or AVX2, a batch of at least [`MIN_GROUPS`]
+    /// groups of that CPU's width, and [`WINOGRAD_ENV`] not off. Never the thread count: the
+    /// path (so the bits) of a layer must not change with the threads a learner gets.
+    fn applies(g: &Conv2dGeom) -> Option<usize> {
         let shape = (g.kernel_h, g.kernel_w, g.stride_h, g.stride_w, g.pad_h, g.pad_w) == (3, 3, 1, 1, 1, 1);
-        shape
-            && g.in_channels >= MIN_CHANNELS
-            && g.out_channels >= MIN_CHANNELS
-            && crate::cpu::simd::has_avx512()
-            && g.batch >= MIN_BATCH
-            && winograd_setting().unwrap_or(false)
+        let on = shape && g.in_channels >= MIN_CHANNELS && g.out_channels >= MIN_CHANNELS;
+        if !(on && winograd_setting().unwrap_or(false)) {
+            return None;
+        }
+        lanes_for(g.batch)
     }
 
     fn th(&self) -> usize {
@@ -209,17 +230,18 @@ impl Winograd {
     }
 
     /// Tiles per chunk: as many as keep `V` and the products within [`CHUNK_FLOATS`],
-    /// rounded up to an even count so that a chunk's columns are a multiple of 32 (the
-    /// AVX-512 1×1 kernel's whole tiles), at most the tiles rounded up the same way.
+    /// rounded up so that a chunk's columns are a multiple of 32 (the AVX-512 1×1 kernel's
+    /// whole tiles; two vectors of 16 for the AVX2 one), at most the tiles rounded up the
+    /// same way.
     fn chunk_tiles(&self) -> usize {
-        let step = 32 / LANES;
-        let fit = (CHUNK_FLOATS / (XI * (self.c + self.co) * LANES)).max(1);
+        let step = 32 / self.lanes;
+        let fit = (CHUNK_FLOATS / (XI * (self.c + self.co) * self.lanes)).max(1);
         fit.div_ceil(step).min(self.tiles().div_ceil(step)) * step
     }
 
     /// The 1×1 product of one position over a chunk of tiles.
     fn product(&self) -> Direct {
-        let cols = self.chunk_tiles() * LANES;
+        let cols = self.chunk_tiles() * self.lanes;
         Direct { c: self.c, h: 1, w: cols, co: self.co, kh: 1, kw: 1, ph: 0, pw: 0, s: 1, eh: 0, ew: 0, pad_to: (0, 0) }
     }
 
@@ -234,8 +256,8 @@ impl Winograd {
     /// interleaved output.
     pub(crate) fn scratch_len(&self) -> usize {
         let (hp, wp) = self.padded();
-        let cols = self.chunk_tiles() * LANES;
-        self.c * hp * wp * LANES + XI * (self.c * cols + self.co * cols + 2 * SKEW) + self.co * self.h * self.w * LANES
+        let (cols, g) = (self.chunk_tiles() * self.lanes, self.lanes);
+        self.c * hp * wp * g + XI * (self.c * cols + self.co * cols + 2 * SKEW) + self.co * self.h * self.w * g
     }
 
     /// The workspace: the packed weights plus `groups` scratches.
@@ -277,12 +299,12 @@ impl Winograd {
         });
     }
 
-    /// The convolution of `n <= LANES` images `src[img][c][h][w]` (`src.len() >= n · c·h·w`)
+    /// The convolution of `n <= self.lanes` images `src[img][c][h][w]` (`src.len() >= n · c·h·w`)
     /// into `dst[img][co][h][w]`, `u` from [`Winograd::pack`], `scratch` of
     /// [`Winograd::scratch_len`] floats (any contents).
     pub(crate) fn run_group(&self, n: usize, src: &[f32], u: &[f32], bias: Option<&[f32]>, dst: &mut [f32], scratch: &mut [f32]) {
         let (in_img, out_img) = (self.c * self.h * self.w, self.co * self.h * self.w);
-        assert!((1..=LANES).contains(&n), "winograd: {n} images for {LANES} lanes");
+        assert!((1..=self.lanes).contains(&n), "winograd: {n} images for {} lanes", self.lanes);
         assert!(src.len() >= n * in_img && dst.len() >= n * out_img, "winograd: short operand");
         assert!(u.len() >= self.packed_len() && scratch.len() >= self.scratch_len(), "winograd: short workspace");
         assert!(bias.is_none_or(|b| b.len() >= self.co), "winograd: short bias");
@@ -290,23 +312,38 @@ impl Winograd {
         {
             if crate::cpu::simd::has_avx512() {
                 // SAFETY: the CPU has AVX-512F; the lengths were checked above.
-                unsafe { self.run_avx512(n, src, u, bias, dst, scratch) };
+                unsafe {
+                    match self.lanes {
+                        LANES => self.run_avx512::<LANES>(n, src, u, bias, dst, scratch),
+                        _ => self.run_avx512::<AVX2_LANES>(n, src, u, bias, dst, scratch),
+                    }
+                };
+                return;
+            }
+            if self.lanes == AVX2_LANES && crate::cpu::simd::has_avx2() {
+                // SAFETY: the CPU has AVX2 and FMA; the lengths were checked above.
+                unsafe { self.run_avx2(n, src, u, bias, dst, scratch) };
                 return;
             }
         }
-        unreachable!("Winograd is only made where AVX-512 runs")
+        unreachable!("Winograd is only made where AVX-512 or AVX2 runs, {} lanes", self.lanes)
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
-    unsafe fn run_avx512(&self, n: usize, src: &[f32], u: &[f32], bias: Option<&[f32]>, dst: &mut [f32], sc: &mut [f32]) {
-        self.run_lanes(n, src, u, bias, dst, sc)
+    unsafe fn run_avx512<const G: usize>(&self, n: usize, src: &[f32], u: &[f32], bias: Option<&[f32]>, dst: &mut [f32], sc: &mut [f32]) {
+        self.run_lanes::<G>(n, src, u, bias, dst, sc)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn run_avx2(&self, n: usize, src: &[f32], u: &[f32], bias: Option<&[f32]>, dst: &mut [f32], sc: &mut [f32]) {
+        self.run_lanes::<AVX2_LANES>(n, src, u, bias, dst, sc)
     }
 
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    fn run_lanes(&self, n: usize, src: &[f32], u: &[f32], bias: Option<&[f32]>, dst: &mut [f32], sc: &mut [f32]) {
-        const G: usize = LANES;
+    fn run_lanes<const G: usize>(&self, n: usize, src: &[f32], u: &[f32], bias: Option<&[f32]>, dst: &mut [f32], sc: &mut [f32]) {
         let (hp, wp) = self.padded();
         let (c, co, h, w) = (self.c, self.co, self.h, self.w);
         let nt = self.chunk_tiles();
@@ -316,18 +353,18 @@ impl Winograd {
         let (v, rest) = rest.split_at_mut(XI * vs);
         let (m, rest) = rest.split_at_mut(XI * ms);
         let yq = &mut rest[..co * h * w * G];
-        self.interleave(n, src, xq);
+        self.interleave::<G>(n, src, xq);
         let prod = self.product();
         let len = prod.packed_len();
         let tiles = self.tiles();
         debug_assert!(u.len() >= XI * len);
         for t0 in (0..tiles).step_by(nt) {
             let t1 = (t0 + nt).min(tiles);
-            self.input_chunk(xq, v, vs, t0, t1, cols);
+            self.input_chunk::<G>(xq, v, vs, t0, t1, cols);
             for xi in 0..XI {
                 prod.run_on_copy(&v[xi * vs..][..c * cols], &u[xi * len..][..len], None, &mut m[xi * ms..][..co * cols]);
             }
-            self.output_chunk(m, ms, bias, yq, t0, t1, cols);
+            self.output_chunk::<G>(m, ms, bias, yq, t0, t1, cols);
         }
         // yq[p][lane] -> dst[lane][p] for the n images present.
         let pixels = co * h * w;
@@ -340,8 +377,7 @@ impl Winograd {
     /// the images and in the lanes past `n`.
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    fn interleave(&self, n: usize, src: &[f32], xq: &mut [f32]) {
-        const G: usize = LANES;
+    fn interleave<const G: usize>(&self, n: usize, src: &[f32], xq: &mut [f32]) {
         let (hp, wp) = self.padded();
         let (c, h, w) = (self.c, self.h, self.w);
         let in_img = c * h * w;
@@ -378,8 +414,7 @@ impl Winograd {
 
     /// The input transform of tiles `t0..t1` into `v[ξ][c][(tile - t0)·G + lane]`.
     #[inline(always)]
-    fn input_chunk(&self, xq: &[f32], v: &mut [f32], vs: usize, t0: usize, t1: usize, cols: usize) {
-        const G: usize = LANES;
+    fn input_chunk<const G: usize>(&self, xq: &[f32], v: &mut [f32], vs: usize, t0: usize, t1: usize, cols: usize) {
         let (hp, wp) = self.padded();
         let (c, tw) = (self.c, self.tw());
         for ci in 0..c {
@@ -410,7 +445,7 @@ impl Winograd {
     /// `yq[co][h][w][lane]` (plus the bias), dropping the pixels past the image's edge.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    fn output_chunk(
+    fn output_chunk<const G: usize>(
         &self,
         m: &[f32],
         ms: usize,
@@ -420,7 +455,6 @@ impl Winograd {
         t1: usize,
         cols: usize,
     ) {
-        const G: usize = LANES;
         let (co, h, w, tw) = (self.co, self.h, self.w, self.tw());
         for o in 0..co {
             let b = bias.map_or(0.0, |b| b[o]);
