@@ -30,8 +30,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 
 
-def run(cmd):
-    r = subprocess.run(cmd, capture_output=True, text=True)
+def run(cmd, env=None):
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         sys.exit(f"compare: {' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
     return r.stdout
@@ -71,10 +71,25 @@ def crossbow_ips(crossbow, model, batch, threads, iterations):
     return body["rows"][0]["images_per_sec"], 1
 
 
-def torch_ips(python, model, batch, threads, iterations, channels_last):
+# PyTorch's own switches that cap its vector code: ATen's kernels and oneDNN's (convolutions).
+TORCH_ISA_ENV = {
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
+    "avx512": {"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE"},
+}
+
+
+def torch_env(isa):
+    """The environment PyTorch runs in: this one, capped at `isa` where given."""
+    env = dict(os.environ)
+    env.pop("CROSSBOW_CPU_ISA", None)
+    env.update(TORCH_ISA_ENV.get(isa or "", {}))
+    return env
+
+
+def torch_ips(python, model, batch, threads, iterations, channels_last, isa=None):
     cmd = [python, os.path.join(HERE, "pytorch_bench.py"), "--model", model, "--batch-size", str(batch),
            "--threads", str(threads), "--iterations", str(iterations), "--windows", "3"]
-    out = run(cmd + (["--channels-last"] if channels_last else []))
+    out = run(cmd + (["--channels-last"] if channels_last else []), env=torch_env(isa))
     return json.loads(out.strip().splitlines()[-1])["images_per_sec"]
 
 
@@ -91,7 +106,10 @@ def main():
     p.add_argument("--json", help="also write every measurement here")
     p.add_argument("--crossbow-isa", choices=["avx512", "avx2", "portable"],
                    help="cap crossbow's kernels (and peak-flops) at this instruction set (CROSSBOW_CPU_ISA), "
-                        "so an AVX-512 machine measures the AVX2 path too; PyTorch is not capped")
+                        "so an AVX-512 machine measures the AVX2 path too; PyTorch is not capped unless --torch-isa")
+    p.add_argument("--torch-isa", choices=["avx512", "avx2"],
+                   help="cap PyTorch at this instruction set (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA), so that "
+                        "with --crossbow-isa avx2 both sides run AVX2 code, as on an AVX2-only machine")
     a = p.parse_args()
     if a.crossbow_isa:
         os.environ["CROSSBOW_CPU_ISA"] = a.crossbow_isa
@@ -119,8 +137,8 @@ def main():
                         picked.setdefault((m, b), []).append(k)
                     else:
                         v = variants[(m, b)]
-                        v["nchw"].append(torch_ips(a.python, m, b, a.threads, a.iterations, False))
-                        v["channels_last"].append(torch_ips(a.python, m, b, a.threads, a.iterations, True))
+                        v["nchw"].append(torch_ips(a.python, m, b, a.threads, a.iterations, False, a.torch_isa))
+                        v["channels_last"].append(torch_ips(a.python, m, b, a.threads, a.iterations, True, a.torch_isa))
                         pt[(m, b)].append(max(v["nchw"][-1], v["channels_last"][-1]))
                 v = variants[(m, b)]
                 print(f"round {r + 1}/{a.rounds} {m} b{b}: crossbow {cb[(m, b)][-1]:.0f}, pytorch "
@@ -130,7 +148,8 @@ def main():
     pk = statistics.median(g for _, g in peaks)
     print(f"peak ({unit} FMA, {a.threads} threads, median of {len(peaks)}): {pk / 1e9:.1f} GFLOP/s")
     print(f"{a.rounds} rounds, {a.iterations} iterations each, {a.threads} threads; medians"
-          + (f"; crossbow capped at {a.crossbow_isa}" if a.crossbow_isa else ""))
+          + (f"; crossbow capped at {a.crossbow_isa}" if a.crossbow_isa else "")
+          + (f"; PyTorch capped at {a.torch_isa}" if a.torch_isa else "; PyTorch not capped"))
     print("PyTorch: per round the better of NCHW and channels_last (how often each won in brackets)")
     print("| model | batch | crossbow img/s [range] (learners) | PyTorch img/s [range] (nchw/cl wins) | ratio "
           "[per-round range] | crossbow % of peak | PyTorch % of peak | GFLOP/image |")
@@ -153,7 +172,8 @@ def main():
                          "learners": picked[(m, b)], "train_flop_per_image": f})
     if a.json:
         with open(a.json, "w") as fh:
-            json.dump({"peak_flops": [g for _, g in peaks], "unit": unit, "threads": a.threads, "rows": rows}, fh,
+            json.dump({"peak_flops": [g for _, g in peaks], "unit": unit, "threads": a.threads,
+                       "crossbow_isa": a.crossbow_isa, "torch_isa": a.torch_isa, "rows": rows}, fh,
                       indent=1)
 
 
