@@ -14,6 +14,7 @@ each as a fraction of the peak FLOP/s of all cores (training = 3 x the forward F
     python3 -m venv ~/torchenv && ~/torchenv/bin/pip install torch   # outside the repository
     python3 benches/peers/compare.py --python ~/torchenv/bin/python --rounds 3
     python3 benches/peers/compare.py --python ~/torchenv/bin/python --rounds 3 --crossbow-isa avx2   # AVX2 path on an AVX-512 host
+    python3 benches/peers/compare.py --python ~/torchenv/bin/python --rounds 3 --crossbow-isa avx2 --torch-isa avx2   # both sides AVX2
 
 CI does not run this (it needs PyTorch and a quiet machine).
 """
