@@ -231,7 +231,7 @@ impl Winograd {
 
     /// Tiles per chunk: as many as keep `V` and the products within [`CHUNK_FLOATS`],
     /// rounded up so that a chunk's columns are a multiple of 32 (the AVX-512 1×1 kernel's
-    /// whole tiles; two vectors of 16 for the AVX2 one), at most the tiles rounded up the
+    /// whole tiles; two vectors of 8 for the AVX2 one), at most the tiles rounded up the
     /// same way.
     fn chunk_tiles(&self) -> usize {
         let step = 32 / self.lanes;
@@ -315,7 +315,8 @@ impl Winograd {
                 unsafe {
                     match self.lanes {
                         LANES => self.run_avx512::<LANES>(n, src, u, bias, dst, scratch),
-                        _ => self.run_avx512::<AVX2_LANES>(n, src, u, bias, dst, scratch),
+                        AVX2_LANES => self.run_avx512::<AVX2_LANES>(n, src, u, bias, dst, scratch),
+                        l => unreachable!("winograd: groups of {l} lanes"),
                     }
                 };
                 return;
@@ -368,7 +369,7 @@ impl Winograd {
         }
         // yq[p][lane] -> dst[lane][p] for the n images present.
         let pixels = co * h * w;
-        // SAFETY: AVX-512 runs (the only caller); yq holds pixels × G floats (ld = G >= n) and dst
+        // SAFETY: AVX runs (both callers enable AVX-512F or AVX2, each implying it); yq holds pixels × G floats (ld = G >= n) and dst
         // at least n · pixels (checked by run_group).
         unsafe { crate::cpu::simd::transpose_avx(yq, pixels, n, G, &mut dst[..n * pixels]) };
     }
@@ -398,7 +399,7 @@ impl Winograd {
                 }
                 let off = (ci * h + y) * w;
                 if n == G {
-                    // SAFETY: AVX-512 runs (the only caller); the source holds G rows of w
+                    // SAFETY: AVX runs (both callers enable AVX-512F or AVX2); the source holds G rows of w
                     // floats at stride in_img from off, the destination w · G floats.
                     unsafe { crate::cpu::simd::transpose_avx(&src[off..], G, w, in_img, row) };
                 } else {
