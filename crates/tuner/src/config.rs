@@ -56,6 +56,16 @@ pub struct TunerConfig {
     /// one unlucky median cannot end the climb early. Every probe is compared with the best
     /// count so far, not with its neighbour.
     pub patience: usize,
+    /// A close call is measured again before the tuner settles (default 0.25; `0` turns this
+    /// off). When the search ends, the count whose comparison with the best count came
+    /// closest to the other answer (its change within this fraction of the change needed) is
+    /// the rival: the device runs the rival and the best count once more, nearer one first,
+    /// and the two are compared on the mean of each one's two medians. On a shared host whose
+    /// load comes and goes for seconds at a time, one count's windows can all fall in a busy
+    /// stretch and another's in a calm one; measuring both twice, in the order
+    /// best, rival, rival, best (or the reverse), cancels a load that changes steadily and
+    /// halves the odds that luck decides. It costs one more visit to each of the two counts.
+    pub confirm_band: f64,
     /// Once settled, tuning re-opens when the sliding median falls below `1 - retune_drop` of
     /// the settled reference (default 0.2 = 20%; in `(0, 1]`, `1` never re-opens). Keep it
     /// well above the window-to-window noise: with ±10% noise a stable device practically never
@@ -84,6 +94,7 @@ impl Default for TunerConfig {
             extra_windows: 10,
             threshold: 0.05,
             patience: 1,
+            confirm_band: 0.25,
             retune_drop: 0.2,
             memory_budget_bytes: None,
             require_memory_figures: true,
@@ -127,6 +138,9 @@ pub enum ConfigError {
     /// `threshold` is negative, NaN or infinite.
     #[error("threshold must be a finite fraction >= 0 (got {0})")]
     Threshold(f64),
+    /// `confirm_band` is negative, NaN or infinite.
+    #[error("confirm_band must be a finite fraction >= 0 (got {0})")]
+    ConfirmBand(f64),
     /// `retune_drop` is not in `(0, 1]`.
     #[error("retune_drop must be a fraction in (0, 1] (got {0})")]
     RetuneDrop(f64),
@@ -162,6 +176,9 @@ impl TunerConfig {
         }
         if !(self.threshold.is_finite() && self.threshold >= 0.0) {
             return Err(ConfigError::Threshold(self.threshold));
+        }
+        if !(self.confirm_band.is_finite() && self.confirm_band >= 0.0) {
+            return Err(ConfigError::ConfirmBand(self.confirm_band));
         }
         if !(self.retune_drop > 0.0 && self.retune_drop <= 1.0) {
             return Err(ConfigError::RetuneDrop(self.retune_drop));

@@ -22,13 +22,35 @@ struct Search {
     direction: Direction,
     /// Consecutive probes in this direction that did not move `best`.
     misses: usize,
+    /// The close call being measured again, once the search is over.
+    #[serde(default)]
+    confirm: Option<Confirm>,
+    /// Whether this round's close call was measured again (or had none): the next end of
+    /// the search settles.
+    #[serde(default)]
+    confirmed: bool,
 }
 
 impl Search {
     /// A round from `start`: downwards first when fewer learners are allowed.
     fn at(start: usize, min: usize) -> Self {
-        Search { best: start, direction: if start > min { Direction::Down } else { Direction::Up }, misses: 0 }
+        Search {
+            best: start,
+            direction: if start > min { Direction::Down } else { Direction::Up },
+            misses: 0,
+            confirm: None,
+            confirmed: false,
+        }
     }
+}
+
+/// A close call measured again: the search's comparison of the smaller count (`from`) with
+/// the larger (`to`), one of them the best count, and the medians of their second visits.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+struct Confirm {
+    call: Comparison,
+    from_again: Option<f64>,
+    to_again: Option<f64>,
 }
 
 /// Tunes the learner count of **one** device. [`Tuner`](crate::Tuner) holds one per device;
@@ -365,6 +387,12 @@ impl DeviceTuner {
     fn measured(&mut self, count: usize, m: f64) {
         let windows = self.windows.len();
         self.windows.clear();
+        if let Some(c) = self.search.confirm
+            && (count == c.call.from_learners || count == c.call.to_learners)
+        {
+            self.confirming(c, count, m, windows);
+            return;
+        }
         let entry = TableEntry { learners: count, median: m, windows };
         match self.table.binary_search_by_key(&count, |e| e.learners) {
             Ok(i) => self.table[i] = entry,
@@ -498,8 +526,96 @@ impl DeviceTuner {
         }
     }
 
-    /// The search is over: steer to the best count and settle there.
+    /// The second visit to one count of a close call measured `m` over `windows` windows.
+    /// Once both counts are measured again, the one their means favour is the best count
+    /// and the search is over.
+    fn confirming(&mut self, mut c: Confirm, count: usize, m: f64, windows: usize) {
+        let first = if count == c.call.from_learners {
+            c.from_again = Some(m);
+            c.call.from_median
+        } else {
+            c.to_again = Some(m);
+            c.call.to_median
+        };
+        // The table shows what the decision rests on: the mean of the two visits.
+        if let Ok(i) = self.table.binary_search_by_key(&count, |e| e.learners)
+            && let Some(e) = self.table.get_mut(i)
+        {
+            e.median = first / 2.0 + m / 2.0;
+            e.windows = e.windows.saturating_add(windows);
+        }
+        match (c.from_again, c.to_again) {
+            (Some(from), Some(to)) => {
+                self.search.confirm = None;
+                let (lo, hi) = (c.call.from_learners, c.call.to_learners);
+                let means = (c.call.from_median / 2.0 + from / 2.0, c.call.to_median / 2.0 + to / 2.0);
+                let cmp = Comparison::new((lo, means.0), (hi, means.1), c.call.needed);
+                self.search.best = if cmp.change > cmp.needed { hi } else { lo };
+                self.finish(Reason::Confirmed(cmp));
+            }
+            (Some(_), None) => {
+                self.search.confirm = Some(c);
+                self.steer(c.call.to_learners, Reason::CloseCall(c.call));
+            }
+            (None, _) => {
+                self.search.confirm = Some(c);
+                self.steer(c.call.from_learners, Reason::CloseCall(c.call));
+            }
+        }
+    }
+
+    /// The comparison with the best count that came closest to the other answer, if it came
+    /// within `confirm_band` and the other count can still be run.
+    fn close_call(&self) -> Option<Comparison> {
+        let band = self.config.confirm_band;
+        let best = self.search.best;
+        let (Some(cur), Some(best_m)) = (self.current, self.median_of(best)) else {
+            return None;
+        };
+        let mut call: Option<(f64, Comparison)> = None;
+        for e in &self.table {
+            let reachable = e.learners <= cur || self.up_limit(e.learners).is_none();
+            if e.learners == best || !reachable || band <= 0.0 {
+                continue;
+            }
+            let k = i32::try_from(e.learners.abs_diff(best)).unwrap_or(i32::MAX);
+            let needed = (1.0 + self.config.threshold).powi(k) - 1.0;
+            let (lo, hi) = if e.learners < best {
+                ((e.learners, e.median), (best, best_m))
+            } else {
+                ((best, best_m), (e.learners, e.median))
+            };
+            let cmp = Comparison::new(lo, hi, needed);
+            let distance = (cmp.change - needed).abs();
+            if distance <= band && call.is_none_or(|(d, _)| distance < d) {
+                call = Some((distance, cmp));
+            }
+        }
+        call.map(|(_, c)| c)
+    }
+
+    /// The search is over: measure its close call again if it has one (see
+    /// [`TunerConfig::confirm_band`]), else steer to the best count and settle there. A
+    /// confirmation cut short (the way to one of its counts is blocked) settles on the best
+    /// count as it stands.
     fn finish(&mut self, reason: Reason) {
+        if self.phase == Phase::Searching {
+            if self.search.confirm.take().is_none()
+                && !self.search.confirmed
+                && let Some(call) = self.close_call()
+            {
+                self.search.confirmed = true;
+                let cur = self.current.unwrap_or(self.search.best);
+                let (lo, hi) = (call.from_learners, call.to_learners);
+                // The nearer count first: no walk when the search ended at one of them, and
+                // the order best, rival, rival, best when it ended past the rival.
+                let first = if cur.abs_diff(lo) <= cur.abs_diff(hi) { lo } else { hi };
+                self.search.confirm = Some(Confirm { call, from_again: None, to_again: None });
+                self.steer(first, Reason::CloseCall(call));
+                return;
+            }
+            self.search.confirmed = true;
+        }
         self.target = self.search.best;
         self.reason = reason;
         if self.current == Some(self.target) {

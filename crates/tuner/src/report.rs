@@ -115,6 +115,13 @@ pub enum Reason {
     /// Fewer learners lost more than the threshold per learner: go back to the best count (and
     /// settle, or climb from it if the round has not tried more learners yet).
     WorthKeeping(Comparison),
+    /// The search is over, but its closest call (this comparison, from the search) came
+    /// within `confirm_band` of the other answer: both counts are measured once more before
+    /// the tuner settles.
+    CloseCall(Comparison),
+    /// The close call measured again: each count's figure is the mean of its two medians.
+    /// The larger count wins when `change > needed`; the tuner settles on the winner.
+    Confirmed(Comparison),
     /// The current count is above `max_learners`, or the climb reached it.
     MaxLearners {
         /// The configured maximum.
@@ -197,6 +204,8 @@ impl fmt::Display for Reason {
                 write!(f, "learners worth keeping, trying fewer still: {c}")
             }
             Reason::WorthKeeping(c) => write!(f, "learners worth keeping: {c}"),
+            Reason::CloseCall(c) => write!(f, "close call, measuring both again: {c}"),
+            Reason::Confirmed(c) => write!(f, "close call measured twice (means of two medians): {c}"),
             Reason::MaxLearners { max } => write!(f, "max learners ({max})"),
             Reason::MinLearners { min } => write!(f, "min learners ({min})"),
             Reason::MemoryBudget { learners, needed_bytes, budget_bytes } => write!(

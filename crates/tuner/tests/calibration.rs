@@ -7,17 +7,19 @@
 
 mod common;
 
-use common::{Curve, Rng, Shape, SimDevice, run_until_settled, settle_bound};
+use common::{Curve, Drift, Rng, Shape, SimDevice, run_until_settled, settle_bound};
 use crossbow_tuner::{Decision, DeviceTuner, TunerConfig};
 
 const LEN: usize = 16;
 
+#[derive(Clone, Copy)]
 struct Scenario {
     name: &'static str,
     config: TunerConfig,
     noise: f64,
     outliers: f64,
     start: usize,
+    drift: Option<Drift>,
 }
 
 #[allow(clippy::unwrap_used)] // Test helper: an invalid scenario config should fail the test.
@@ -30,6 +32,7 @@ fn run(s: &Scenario, shape: Shape, runs: u64) -> String {
         let mut device = SimDevice::new(curve, fit_max, start, seed);
         device.noise = s.noise;
         device.outlier_rate = s.outliers;
+        device.drift = s.drift;
         let config = TunerConfig { initial_learners: start, ..s.config };
         let mut tuner = DeviceTuner::new(config).unwrap();
         let bound = settle_bound(&config, LEN, device.missing_rate);
@@ -83,16 +86,17 @@ fn run(s: &Scenario, shape: Shape, runs: u64) -> String {
 fn calibration() {
     let base = TunerConfig { max_learners: LEN, ..TunerConfig::default() };
     let scenarios = [
-        Scenario { name: "default", config: base, noise: 0.10, outliers: 0.05, start: 1 },
-        Scenario { name: "start at 6", config: base, noise: 0.10, outliers: 0.05, start: 6 },
-        Scenario { name: "noise 20%", config: base, noise: 0.20, outliers: 0.05, start: 1 },
-        Scenario { name: "outliers 10%", config: base, noise: 0.10, outliers: 0.10, start: 1 },
+        Scenario { name: "default", config: base, noise: 0.10, outliers: 0.05, start: 1, drift: None },
+        Scenario { name: "start at 6", config: base, noise: 0.10, outliers: 0.05, start: 6, drift: None },
+        Scenario { name: "noise 20%", config: base, noise: 0.20, outliers: 0.05, start: 1, drift: None },
+        Scenario { name: "outliers 10%", config: base, noise: 0.10, outliers: 0.10, start: 1, drift: None },
         Scenario {
             name: "patience 0",
             config: TunerConfig { patience: 0, ..base },
             noise: 0.10,
             outliers: 0.05,
             start: 1,
+            drift: None,
         },
         Scenario {
             name: "no extension",
@@ -100,8 +104,25 @@ fn calibration() {
             noise: 0.10,
             outliers: 0.05,
             start: 1,
+            drift: None,
         },
     ];
+    let mut scenarios = scenarios.to_vec();
+    let unconfirmed = TunerConfig { confirm_band: 0.0, ..base };
+    for (name, busy, mean) in [("load 0.7/10", 0.7, 10.0), ("load 0.6/30", 0.6, 30.0)] {
+        let drift = Some(Drift { busy, mean_windows: mean, busy_now: false });
+        scenarios.push(Scenario { name, config: base, noise: 0.05, outliers: 0.02, start: 1, drift });
+        let name = if mean < 20.0 { "unconfirmed 0.7/10" } else { "unconfirmed 0.6/30" };
+        scenarios.push(Scenario { name, config: unconfirmed, noise: 0.05, outliers: 0.02, start: 1, drift });
+    }
+    scenarios.push(Scenario {
+        name: "unconfirmed",
+        config: unconfirmed,
+        noise: 0.10,
+        outliers: 0.05,
+        start: 1,
+        drift: None,
+    });
     let runs = std::env::var("RUNS").ok().and_then(|r| r.parse().ok()).unwrap_or(5_000);
     for s in &scenarios {
         for shape in [Shape::Concave, Shape::MonotoneFlat, Shape::MemoryCliff] {

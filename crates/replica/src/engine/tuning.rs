@@ -48,7 +48,9 @@ fn comparison(reason: &Reason) -> Option<&Comparison> {
         | Reason::NoGain(c)
         | Reason::NotWorthKeeping(c)
         | Reason::WorthKeepingTryingFewer(c)
-        | Reason::WorthKeeping(c) => Some(c),
+        | Reason::WorthKeeping(c)
+        | Reason::CloseCall(c)
+        | Reason::Confirmed(c) => Some(c),
         _ => None,
     }
 }
@@ -101,7 +103,10 @@ impl TuningEvent {
         let r = &self.report;
         let settled = if r.decision == Decision::Settled { ", settled" } else { "" };
         let pct = |x: f64| format!("{:+.1}%", x * 100.0);
-        if r.decision == Decision::Settled && comparison(&r.reason).is_some() {
+        if r.decision == Decision::Settled
+            && comparison(&r.reason).is_some()
+            && !matches!(r.reason, Reason::Confirmed(_))
+        {
             // The comparison was reported with the move that led here.
             return "the best count, settled".to_string();
         }
@@ -133,6 +138,21 @@ impl TuningEvent {
                 pct(c.change),
                 c.from_learners,
                 pct(c.needed)
+            ),
+            Reason::CloseCall(c) => format!(
+                "close call, {} learners {} over {} ({} needed); measuring both again",
+                c.to_learners,
+                pct(c.change),
+                c.from_learners,
+                pct(c.needed)
+            ),
+            Reason::Confirmed(c) => format!(
+                "measured twice, {} learners {} over {} ({} needed); {} is the best",
+                c.to_learners,
+                pct(c.change),
+                c.from_learners,
+                pct(c.needed),
+                if c.change > c.needed { c.to_learners } else { c.from_learners }
             ),
             Reason::MaxLearners { max } => format!("at the maximum of {}", learners(max)),
             Reason::MinLearners { min } => format!("at the minimum of {}", learners(min)),
@@ -365,6 +385,21 @@ mod tests {
         let l = event(report(Decision::Settled, 2, 2, Reason::NoGain(c)), Some(3000.0), Some((4, 2400.0))).line();
         assert!(l.starts_with("tuner device 0: 2 learners: 3000 img/s (+25.0% vs 4) -> keep: "), "{l}");
         assert!(l.ends_with("-> keep: the best count, settled"), "{l}");
+        // A close call measured again: the move to its first count, then the verdict.
+        let c = cmp((1, 445.0), (2, 440.0), 0.05);
+        let l = event(report(Decision::RemoveLearner, 3, 2, Reason::CloseCall(c)), None, None).line();
+        assert_eq!(
+            l,
+            "tuner device 0: 3 learners -> remove: close call, 2 learners -1.1% over 1 (+5.0% needed); measuring \
+             both again"
+        );
+        let c = cmp((1, 439.0), (2, 470.0), 0.05);
+        let l = event(report(Decision::Settled, 2, 2, Reason::Confirmed(c)), Some(470.0), Some((1, 439.0))).line();
+        assert_eq!(
+            l,
+            "tuner device 0: 2 learners: 470 img/s (+7.1% vs 1) -> keep: measured twice, 2 learners +7.1% over 1 \
+             (+5.0% needed); 2 is the best, settled"
+        );
         let mem = Reason::MemoryBudget { learners: 3, needed_bytes: 3 << 30, budget_bytes: 2 << 30 };
         let l = event(report(Decision::Settled, 2, 2, mem), None, None).line();
         assert_eq!(

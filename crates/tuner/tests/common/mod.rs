@@ -151,6 +151,17 @@ impl Curve {
     }
 }
 
+/// A shared host's load that comes and goes: stretches of windows (geometric lengths, mean
+/// `mean_windows`) alternate between full speed and `busy` of it. One count's windows can all
+/// fall in one stretch, the next count's in another: the noise is correlated in time, which
+/// a median over consecutive windows does not remove.
+#[derive(Clone, Copy, Debug)]
+pub struct Drift {
+    pub busy: f64,
+    pub mean_windows: f64,
+    pub busy_now: bool,
+}
+
 /// A device with `curve` and a memory budget that fits `fit_max` learners exactly.
 #[derive(Clone, Debug)]
 pub struct SimDevice {
@@ -166,6 +177,8 @@ pub struct SimDevice {
     pub outlier_rate: f64,
     /// Probability of a missing sample (no images).
     pub missing_rate: f64,
+    /// Host load that comes and goes, if any (see [`Drift`]).
+    pub drift: Option<Drift>,
     /// Windows simulated so far.
     pub windows: usize,
     /// Most learners ever run.
@@ -189,6 +202,7 @@ impl SimDevice {
             noise: 0.10,
             outlier_rate: 0.05,
             missing_rate: 0.04,
+            drift: None,
             windows: 0,
             peak_learners: start,
             rng: Rng::new(seed),
@@ -199,6 +213,14 @@ impl SimDevice {
     pub fn sample(&mut self) -> Sample {
         self.windows += 1;
         let mut rate = self.curve.at(self.learners) * self.scale;
+        if let Some(d) = &mut self.drift {
+            if self.rng.unit() < 1.0 / d.mean_windows {
+                d.busy_now = !d.busy_now;
+            }
+            if d.busy_now {
+                rate *= d.busy;
+            }
+        }
         rate *= 1.0 + self.rng.range(-self.noise, self.noise);
         if self.rng.unit() < self.outlier_rate {
             rate *= if self.rng.unit() < 0.5 { 0.3 } else { 2.0 };
