@@ -178,8 +178,12 @@ impl TuningEvent {
 
 /// Whether a report is a new decision worth an event: a change, failure or settling, and not
 /// the next one-learner step of a move already reported (same decision, target and reason).
+/// Tuning re-opened (a throughput drop, a count changed outside the tuner, a request) is
+/// one too, though its decision is `Keep`: the log says why a settled device searches again.
 fn new_decision(last: Option<&(Decision, usize, Reason)>, report: &Report) -> bool {
-    report.decision != Decision::Keep && last != Some(&(report.decision, report.target, report.reason))
+    let reopened =
+        matches!(report.reason, Reason::ThroughputDrop { .. } | Reason::ExternalChange { .. } | Reason::Requested);
+    (report.decision != Decision::Keep || reopened) && last != Some(&(report.decision, report.target, report.reason))
 }
 
 /// The tuner and the bookkeeping around it.
@@ -357,6 +361,26 @@ mod tests {
             learners_after: vec![],
             failed: None,
         }
+    }
+
+    /// A settled device that re-opens tuning answers `Keep` (it measures where it is first);
+    /// that report is still an event, once, so the log says why the search starts again.
+    #[test]
+    fn tuning_reopened_is_an_event_though_it_keeps() {
+        let drop = Reason::ThroughputDrop { learners: 2, reference: 1000.0, median: 700.0, drop: 0.3 };
+        let r = report(Decision::Keep, 2, 2, drop);
+        assert!(new_decision(None, &r));
+        assert!(!new_decision(Some(&(r.decision, r.target, r.reason)), &r), "logged once");
+        let moved = Reason::ExternalChange { expected: 2, reported: 3 };
+        assert!(new_decision(None, &report(Decision::Keep, 3, 3, moved)));
+        assert!(new_decision(None, &report(Decision::Keep, 2, 2, Reason::Requested)));
+        // Measuring is not news.
+        assert!(!new_decision(None, &report(Decision::Keep, 2, 2, Reason::Measuring { windows: 1, needed: 5 })));
+        let l = event(r, None, None).line();
+        assert_eq!(
+            l,
+            "tuner device 0: 2 learners -> keep: throughput at 2 learners fell 30.0% since settling; re-tuning"
+        );
     }
 
     fn cmp(from: (usize, f64), to: (usize, f64), needed: f64) -> Comparison {
