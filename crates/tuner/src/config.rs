@@ -41,6 +41,13 @@ pub struct TunerConfig {
     /// median watched against it (default 10, at least 1). Longer than `windows_per_count`:
     /// there is no hurry to re-tune, and a false alarm costs a whole search.
     pub monitor_windows: usize,
+    /// Once the search is over (the settled reference and the monitor), consecutive windows
+    /// are pooled until they span at least this many seconds (default 0.05; `0` pools
+    /// nothing). The monitor counts windows: on a 2 ms step its `monitor_windows` windows
+    /// would span ~20 ms, and one stall of the host would read as a lasting drop and re-open
+    /// tuning. Pooled windows keep its median over a span a stall cannot fill. The search
+    /// itself still measures every window.
+    pub monitor_window_seconds: f64,
     /// Windows further than this fraction from their count's median are outliers (default
     /// 0.25). When more than a quarter of a count's windows are outliers, the median is not
     /// trusted yet and more windows are measured, up to `extra_windows` more.
@@ -90,6 +97,7 @@ impl Default for TunerConfig {
             warmup_windows: 2,
             windows_per_count: 5,
             monitor_windows: 10,
+            monitor_window_seconds: 0.05,
             outlier_band: 0.25,
             extra_windows: 10,
             threshold: 0.05,
@@ -138,6 +146,9 @@ pub enum ConfigError {
     /// `threshold` is negative, NaN or infinite.
     #[error("threshold must be a finite fraction >= 0 (got {0})")]
     Threshold(f64),
+    /// `monitor_window_seconds` is negative, NaN or infinite.
+    #[error("monitor_window_seconds must be a finite number of seconds >= 0 (got {0})")]
+    MonitorWindowSeconds(f64),
     /// `confirm_band` is negative, NaN or infinite.
     #[error("confirm_band must be a finite fraction >= 0 (got {0})")]
     ConfirmBand(f64),
@@ -176,6 +187,9 @@ impl TunerConfig {
         }
         if !(self.threshold.is_finite() && self.threshold >= 0.0) {
             return Err(ConfigError::Threshold(self.threshold));
+        }
+        if !(self.monitor_window_seconds.is_finite() && self.monitor_window_seconds >= 0.0) {
+            return Err(ConfigError::MonitorWindowSeconds(self.monitor_window_seconds));
         }
         if !(self.confirm_band.is_finite() && self.confirm_band >= 0.0) {
             return Err(ConfigError::ConfirmBand(self.confirm_band));

@@ -84,6 +84,10 @@ pub struct DeviceTuner {
     table: Vec<TableEntry>,
     /// Median throughput measured after settling.
     reference: Option<f64>,
+    /// Images and seconds of the windows pooled so far, once the search is over (see
+    /// [`TunerConfig::monitor_window_seconds`]).
+    #[serde(default)]
+    pooled: (f64, f64),
     memory: Option<MemoryFigures>,
     /// Highest count reachable after the engine failed to add a learner.
     ceiling: Option<usize>,
@@ -113,6 +117,7 @@ impl DeviceTuner {
             scratch: Vec::with_capacity(n),
             table: Vec::new(),
             reference: None,
+            pooled: (0.0, 0.0),
             memory: None,
             ceiling: None,
             reason: Reason::Starting,
@@ -143,7 +148,7 @@ impl DeviceTuner {
         }
         let used = match sample.throughput() {
             None => SampleUse::Missing,
-            Some(rate) => self.take(sample.learners, rate),
+            Some(rate) => self.take(sample.learners, rate, sample.seconds),
         };
         self.enforce_memory();
         self.finish_report(used)
@@ -250,7 +255,7 @@ impl DeviceTuner {
 
     // ---- sample handling ----------------------------------------------------------------
 
-    fn take(&mut self, count: usize, rate: f64) -> SampleUse {
+    fn take(&mut self, count: usize, rate: f64, seconds: f64) -> SampleUse {
         let Some(cur) = self.current else {
             // First valid sample: the run starts here, whatever was configured.
             let warming = Reason::WarmingUp { remaining: self.config.warmup_windows };
@@ -292,6 +297,14 @@ impl DeviceTuner {
             }
             return SampleUse::WarmUp;
         }
+        // Once the search is over, windows are pooled into spans a stall cannot fill.
+        let rate = match self.phase {
+            Phase::Searching => rate,
+            Phase::Settling | Phase::Returning | Phase::Settled => match self.pool(rate, seconds) {
+                Some(pooled) => pooled,
+                None => return SampleUse::Pooled,
+            },
+        };
         match self.phase {
             Phase::Searching => {
                 self.windows.push(rate);
@@ -320,6 +333,24 @@ impl DeviceTuner {
         }
     }
 
+    /// Adds a window (`rate` over `seconds`) to the pool; the pooled rate once the pool spans
+    /// [`TunerConfig::monitor_window_seconds`], and the pool starts again.
+    fn pool(&mut self, rate: f64, seconds: f64) -> Option<f64> {
+        let min = self.config.monitor_window_seconds;
+        let (images, secs) = self.pooled;
+        if secs == 0.0 && seconds >= min {
+            // A window long enough on its own.
+            return Some(rate);
+        }
+        let (images, secs) = (images + rate * seconds, secs + seconds);
+        if secs < min {
+            self.pooled = (images, secs);
+            return None;
+        }
+        self.pooled = (0.0, 0.0);
+        Some(images / secs)
+    }
+
     /// Whether `count` is the step asked for, or lies on the way from `cur` to the target
     /// (the engine applied one or more of the steps asked for).
     fn is_progress(&self, cur: usize, count: usize) -> bool {
@@ -336,6 +367,7 @@ impl DeviceTuner {
     fn arrive(&mut self, count: usize) {
         self.current = Some(count);
         self.windows.clear();
+        self.pooled = (0.0, 0.0);
         self.discard = self.config.warmup_windows;
         if count == self.target {
             match self.phase {
@@ -358,6 +390,7 @@ impl DeviceTuner {
         self.search = Search::at(start, min);
         self.table.clear();
         self.windows.clear();
+        self.pooled = (0.0, 0.0);
         self.reference = None;
         self.discard = self.config.warmup_windows;
         self.reason = if count > max {

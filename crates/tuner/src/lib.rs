@@ -77,7 +77,9 @@
 //!    [`Decision::Settled`], and measures a reference median over `monitor_windows` windows
 //!    (default 10).
 //! 8. **Monitor and re-tune.** Once settled it watches the sliding median of the last
-//!    `monitor_windows` windows. When those windows agree (as in step 3) on a median more than
+//!    `monitor_windows` windows, each pooled from consecutive samples until it spans
+//!    `monitor_window_seconds` (default 0.05 s; also for the settled reference), so that on a
+//!    2 ms step one stall of the host cannot fill the monitor. When those windows agree (as in step 3) on a median more than
 //!    `retune_drop` (default 20%) below the reference, tuning re-opens: a new round with a
 //!    fresh table from the current count, descending first and then climbing (step 5), since a
 //!    drop can call for fewer learners as well as more. [`DeviceTuner::retune`] re-opens on

@@ -258,6 +258,9 @@ pub enum SampleUse {
     Measured,
     /// Counted towards the sliding median watched while settled.
     Monitored,
+    /// Pooled with the next windows until they span `monitor_window_seconds` (once the
+    /// search is over).
+    Pooled,
 }
 
 /// The answer to one observation: the decision for the device, the reason for it and the

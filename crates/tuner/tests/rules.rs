@@ -142,6 +142,7 @@ fn invalid_configs_are_rejected_with_a_clear_error() {
         (TunerConfig { monitor_windows: 0, ..d }, ConfigError::ZeroMonitorWindows),
         (TunerConfig { threshold: -0.1, ..d }, ConfigError::Threshold(-0.1)),
         (TunerConfig { confirm_band: -0.1, ..d }, ConfigError::ConfirmBand(-0.1)),
+        (TunerConfig { monitor_window_seconds: -1.0, ..d }, ConfigError::MonitorWindowSeconds(-1.0)),
         (TunerConfig { threshold: f64::INFINITY, ..d }, ConfigError::Threshold(f64::INFINITY)),
         (TunerConfig { retune_drop: 0.0, ..d }, ConfigError::RetuneDrop(0.0)),
         (TunerConfig { retune_drop: 1.5, ..d }, ConfigError::RetuneDrop(1.5)),
@@ -437,6 +438,52 @@ fn a_tuner_saved_mid_confirmation_resumes_it() {
     let b = resumed.settle(peak_at_two, 200);
     assert_eq!((a, rig.learners), (b, resumed.learners));
     assert!(matches!(b.reason, Reason::Confirmed(_)));
+}
+
+// ---- short steps: the monitor pools windows ---------------------------------------------
+
+/// A device whose steps take 10 ms: 1 learner 1000 img/s, 2 learners no better, settles at 1.
+/// Returns the rig once the settled reference is measured.
+fn settled_on_short_steps(config: TunerConfig) -> Rig {
+    let mut rig = Rig::new(config);
+    for _ in 0..2000 {
+        let r = rig.sample(Sample::new(rig.learners, 10, 0.01));
+        if r.decision == Decision::Settled && rig.tuner.reference().is_some() {
+            assert_eq!(rig.learners, 1);
+            return rig;
+        }
+    }
+    panic!("did not settle: {:?}", rig.log.last());
+}
+
+/// Feeds `n` windows of 10 ms at `images` images each; whether tuning re-opened.
+fn short_windows(rig: &mut Rig, n: usize, images: u64) -> bool {
+    (0..n).any(|_| matches!(rig.sample(Sample::new(rig.learners, images, 0.01)).reason, Reason::ThroughputDrop { .. }))
+}
+
+#[test]
+fn a_stall_shorter_than_a_pooled_window_does_not_reopen_tuning() {
+    // A 40 ms stall at 30% speed, at every offset within the 50 ms pooled windows.
+    for offset in 0..5 {
+        let mut rig = settled_on_short_steps(config());
+        assert!(!short_windows(&mut rig, 40 + offset, 10));
+        assert!(!short_windows(&mut rig, 4, 3), "offset {offset}");
+        assert!(!short_windows(&mut rig, 100, 10), "offset {offset}");
+        assert_eq!(rig.tuner.phase(), Phase::Settled);
+        assert!(rig.log.iter().any(|r| r.sample == SampleUse::Pooled));
+    }
+    // Without pooling the monitor's four 10 ms windows fill with the stall, and it re-tunes.
+    let mut rig = settled_on_short_steps(TunerConfig { monitor_window_seconds: 0.0, ..config() });
+    assert!(!short_windows(&mut rig, 40, 10));
+    assert!(short_windows(&mut rig, 4, 3));
+}
+
+#[test]
+fn a_lasting_drop_on_short_steps_still_reopens_tuning() {
+    let mut rig = settled_on_short_steps(config());
+    assert!(!short_windows(&mut rig, 40, 10));
+    // Half speed for 0.4 s: eight pooled windows, the monitor's four all low.
+    assert!(short_windows(&mut rig, 40, 5));
 }
 
 #[test]
