@@ -434,6 +434,14 @@ impl DeviceTuner {
         self.step(count, m);
     }
 
+    /// The change the larger of two counts must beat the smaller by: every learner must pay
+    /// the threshold, `(1 + threshold)^k - 1` for `k` learners more, so a lucky window two
+    /// learners away is not a gain.
+    fn needed(&self, a: usize, b: usize) -> f64 {
+        let k = i32::try_from(a.abs_diff(b)).unwrap_or(i32::MAX);
+        (1.0 + self.config.threshold).powi(k) - 1.0
+    }
+
     fn median_of(&self, count: usize) -> Option<f64> {
         self.table.binary_search_by_key(&count, |e| e.learners).ok().and_then(|i| self.table.get(i)).map(|e| e.median)
     }
@@ -453,10 +461,7 @@ impl DeviceTuner {
                 return;
             }
         };
-        // Every learner must pay the threshold: k learners more must beat the smaller count
-        // by (1 + threshold)^k - 1, so a lucky window two learners away is not a gain.
-        let k = i32::try_from(count.abs_diff(best)).unwrap_or(i32::MAX);
-        let needed = (1.0 + self.config.threshold).powi(k) - 1.0;
+        let needed = self.needed(count, best);
         let patience = self.config.patience;
         match self.search.direction {
             Direction::Up => {
@@ -605,14 +610,16 @@ impl DeviceTuner {
         let (Some(cur), Some(best_m)) = (self.current, self.median_of(best)) else {
             return None;
         };
+        if band <= 0.0 {
+            return None;
+        }
         let mut call: Option<(f64, Comparison)> = None;
         for e in &self.table {
             let reachable = e.learners <= cur || self.up_limit(e.learners).is_none();
-            if e.learners == best || !reachable || band <= 0.0 {
+            if e.learners == best || !reachable {
                 continue;
             }
-            let k = i32::try_from(e.learners.abs_diff(best)).unwrap_or(i32::MAX);
-            let needed = (1.0 + self.config.threshold).powi(k) - 1.0;
+            let needed = self.needed(e.learners, best);
             let (lo, hi) = if e.learners < best {
                 ((e.learners, e.median), (best, best_m))
             } else {
