@@ -5,6 +5,7 @@ use super::direct::{Direct, ParamsDirect};
 use super::phases::Phases;
 use super::projection::Projection;
 use super::winograd::Winograd;
+use super::winograd_params::WinogradParams;
 use super::{Conv2d, Conv2dGeom};
 use crate::backend::{View, ViewMut};
 use crate::cpu::simd::{transpose, transpose_ld};
@@ -82,7 +83,8 @@ fn direct_len(g: &Conv2dGeom, threads: usize) -> usize {
     let phases = Phases::of(g).map_or(0, |p| p.workspace_len(groups));
     let wf = Winograd::forward(g).map_or(0, |w| w.workspace_len(groups));
     let wb = Winograd::backward_data(g).map_or(0, |w| w.workspace_len(groups));
-    f.max(b).max(phases).max(wf).max(wb)
+    let wp = WinogradParams::of(g).map_or(0, |w| w.workspace_len(groups));
+    f.max(b).max(phases).max(wf).max(wb).max(wp)
 }
 
 /// The backward-params pass of a stride-1 convolution without im2col ("shifted windows").
@@ -566,6 +568,9 @@ fn backward_data(ctx: CpuCtx<'_>, g: &Conv2dGeom, dy: &[f32], params: &[f32], dx
 }
 
 fn backward_params(ctx: CpuCtx<'_>, g: &Conv2dGeom, x: &[f32], dy: &[f32], dparams: &mut [f32], ws: &mut [f32]) {
+    if let Some(wp) = WinogradParams::of(g) {
+        return backward_params_winograd(ctx, g, wp, x, dy, dparams, ws);
+    }
     if let Some(pr) = Projection::of(g) {
         return backward_params_projection(ctx, g, pr, x, dy, dparams, ws);
     }
@@ -576,6 +581,29 @@ fn backward_params(ctx: CpuCtx<'_>, g: &Conv2dGeom, x: &[f32], dy: &[f32], dpara
         Some(win) => backward_params_window(ctx, g, win, x, dy, dparams, ws),
         None => backward_params_im2col(ctx, g, x, dy, dparams, ws),
     }
+}
+
+/// [`backward_params`] of a wide 3×3 layer by [`WinogradParams`]: each thread sums its
+/// images' transformed products, then the sums are added in thread order and transformed.
+fn backward_params_winograd(
+    ctx: CpuCtx<'_>,
+    g: &Conv2dGeom,
+    wp: WinogradParams,
+    x: &[f32],
+    dy: &[f32],
+    dparams: &mut [f32],
+    ws: &mut [f32],
+) {
+    let groups = ctx.groups(g.batch);
+    let ranges = split_ranges(g.batch, groups);
+    let scratches = chunks_mut_n(ws, groups, wp.scratch_len());
+    let items: Vec<_> = ranges.into_iter().zip(scratches).collect();
+    let scratches = ctx.map(items, |(r, sc)| {
+        wp.accumulate(x, dy, r, sc);
+        sc
+    });
+    let sums: Vec<&[f32]> = scratches.iter().map(|s| &**s).collect();
+    wp.finish(ctx, &sums, g.bias, dparams);
 }
 
 /// Sums `dy` per output channel into `db` (`+=`).

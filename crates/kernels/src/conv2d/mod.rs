@@ -20,13 +20,17 @@
 //! the backend has threads, each with its own slice of the workspace; weight gradients are
 //! summed per group, then across groups in a fixed order (deterministic for a given thread
 //! count and CPU: the AVX-512 and AVX2 direct kernels add in the same order and give the
-//! same bits, tested).
+//! same bits, tested). With AVX2 or AVX-512 the wide 3×3 layers (stride 1, padding 1, at
+//! least 32 channels in and out) take Winograd F(4×4, 3×3) instead: the forward and
+//! backward-data passes (`winograd.rs`, at batches of 16 or more) and the weight gradient
+//! (`winograd_params.rs`, any batch).
 
 pub(crate) mod cpu;
 pub(crate) mod direct;
 pub(crate) mod phases;
 pub(crate) mod projection;
 pub(crate) mod winograd;
+pub(crate) mod winograd_params;
 pub(crate) mod cuda;
 #[cfg(feature = "cuda")]
 pub(crate) mod cudnn;

@@ -747,11 +747,12 @@ proptest! {
 
 /// Which 3×3 layers take the Winograd path: the CIFAR ResNets' 64- and 32-channel stages
 /// (forward and backward-data) at batches of 16 or more (groups of 16 lanes with AVX-512 from
-/// batch 32, of 8 lanes below that and on AVX2), not smaller ones, not the 16-channel stage,
-/// not strided or unpadded ones.
+/// batch 32, of 8 lanes below that and on AVX2), not smaller ones, and their weight gradient
+/// at any batch; not the 16-channel stage, not strided or unpadded ones.
 #[test]
 fn winograd_takes_the_wide_resnet_layers_only() {
     use super::winograd::{AVX2_LANES, LANES, Winograd};
+    use super::winograd_params::WinogradParams;
     let on = crate::cpu::simd::has_avx2() && super::winograd::winograd_setting() == Ok(true);
     let wide_lanes = if crate::cpu::simd::has_avx512() { LANES } else { AVX2_LANES };
     let wide = Conv2dGeom::square(32, 64, (8, 8), 64, 3, 1, 1, false);
@@ -768,6 +769,11 @@ fn winograd_takes_the_wide_resnet_layers_only() {
         assert_eq!(Winograd::backward_data(&g).map(|w| w.lanes), want, "{g:?}");
     }
     assert!(Winograd::forward(&Conv2dGeom { batch: 15, ..wide }).is_none(), "a batch of 15");
+    // The weight gradient's vectors run over channels: any batch.
+    let params_lanes = if crate::cpu::simd::has_avx512() { 16 } else { 8 };
+    for g in [wide, Conv2dGeom { batch: 1, ..wide }, Conv2dGeom { batch: 15, ..wide }, cases[2].0] {
+        assert_eq!(WinogradParams::of(&g).map(|w| w.vw), on.then_some(params_lanes), "{g:?}");
+    }
     for g in [
         Conv2dGeom::square(32, 16, (32, 32), 16, 3, 1, 1, false),
         Conv2dGeom::square(32, 32, (16, 16), 64, 3, 2, 1, false),
@@ -775,6 +781,7 @@ fn winograd_takes_the_wide_resnet_layers_only() {
         Conv2dGeom::square(32, 64, (8, 8), 64, 1, 1, 0, false),
     ] {
         assert!(Winograd::forward(&g).is_none() && Winograd::backward_data(&g).is_none(), "{g:?}");
+        assert!(WinogradParams::of(&g).is_none(), "{g:?}");
     }
 }
 
@@ -788,4 +795,44 @@ fn winograd_switch_parses_and_names_a_bad_value() {
     }
     let e = parse(Some("maybe")).unwrap_err();
     assert!(e.contains("CROSSBOW_WINOGRAD") && e.contains("maybe"), "{e}");
+}
+
+/// The Winograd weight gradient's bound against the f64 definition for a sum over `terms`
+/// pixels (images × pixels of each): the transforms reassociate the sum (and `A`'s
+/// coefficients reach 8), so the absolute error grows with the terms summed, about as their
+/// square root, as the gradient's own scale does (`sqrt(terms)/3` for these operands).
+/// Measured up to 5.0e-6·sqrt(terms) (4×4 images, whole tiles); this bound is 3× that.
+#[cfg(test)]
+fn winograd_params_tolerance(terms: usize) -> Tolerance {
+    Tolerance::new(1e-5, 1.5e-5 * (terms as f64).sqrt())
+}
+
+#[cfg(test)]
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(12))]
+    /// Wide 3×3 layers take the Winograd weight gradient where AVX2 or AVX-512 runs, at any
+    /// batch, and it matches the f64 definition on random sizes (images 1-10 pixels a side,
+    /// so edge tiles are partial; channel counts around the vector widths; 1-40 images, so
+    /// one chunk and several), with 1-3 threads; the bias gradient too.
+    #[test]
+    fn winograd_weight_gradient_matches_the_reference(
+        n in 1usize..41, c in 32usize..72, co in 32usize..72, h in 1usize..11, w in 1usize..11,
+        bias in any::<bool>(), threads in 1usize..4, seed in any::<u64>(),
+    ) {
+        let g = Conv2dGeom {
+            batch: n, in_channels: c, in_h: h, in_w: w, out_channels: co, kernel_h: 3, kernel_w: 3,
+            stride_h: 1, stride_w: 1, pad_h: 1, pad_w: 1, bias,
+        };
+        prop_assume!(g.validate().is_ok());
+        if super::winograd_params::WinogradParams::of(&g).is_none() {
+            eprintln!("skipped: the Winograd path needs AVX2 (and {} unset or on)", super::winograd::WINOGRAD_ENV);
+            return Ok(());
+        }
+        let (x, p, dy) = operands(&g, seed);
+        let out = run(&CpuBackend::with_threads(0, threads).unwrap(), &g, &x, &p, &dy);
+        let want = dparams_ref(&g, &to_f64(&x), &to_f64(&dy));
+        let worst = out.dp.iter().zip(&want).map(|(a, e)| (*a as f64 - e).abs()).fold(0.0, f64::max);
+        eprintln!("winograd dparams n {n} {h}x{w} c {c} co {co}: worst {worst:.3e}, per sqrt(terms) {:.3e}", worst / ((n * h * w) as f64).sqrt());
+        assert_close(&out.dp, &want, winograd_params_tolerance(n * h * w), &format!("dparams {g:?}"));
+    }
 }

@@ -1,6 +1,7 @@
 //! Winograd F(4×4, 3×3) convolution on the CPU for the wide 3×3 layers (stride 1, padding 1,
 //! at least [`MIN_CHANNELS`] channels in and out): the forward pass and, with the kernel
-//! transposed and flipped, the backward-data pass.
+//! transposed and flipped, the backward-data pass (the weight gradient, the transpose of
+//! this forward pass: `winograd_params.rs`).
 //!
 //! Each 4×4 block of output pixels ("tile") is computed from a 6×6 block of input pixels as
 //! `A^T [ (G g G^T) ⊙ (B^T d B) ] A` (Lavin & Gray, "Fast algorithms for convolutional neural
@@ -42,7 +43,7 @@ use super::Conv2dGeom;
 pub(crate) const MIN_CHANNELS: usize = 32;
 
 /// Positions of a transformed tile.
-const XI: usize = 36;
+pub(super) const XI: usize = 36;
 
 /// Fewest groups of images (of [`Winograd::lanes`] each) for which a layer takes this path:
 /// two, so that a learner of two threads keeps both busy (the groups are the unit of work
@@ -53,7 +54,7 @@ pub(crate) const MIN_GROUPS: usize = 2;
 /// Floats between consecutive positions' planes of `V` and of the products beyond the plane
 /// itself: the planes are a multiple of 4 KB apart otherwise, so the 36 streams of a tile's
 /// transform fall into the same L1 sets and evict each other.
-const SKEW: usize = 16;
+pub(super) const SKEW: usize = 16;
 
 /// Images per group with AVX-512: one per lane of a vector.
 pub(crate) const LANES: usize = 16;
@@ -113,23 +114,23 @@ pub(crate) struct Winograd {
 
 /// Lane-wise arithmetic on `G` lanes (LLVM keeps these whole vectors).
 #[inline(always)]
-fn add<const G: usize>(a: [f32; G], b: [f32; G]) -> [f32; G] {
+pub(super) fn add<const G: usize>(a: [f32; G], b: [f32; G]) -> [f32; G] {
     std::array::from_fn(|l| a[l] + b[l])
 }
 
 #[inline(always)]
-fn sub<const G: usize>(a: [f32; G], b: [f32; G]) -> [f32; G] {
+pub(super) fn sub<const G: usize>(a: [f32; G], b: [f32; G]) -> [f32; G] {
     std::array::from_fn(|l| a[l] - b[l])
 }
 
 #[inline(always)]
-fn scale<const G: usize>(a: [f32; G], k: f32) -> [f32; G] {
+pub(super) fn scale<const G: usize>(a: [f32; G], k: f32) -> [f32; G] {
     std::array::from_fn(|l| k * a[l])
 }
 
 /// B^T d for one column (or row) of 6 lane vectors.
 #[inline(always)]
-fn bt<const G: usize>(d: [[f32; G]; 6]) -> [[f32; G]; 6] {
+pub(super) fn bt<const G: usize>(d: [[f32; G]; 6]) -> [[f32; G]; 6] {
     let [d0, d1, d2, d3, d4, d5] = d;
     [
         add(sub(scale(d0, 4.0), scale(d2, 5.0)), d4),
@@ -176,7 +177,7 @@ fn pack_row<const MR: usize>(i: usize, c: usize, cop: usize, taps: &[f32], wps: 
 }
 
 /// The weight transform's matrix G (6×3).
-const GM: [[f32; 3]; 6] = [
+pub(super) const GM: [[f32; 3]; 6] = [
     [0.25, 0.0, 0.0],
     [-1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0],
     [-1.0 / 6.0, 1.0 / 6.0, -1.0 / 6.0],
@@ -418,6 +419,10 @@ impl Winograd {
     fn input_chunk<const G: usize>(&self, xq: &[f32], v: &mut [f32], vs: usize, t0: usize, t1: usize, cols: usize) {
         let (hp, wp) = self.padded();
         let (c, tw) = (self.c, self.tw());
+        // B^T d, row-major, one scratch for every tile: 36 vectors do not fit the registers,
+        // and the arrays this was built from per tile (`array::from_fn`, then transposed) were
+        // moved with a `memcpy` call per tile (2.3 KB).
+        let mut s = [[0.0f32; G]; XI];
         for ci in 0..c {
             let plane = &xq[ci * hp * wp * G..][..hp * wp * G];
             for tile in t0..t1 {
@@ -427,14 +432,17 @@ impl Winograd {
                     <[f32; G]>::try_from(&plane[at..at + G]).unwrap_or([0.0; G])
                 };
                 // B^T d: one column j at a time.
-                // (No zeroed temporaries: LLVM kept a memset call per tile for them.)
-                let cols6: [[[f32; G]; 6]; 6] =
-                    std::array::from_fn(|j| bt([ld(0, j), ld(1, j), ld(2, j), ld(3, j), ld(4, j), ld(5, j)]));
-                let t: [[[f32; G]; 6]; 6] = std::array::from_fn(|i| std::array::from_fn(|j| cols6[j][i]));
+                for j in 0..6 {
+                    let col = bt([ld(0, j), ld(1, j), ld(2, j), ld(3, j), ld(4, j), ld(5, j)]);
+                    for (i, r) in col.iter().enumerate() {
+                        s[6 * i + j] = *r;
+                    }
+                }
                 // (B^T d) B: one row i at a time.
                 let at_col = (tile - t0) * G;
-                for (i, ti) in t.iter().enumerate() {
-                    for (j, r) in bt(*ti).iter().enumerate() {
+                for i in 0..6 {
+                    let row = bt([s[6 * i], s[6 * i + 1], s[6 * i + 2], s[6 * i + 3], s[6 * i + 4], s[6 * i + 5]]);
+                    for (j, r) in row.iter().enumerate() {
                         v[(i * 6 + j) * vs + ci * cols + at_col..][..G].copy_from_slice(r);
                     }
                 }
