@@ -353,13 +353,26 @@ impl WinogradParams {
         let rows: Vec<_> = dw[..co * c * 9].chunks_mut(c * 9).enumerate().collect();
         ctx.for_each(rows, |(k, row)| {
             #[cfg(target_arch = "x86_64")]
-            if crate::cpu::simd::has_avx2() {
-                // SAFETY: the CPU has AVX2 and FMA; the lengths were checked above.
-                unsafe { self.finish_row_avx2(scratches, k, row) };
-                return;
+            {
+                if self.vw == 16 && crate::cpu::simd::has_avx512() {
+                    // SAFETY: the CPU has AVX-512F; the lengths were checked above.
+                    unsafe { self.finish_row_avx512(scratches, k, row) };
+                    return;
+                }
+                if crate::cpu::simd::has_avx2() {
+                    // SAFETY: the CPU has AVX2 and FMA; the lengths were checked above.
+                    unsafe { self.finish_row_avx2(scratches, k, row) };
+                    return;
+                }
             }
             unreachable!("WinogradParams is only made where AVX-512 or AVX2 runs")
         });
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn finish_row_avx512(&self, scratches: &[&[f32]], k: usize, row: &mut [f32]) {
+        self.finish_row::<16>(scratches, k, row)
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -368,26 +381,37 @@ impl WinogradParams {
         self.finish_row::<8>(scratches, k, row)
     }
 
-    /// Row `k` of the weight gradient, `row[ci·9 + 3·ky + kx]`, `G` input channels at a time.
+    /// Row `k` of the weight gradient, `row[ci·9 + 3·ky + kx]`, `G` input channels at a time:
+    /// `T_i[l] = Σ_j dU[6i + j] G[j][l]` one row `i` of positions at a time, added into
+    /// `dg[ky][l] = Σ_i G[i][ky] T_i[l]` (18 vectors live, no 36-vector array: those were
+    /// built on the stack and copied).
     #[inline(always)]
     fn finish_row<const G: usize>(&self, scratches: &[&[f32]], k: usize, row: &mut [f32]) {
         let (c, cp, kp) = (self.c, self.cp(), self.kp());
         for cv in (0..cp).step_by(G) {
-            let du: [[f32; G]; XI] = std::array::from_fn(|xi| {
+            let du = |xi: usize| -> [f32; G] {
                 let at = (xi * kp + k) * cp + cv;
                 let mut s = [0.0f32; G];
                 for sc in scratches {
                     s = add(s, <[f32; G]>::try_from(&sc[at..at + G]).unwrap_or([0.0; G]));
                 }
                 s
-            });
-            // T[i][l] = Σ_j dU[6i + j] G[j][l], then dg[ky][l] = Σ_i G[i][ky] T[i][l].
-            let t: [[[f32; G]; 3]; 6] = std::array::from_fn(|i| {
-                std::array::from_fn(|l| (1..6).fold(scale(du[6 * i], GM[0][l]), |s, j| add(s, scale(du[6 * i + j], GM[j][l]))))
-            });
-            for ky in 0..3 {
+            };
+            let mut dg = [[[0.0f32; G]; 3]; 3];
+            for (i, gi) in GM.iter().enumerate() {
+                let d = [du(6 * i), du(6 * i + 1), du(6 * i + 2), du(6 * i + 3), du(6 * i + 4), du(6 * i + 5)];
                 for l in 0..3 {
-                    let g = (1..6).fold(scale(t[0][l], GM[0][ky]), |s, i| add(s, scale(t[i][l], GM[i][ky])));
+                    let mut t = scale(d[0], GM[0][l]);
+                    for (j, dj) in d.iter().enumerate().skip(1) {
+                        t = add(t, scale(*dj, GM[j][l]));
+                    }
+                    for (ky, dgk) in dg.iter_mut().enumerate() {
+                        dgk[l] = if i == 0 { scale(t, gi[ky]) } else { add(dgk[l], scale(t, gi[ky])) };
+                    }
+                }
+            }
+            for (ky, dgk) in dg.iter().enumerate() {
+                for (l, g) in dgk.iter().enumerate() {
                     for (lane, v) in g.iter().enumerate().take(c.saturating_sub(cv)) {
                         row[(cv + lane) * 9 + 3 * ky + l] = *v;
                     }
