@@ -186,6 +186,14 @@ pub(super) const GM: [[f32; 3]; 6] = [
     [0.0, 0.0, 1.0],
 ];
 
+/// The layers Winograd is for, every pass: 3×3, stride 1, padding 1, at least
+/// [`MIN_CHANNELS`] in and out, and [`WINOGRAD_ENV`] not off (the CPU and the batch decide the
+/// rest, per pass).
+pub(super) fn wide_layer(g: &Conv2dGeom) -> bool {
+    let shape = (g.kernel_h, g.kernel_w, g.stride_h, g.stride_w, g.pad_h, g.pad_w) == (3, 3, 1, 1, 1, 1);
+    shape && g.in_channels >= MIN_CHANNELS && g.out_channels >= MIN_CHANNELS && winograd_setting().unwrap_or(false)
+}
+
 impl Winograd {
     /// The forward pass of `g`, where this path applies and is on.
     pub(crate) fn forward(g: &Conv2dGeom) -> Option<Winograd> {
@@ -205,9 +213,7 @@ impl Winograd {
     /// groups of that CPU's width, and [`WINOGRAD_ENV`] not off. Never the thread count: the
     /// path (so the bits) of a layer must not change with the threads a learner gets.
     fn applies(g: &Conv2dGeom) -> Option<usize> {
-        let shape = (g.kernel_h, g.kernel_w, g.stride_h, g.stride_w, g.pad_h, g.pad_w) == (3, 3, 1, 1, 1, 1);
-        let on = shape && g.in_channels >= MIN_CHANNELS && g.out_channels >= MIN_CHANNELS;
-        if !(on && winograd_setting().unwrap_or(false)) {
+        if !wide_layer(g) {
             return None;
         }
         lanes_for(g.batch)

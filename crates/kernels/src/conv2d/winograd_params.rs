@@ -1,5 +1,5 @@
 //! The weight gradient of the wide 3×3 layers (stride 1, padding 1, at least
-//! [`MIN_CHANNELS`] channels in and out) by Winograd F(4×4, 3×3): the transpose of the
+//! `MIN_CHANNELS` channels in and out) by Winograd F(4×4, 3×3): the transpose of the
 //! forward pass in `winograd.rs`.
 //!
 //! The forward pass computes each 4×4 output tile as `A^T [U ⊙ V] A` with `U = G g G^T` and
@@ -32,7 +32,7 @@
 //! (tested: [`super::tests`]'s Winograd weight-gradient bound).
 
 use super::Conv2dGeom;
-use super::winograd::{GM, MIN_CHANNELS, SKEW, XI, add, bt, scale, sub, winograd_setting};
+use super::winograd::{GM, SKEW, XI, add, bt, scale, sub, wide_layer};
 use crate::cpu::CpuCtx;
 
 /// Floats of `V` and `M` per chunk of images that the chunking aims at (512 KB): they are
@@ -66,13 +66,11 @@ fn a_col<const G: usize>(y: [[f32; G]; 4]) -> [[f32; G]; 6] {
 
 impl WinogradParams {
     /// The weight gradient of `g` where this path applies: the shapes of [`super::winograd`]'s
-    /// path (3×3, stride 1, padding 1, at least [`MIN_CHANNELS`] in and out,
+    /// path (3×3, stride 1, padding 1, at least [`super::winograd::MIN_CHANNELS`] in and out,
     /// `CROSSBOW_WINOGRAD` not off) on a CPU with AVX-512 or AVX2, at any batch (the vectors
     /// run over channels, so no batch leaves lanes empty).
     pub(crate) fn of(g: &Conv2dGeom) -> Option<WinogradParams> {
-        let shape = (g.kernel_h, g.kernel_w, g.stride_h, g.stride_w, g.pad_h, g.pad_w) == (3, 3, 1, 1, 1, 1);
-        let on = shape && g.in_channels >= MIN_CHANNELS && g.out_channels >= MIN_CHANNELS;
-        if !(on && winograd_setting().unwrap_or(false)) {
+        if !wide_layer(g) {
             return None;
         }
         let vw = if crate::cpu::simd::has_avx512() {
