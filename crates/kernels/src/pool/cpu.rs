@@ -76,37 +76,56 @@ fn max_step(m: f32, v: f32) -> f32 {
     if v > m || v.is_nan() { v } else { m }
 }
 
-/// One output row of a 2×2 stride-2 max pool from input rows `r0` and `r1`, in the general
-/// loop's order (`r0[2x], r0[2x+1], r1[2x], r1[2x+1]`): blocks of 8 and 4 outputs with AVX2
-/// where the CPU has it (the multiversioned loop stayed scalar on the strided pairs: 5% of a
-/// LeNet-5 step), the rest by the portable loop. The same bits either way.
-fn max_row_2x2(out: &mut [f32], r0: &[f32], r1: &[f32]) {
+/// One plane of a 2×2 stride-2 max pool: output rows of `ow` from pairs of input rows of
+/// `iw`, each output from `r0[2x], r0[2x+1], r1[2x], r1[2x+1]` in the general loop's order.
+/// Whole rows in AVX2 blocks of 8 where the CPU has it, the row's last block masked (LeNet-5's
+/// rows of 14 and 5 outputs left a scalar tail that cost as much as the blocks), else the
+/// portable loop. The same bits either way.
+fn max_plane_2x2(yp: &mut [f32], xp: &[f32], ow: usize, iw: usize) {
     #[cfg(target_arch = "x86_64")]
     if crate::cpu::simd::has_avx2() {
         // SAFETY: the CPU has AVX2 (checked just now); the function bounds itself by the
         // slices' lengths.
-        let done = unsafe { x86::max_row_2x2(out, r0, r1) };
-        max_row_2x2_portable(&mut out[done..], &r0[2 * done..], &r1[2 * done..]);
+        unsafe { x86::max_plane_2x2(yp, xp, ow, iw) };
         return;
     }
-    max_row_2x2_portable(out, r0, r1);
+    max_plane_2x2_portable(yp, xp, ow, iw);
 }
 
-/// The portable path of [`max_row_2x2`].
-fn max_row_2x2_portable(out: &mut [f32], r0: &[f32], r1: &[f32]) {
-    for (ox, o) in out.iter_mut().enumerate() {
-        let m = max_step(f32::NEG_INFINITY, r0[2 * ox]);
-        let m = max_step(m, r0[2 * ox + 1]);
-        let m = max_step(m, r1[2 * ox]);
-        *o = max_step(m, r1[2 * ox + 1]);
+/// The portable path of [`max_plane_2x2`].
+fn max_plane_2x2_portable(yp: &mut [f32], xp: &[f32], ow: usize, iw: usize) {
+    for (oy, out) in yp.chunks_exact_mut(ow).enumerate() {
+        let (r0, r1) = xp[2 * oy * iw..(2 * oy + 2) * iw].split_at(iw);
+        for (ox, o) in out.iter_mut().enumerate() {
+            let m = max_step(f32::NEG_INFINITY, r0[2 * ox]);
+            let m = max_step(m, r0[2 * ox + 1]);
+            let m = max_step(m, r1[2 * ox]);
+            *o = max_step(m, r1[2 * ox + 1]);
+        }
     }
 }
 
-crate::cpu::simd::multiversion! {
-    /// One output row of the 2×2 stride-2 max-pool gradient: into input rows `d0`, `d1`
-    /// (inputs `r0`, `r1`), the first maximum of each window in the general loop's order
-    /// gets `0.0 + dy`, the others `0.0`.
-    fn max_back_row_2x2 / max_back_row_2x2_portable(d0: &mut [f32], d1: &mut [f32], r0: &[f32], r1: &[f32], y: &[f32], dy: &[f32]) {
+/// One plane of the 2×2 stride-2 max-pool gradient: into each pair of input-gradient rows
+/// (inputs `r0`, `r1`), the first maximum of each window in the general loop's order gets
+/// `0.0 + dy`, the others `0.0`; columns past `2·ow` are left alone. AVX2 blocks of 8
+/// outputs where the CPU has it, the row's last block masked, else the portable loop. The
+/// same bits either way.
+fn max_back_plane_2x2(dxp: &mut [f32], xp: &[f32], yp: &[f32], dyp: &[f32], ow: usize, iw: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::cpu::simd::has_avx2() {
+        // SAFETY: the CPU has AVX2 (checked just now); the function bounds itself by the
+        // slices' lengths.
+        unsafe { x86::max_back_plane_2x2(dxp, xp, yp, dyp, ow, iw) };
+        return;
+    }
+    max_back_plane_2x2_portable(dxp, xp, yp, dyp, ow, iw);
+}
+
+/// The portable path of [`max_back_plane_2x2`].
+fn max_back_plane_2x2_portable(dxp: &mut [f32], xp: &[f32], yp: &[f32], dyp: &[f32], ow: usize, iw: usize) {
+    for (oy, (y, dy)) in yp.chunks_exact(ow).zip(dyp.chunks_exact(ow)).enumerate() {
+        let (d0, d1) = dxp[2 * oy * iw..(2 * oy + 2) * iw].split_at_mut(iw);
+        let (r0, r1) = xp[2 * oy * iw..(2 * oy + 2) * iw].split_at(iw);
         for (ox, (&t, &g)) in y.iter().zip(dy).enumerate() {
             // Non-short-circuit `&` and selects: which element wins is data, and branches on
             // it mispredict half the time.
@@ -124,92 +143,96 @@ crate::cpu::simd::multiversion! {
     }
 }
 
-/// [`max_back_row_2x2`], eight outputs at a time with AVX2 where the CPU has it (LLVM left the
-/// portable loop's strided selects scalar: a tenth of a LeNet-5 iteration), the rest by the
-/// portable loop. The same bits either way.
-fn max_back_row(d0: &mut [f32], d1: &mut [f32], r0: &[f32], r1: &[f32], y: &[f32], dy: &[f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if crate::cpu::simd::has_avx2() {
-        // SAFETY: the CPU has AVX2 (checked just now); the function bounds itself by the
-        // slices' lengths.
-        let done = unsafe { x86::max_back_row_2x2(d0, d1, r0, r1, y, dy) };
-        let (d0, d1, r0, r1) = (&mut d0[2 * done..], &mut d1[2 * done..], &r0[2 * done..], &r1[2 * done..]);
-        max_back_row_2x2_portable(d0, d1, r0, r1, &y[done..], &dy[done..]);
-        return;
-    }
-    max_back_row_2x2(d0, d1, r0, r1, y, dy);
-}
-
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
 
-    /// [`super::max_row_2x2_portable`] for the first multiple of four outputs (the number
-    /// returned), with AVX2: the pairs' even and odd elements of 8 outputs split by two
-    /// shuffles (which leave the 64-bit quarters in the order 0, 2, 1, 3, put back at the
-    /// end), then `max_step` lane-wise (`v > m` or `v` NaN: take `v`). Same bits.
+    /// The lanes below `k` (clamped to 0..=8) set: the mask of a block's first `k` floats.
+    ///
+    /// # Safety
+    /// The CPU has AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn lanes_below(k: usize) -> __m256i {
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(k.min(8) as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))
+    }
+
+    /// The 8 floats at `p`, or the first `k` of them (the others 0.0, nothing read past them)
+    /// when `k < 8`.
+    ///
+    /// # Safety
+    /// The CPU has AVX2; `min(k, 8)` floats from `p` are readable.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn load(p: *const f32, k: usize) -> __m256 {
+        // SAFETY: the caller's contract; a masked load reads only the set lanes.
+        unsafe { if k >= 8 { _mm256_loadu_ps(p) } else { _mm256_maskload_ps(p, lanes_below(k)) } }
+    }
+
+    /// Stores the first `min(k, 8)` lanes of `v` at `p`.
+    ///
+    /// # Safety
+    /// The CPU has AVX2; `min(k, 8)` floats from `p` are writable.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn store(p: *mut f32, k: usize, v: __m256) {
+        // SAFETY: the caller's contract; a masked store writes only the set lanes.
+        unsafe {
+            if k >= 8 {
+                _mm256_storeu_ps(p, v)
+            } else {
+                _mm256_maskstore_ps(p, lanes_below(k), v)
+            }
+        }
+    }
+
+    /// [`super::max_plane_2x2_portable`] with AVX2: per block of 8 outputs the pairs' even
+    /// and odd elements split by two shuffles (which leave the 64-bit quarters in the order
+    /// 0, 2, 1, 3, put back at the end), then `max_step` lane-wise (`v > m` or `v` NaN: take
+    /// `v`); a row's last block loads and stores only its own lanes. Same bits.
     ///
     /// # Safety
     /// The CPU has AVX2.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn max_row_2x2(out: &mut [f32], r0: &[f32], r1: &[f32]) -> usize {
-        let n = out.len().min(r0.len() / 2).min(r1.len() / 2);
+    pub(super) unsafe fn max_plane_2x2(yp: &mut [f32], xp: &[f32], ow: usize, iw: usize) {
         let step = |m: __m256, v: __m256| {
             let take = _mm256_or_ps(_mm256_cmp_ps::<_CMP_GT_OQ>(v, m), _mm256_cmp_ps::<_CMP_UNORD_Q>(v, v));
             _mm256_blendv_ps(m, v, take)
         };
-        let step4 = |m: __m128, v: __m128| {
-            let take = _mm_or_ps(_mm_cmpgt_ps(v, m), _mm_cmpunord_ps(v, v));
-            _mm_blendv_ps(m, v, take)
-        };
-        let mut ox = 0;
-        while ox + 8 <= n {
-            // SAFETY: 2·ox + 16 <= 2·n, within r0 and r1; ox + 8 <= n within out.
-            unsafe {
-                let (a0, a1) = (_mm256_loadu_ps(r0.as_ptr().add(2 * ox)), _mm256_loadu_ps(r0.as_ptr().add(2 * ox + 8)));
-                let (b0, b1) = (_mm256_loadu_ps(r1.as_ptr().add(2 * ox)), _mm256_loadu_ps(r1.as_ptr().add(2 * ox + 8)));
-                let m = step(_mm256_set1_ps(f32::NEG_INFINITY), _mm256_shuffle_ps::<0b10_00_10_00>(a0, a1));
-                let m = step(m, _mm256_shuffle_ps::<0b11_01_11_01>(a0, a1));
-                let m = step(m, _mm256_shuffle_ps::<0b10_00_10_00>(b0, b1));
-                let m = step(m, _mm256_shuffle_ps::<0b11_01_11_01>(b0, b1));
-                let m = _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(m)));
-                _mm256_storeu_ps(out.as_mut_ptr().add(ox), m);
+        for (oy, out) in yp.chunks_exact_mut(ow).enumerate() {
+            let (r0, r1) = xp[2 * oy * iw..(2 * oy + 2) * iw].split_at(iw);
+            let n = out.len().min(r0.len() / 2).min(r1.len() / 2);
+            let mut ox = 0;
+            while ox < n {
+                let k = 2 * (n - ox);
+                let (p0, p1) = (r0.as_ptr().wrapping_add(2 * ox), r1.as_ptr().wrapping_add(2 * ox));
+                // SAFETY: `load` reads min(k, 8) and min(k - 8, 8) floats from 2·ox and
+                // 2·ox + 8, all below 2·n, within r0 and r1; the store writes min(n - ox, 8)
+                // floats from ox, within out.
+                unsafe {
+                    let (a0, a1) = (load(p0, k), load(p0.wrapping_add(8), k.saturating_sub(8)));
+                    let (b0, b1) = (load(p1, k), load(p1.wrapping_add(8), k.saturating_sub(8)));
+                    let m = step(_mm256_set1_ps(f32::NEG_INFINITY), _mm256_shuffle_ps::<0b10_00_10_00>(a0, a1));
+                    let m = step(m, _mm256_shuffle_ps::<0b11_01_11_01>(a0, a1));
+                    let m = step(m, _mm256_shuffle_ps::<0b10_00_10_00>(b0, b1));
+                    let m = step(m, _mm256_shuffle_ps::<0b11_01_11_01>(b0, b1));
+                    let m = _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(m)));
+                    store(out.as_mut_ptr().add(ox), n - ox, m);
+                }
+                ox += 8;
             }
-            ox += 8;
         }
-        while ox + 4 <= n {
-            // SAFETY: 2·ox + 8 <= 2·n, within r0 and r1; ox + 4 <= n within out.
-            unsafe {
-                let (a0, a1) = (_mm_loadu_ps(r0.as_ptr().add(2 * ox)), _mm_loadu_ps(r0.as_ptr().add(2 * ox + 4)));
-                let (b0, b1) = (_mm_loadu_ps(r1.as_ptr().add(2 * ox)), _mm_loadu_ps(r1.as_ptr().add(2 * ox + 4)));
-                let m = step4(_mm_set1_ps(f32::NEG_INFINITY), _mm_shuffle_ps::<0b10_00_10_00>(a0, a1));
-                let m = step4(m, _mm_shuffle_ps::<0b11_01_11_01>(a0, a1));
-                let m = step4(m, _mm_shuffle_ps::<0b10_00_10_00>(b0, b1));
-                let m = step4(m, _mm_shuffle_ps::<0b11_01_11_01>(b0, b1));
-                _mm_storeu_ps(out.as_mut_ptr().add(ox), m);
-            }
-            ox += 4;
-        }
-        ox
     }
 
-    /// [`super::max_back_row_2x2_portable`] for the first multiple of four outputs (the
-    /// number returned), with AVX2: each 8-lane block of an input row holds four windows'
-    /// pairs, the kept maxima `y` and gradients `0.0 + dy` are duplicated into the pairs, and
-    /// "first maximum" is "equal, and no earlier element of the window is". Same bits.
+    /// [`super::max_back_plane_2x2_portable`] with AVX2: each 8-lane block of an input row
+    /// holds four windows' pairs, the kept maxima `y` and gradients `0.0 + dy` are duplicated
+    /// into the pairs, and "first maximum" is "equal, and no earlier element of the window
+    /// is"; a row's last block loads and stores only its own lanes. Same bits.
     ///
     /// # Safety
     /// The CPU has AVX2.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn max_back_row_2x2(
-        d0: &mut [f32],
-        d1: &mut [f32],
-        r0: &[f32],
-        r1: &[f32],
-        y: &[f32],
-        dy: &[f32],
-    ) -> usize {
-        let n = y.len().min(dy.len()).min(r0.len() / 2).min(r1.len() / 2).min(d0.len() / 2).min(d1.len() / 2);
+    pub(super) unsafe fn max_back_plane_2x2(dxp: &mut [f32], xp: &[f32], yp: &[f32], dyp: &[f32], ow: usize, iw: usize) {
         let halves = [_mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3), _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7)];
         let odd = _mm256_castsi256_ps(_mm256_setr_epi32(0, -1, 0, -1, 0, -1, 0, -1));
         let zero = _mm256_setzero_ps();
@@ -220,44 +243,44 @@ mod x86 {
                 _mm256_and_ps(_mm256_cmp_ps::<_CMP_UNORD_Q>(v, v), t_nan),
             )
         };
-        let mut ox = 0;
-        while ox + 4 <= n {
-            // Eight outputs (two halves of four), or four at the end of the row.
-            let (t, g, parts) = if ox + 8 <= n {
-                // SAFETY: ox + 8 <= n <= y.len(), dy.len().
-                unsafe { (_mm256_loadu_ps(y.as_ptr().add(ox)), _mm256_loadu_ps(dy.as_ptr().add(ox)), 2) }
-            } else {
-                // SAFETY: ox + 4 <= n; the upper lanes are never selected (first half only).
-                unsafe {
-                    let (t, g) = (_mm_loadu_ps(y.as_ptr().add(ox)), _mm_loadu_ps(dy.as_ptr().add(ox)));
-                    (_mm256_castps128_ps256(t), _mm256_castps128_ps256(g), 1)
+        for (oy, (y, dy)) in yp.chunks_exact(ow).zip(dyp.chunks_exact(ow)).enumerate() {
+            let (d0, d1) = dxp[2 * oy * iw..(2 * oy + 2) * iw].split_at_mut(iw);
+            let (r0, r1) = xp[2 * oy * iw..(2 * oy + 2) * iw].split_at(iw);
+            let n = y.len().min(r0.len() / 2).min(r1.len() / 2).min(d0.len() / 2).min(d1.len() / 2);
+            let mut ox = 0;
+            while ox < n {
+                // SAFETY: min(n - ox, 8) floats from ox, within y and dy.
+                let (t, g) = unsafe { (load(y.as_ptr().add(ox), n - ox), load(dy.as_ptr().add(ox), n - ox)) };
+                let g = _mm256_add_ps(zero, g);
+                let t_nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(t, t);
+                for (h, idx) in halves.iter().enumerate() {
+                    // This half's floats: its four windows' pairs, or fewer at the row's end.
+                    let k = (2 * (n - ox)).saturating_sub(8 * h);
+                    if k == 0 {
+                        break;
+                    }
+                    let (th, nh, gh) = (
+                        _mm256_permutevar8x32_ps(t, *idx),
+                        _mm256_permutevar8x32_ps(t_nan, *idx),
+                        _mm256_permutevar8x32_ps(g, *idx),
+                    );
+                    let at = 2 * ox + 8 * h;
+                    // SAFETY: min(k, 8) floats from `at`, all below 2·n: within r0 and r1.
+                    let (a, b) = unsafe { (load(r0.as_ptr().add(at), k), load(r1.as_ptr().add(at), k)) };
+                    let (ea, eb) = (is_max(a, th, nh), is_max(b, th, nh));
+                    // Each pair's elements swapped: the even element's mask in the odd lane.
+                    let (ea_sw, eb_sw) = (_mm256_permute_ps::<0b1011_0001>(ea), _mm256_permute_ps::<0b1011_0001>(eb));
+                    let m0 = _mm256_andnot_ps(_mm256_and_ps(ea_sw, odd), ea);
+                    let m1 = _mm256_andnot_ps(_mm256_or_ps(ea, ea_sw), _mm256_andnot_ps(_mm256_and_ps(eb_sw, odd), eb));
+                    // SAFETY: as the loads, within d0 and d1.
+                    unsafe {
+                        store(d0.as_mut_ptr().add(at), k, _mm256_and_ps(m0, gh));
+                        store(d1.as_mut_ptr().add(at), k, _mm256_and_ps(m1, gh));
+                    }
                 }
-            };
-            let g = _mm256_add_ps(zero, g);
-            let t_nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(t, t);
-            for (h, idx) in halves.iter().enumerate().take(parts) {
-                let (th, nh, gh) = (
-                    _mm256_permutevar8x32_ps(t, *idx),
-                    _mm256_permutevar8x32_ps(t_nan, *idx),
-                    _mm256_permutevar8x32_ps(g, *idx),
-                );
-                let at = 2 * ox + 8 * h;
-                // SAFETY: at + 8 <= 2 * (ox + 4 * parts) <= 2 * n, within r0 and r1.
-                let (a, b) = unsafe { (_mm256_loadu_ps(r0.as_ptr().add(at)), _mm256_loadu_ps(r1.as_ptr().add(at))) };
-                let (ea, eb) = (is_max(a, th, nh), is_max(b, th, nh));
-                // Each pair's elements swapped: the even element's mask in the odd lane.
-                let (ea_sw, eb_sw) = (_mm256_permute_ps::<0b1011_0001>(ea), _mm256_permute_ps::<0b1011_0001>(eb));
-                let m0 = _mm256_andnot_ps(_mm256_and_ps(ea_sw, odd), ea);
-                let m1 = _mm256_andnot_ps(_mm256_or_ps(ea, ea_sw), _mm256_andnot_ps(_mm256_and_ps(eb_sw, odd), eb));
-                // SAFETY: as the loads, within d0 and d1.
-                unsafe {
-                    _mm256_storeu_ps(d0.as_mut_ptr().add(at), _mm256_and_ps(m0, gh));
-                    _mm256_storeu_ps(d1.as_mut_ptr().add(at), _mm256_and_ps(m1, gh));
-                }
+                ox += 8;
             }
-            ox += 4 * parts;
         }
-        ox
     }
 }
 
@@ -271,12 +294,7 @@ fn max_forward(ctx: CpuCtx<'_>, g: &Pool2dGeom, x: &[f32], y: &mut [f32]) {
     let (oh, ow, ih, iw) = (g.out_h(), g.out_w(), g.in_h, g.in_w);
     if is_2x2(g) {
         over_planes(ctx, g, y, oh * ow, |p, yp| {
-            let xp = &x[p * ih * iw..(p + 1) * ih * iw];
-            for (oy, out) in yp.chunks_exact_mut(ow).enumerate() {
-                let r0 = &xp[2 * oy * iw..(2 * oy + 1) * iw];
-                let r1 = &xp[(2 * oy + 1) * iw..(2 * oy + 2) * iw];
-                max_row_2x2(out, r0, r1);
-            }
+            max_plane_2x2(yp, &x[p * ih * iw..(p + 1) * ih * iw], ow, iw);
         });
         return;
     }
@@ -317,12 +335,7 @@ fn max_backward(ctx: CpuCtx<'_>, g: &Pool2dGeom, x: &[f32], y: &[f32], dy: &[f32
             }
             let xp = &x[p * ih * iw..(p + 1) * ih * iw];
             let (yp, dyp) = (&y[p * oh * ow..(p + 1) * oh * ow], &dy[p * oh * ow..(p + 1) * oh * ow]);
-            for oy in 0..oh {
-                let (d0, d1) = dxp[2 * oy * iw..(2 * oy + 2) * iw].split_at_mut(iw);
-                let (r0, r1) = xp[2 * oy * iw..(2 * oy + 2) * iw].split_at(iw);
-                let rows = (&yp[oy * ow..(oy + 1) * ow], &dyp[oy * ow..(oy + 1) * ow]);
-                max_back_row(d0, d1, r0, r1, rows.0, rows.1);
-            }
+            max_back_plane_2x2(dxp, xp, yp, dyp, ow, iw);
         });
         return;
     }
@@ -400,11 +413,14 @@ mod tests {
     use crate::testing::random_vec;
 
     /// The 2×2 stride-2 fast paths give the general loops' bits, forward and backward, on
-    /// even and odd sizes, with ties (repeated values) and NaNs in the input, and the forward
-    /// row's AVX2 and portable paths agree.
+    /// even and odd sizes (row widths that leave every remainder of the AVX2 blocks), with
+    /// ties (repeated values) and NaNs in the input, and the AVX2 and portable planes agree.
     #[test]
     fn max_pool_2x2_fast_paths_equal_the_general_loops() {
-        for (ih, iw, seed) in [(24, 24, 1u64), (8, 8, 2), (7, 9, 3), (2, 2, 4), (5, 16, 5), (6, 41, 6), (4, 64, 7), (4, 30, 8), (3, 6, 9)] {
+        let shapes = [(24, 24), (8, 8), (7, 9), (2, 2), (5, 16), (6, 41), (4, 64), (4, 30), (3, 6), (28, 28), (10, 10)];
+        let widths = (2..=36).map(|w| (4, w));
+        for (seed, (ih, iw)) in shapes.into_iter().chain(widths).enumerate() {
+            let seed = seed as u64 + 1;
             let g = Pool2dGeom::square(2, 3, (ih, iw), 2, 2, 0);
             assert!(is_2x2(&g), "{g:?}");
             let mut x = random_vec(seed, g.input_len(), 1.0);
@@ -415,32 +431,34 @@ mod tests {
             for i in (0..x.len()).step_by(13) {
                 x[i] = f32::NAN;
             }
-            let dy = random_vec(seed ^ 3, g.output_len(), 1.0);
+            let mut dy = random_vec(seed ^ 3, g.output_len(), 1.0);
+            // Negative zeros and NaNs among the gradients too.
+            dy[0] = -0.0;
+            let last = dy.len() - 1;
+            dy[last] = f32::NAN;
+            let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
             let be = CpuBackend::new(0);
             let ctx = be.ctx();
             let (mut ya, mut yb) = (vec![f32::NAN; g.output_len()], vec![f32::NAN; g.output_len()]);
             max_forward(ctx, &g, &x, &mut ya);
             max_forward_general(ctx, &g, &x, &mut yb);
-            assert_eq!(ya.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), yb.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "forward {g:?}");
+            assert_eq!(bits(&ya), bits(&yb), "forward {g:?}");
             let (mut da, mut db) = (vec![f32::NAN; g.input_len()], vec![f32::NAN; g.input_len()]);
             max_backward(ctx, &g, &x, &yb, &dy, &mut da);
             max_backward_general(ctx, &g, &x, &yb, &dy, &mut db);
-            assert_eq!(da.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), db.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "backward {g:?}");
-            let (ow, r0, r1) = (g.out_w(), &x[..iw], &x[iw..2 * iw]);
-            let (mut a, mut b) = (vec![0.0; ow], vec![0.0; ow]);
-            max_row_2x2(&mut a, r0, r1);
-            max_row_2x2_portable(&mut b, r0, r1);
-            assert_eq!(a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), b.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
-            // The backward row: the AVX2 blocks and the portable loop, bit for bit (negative
-            // zeros and NaNs among the gradients too).
-            let (yr, mut dyr) = (&yb[..ow], dy[..ow].to_vec());
-            dyr[0] = -0.0;
-            dyr[ow - 1] = f32::NAN;
-            let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-            let (mut a0, mut a1, mut b0, mut b1) = (vec![7.0; iw], vec![7.0; iw], vec![7.0; iw], vec![7.0; iw]);
-            max_back_row(&mut a0, &mut a1, r0, r1, yr, &dyr);
-            max_back_row_2x2_portable(&mut b0, &mut b1, r0, r1, yr, &dyr);
-            assert_eq!((bits(&a0), bits(&a1)), (bits(&b0), bits(&b1)), "backward row {g:?}");
+            assert_eq!(bits(&da), bits(&db), "backward {g:?}");
+            // One plane by the dispatching function (AVX2 where the CPU has it) and by the
+            // portable loop; the backward pass leaves the columns past 2·ow alone.
+            let (ow, oh) = (g.out_w(), g.out_h());
+            let (xp, yp, dyp) = (&x[..ih * iw], &yb[..oh * ow], &dy[..oh * ow]);
+            let (mut a, mut b) = (vec![0.0; oh * ow], vec![0.0; oh * ow]);
+            max_plane_2x2(&mut a, xp, ow, iw);
+            max_plane_2x2_portable(&mut b, xp, ow, iw);
+            assert_eq!(bits(&a), bits(&b), "forward plane {g:?}");
+            let (mut a, mut b) = (vec![7.0; ih * iw], vec![7.0; ih * iw]);
+            max_back_plane_2x2(&mut a, xp, yp, dyp, ow, iw);
+            max_back_plane_2x2_portable(&mut b, xp, yp, dyp, ow, iw);
+            assert_eq!(bits(&a), bits(&b), "backward plane {g:?}");
         }
     }
 }
