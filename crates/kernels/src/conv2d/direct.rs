@@ -127,7 +127,7 @@ impl Direct {
     /// Output channels per block of packed weights for the kernel [`Direct::run`] will use
     /// on this CPU: [`MR`], or [`AVX2_MR`] for the padded AVX2 kernel.
     pub(crate) fn block(&self) -> usize {
-        if matches!(self.padded_rows(), Some(Rows::Eights | Rows::Ragged)) { AVX2_MR } else { MR }
+        if matches!(self.padded_rows(), Some(Rows::Eights | Rows::Ragged | Rows::Ragged16)) { AVX2_MR } else { MR }
     }
 
     /// Elements of the packed weights.
@@ -220,6 +220,7 @@ impl Direct {
                 Rows::Pairs => x86::run_padded_avx512::<true, 2>(self, xp, wp, bias, dst),
                 Rows::Eights => x86::run_padded_avx2::<false>(self, xp, wp, bias, dst),
                 Rows::Ragged => x86::run_padded_avx2::<true>(self, xp, wp, bias, dst),
+                Rows::Ragged16 => x86::run_ragged_avx512(self, xp, wp, bias, dst),
             }
         };
         #[cfg(not(target_arch = "x86_64"))]
@@ -240,6 +241,10 @@ pub(crate) enum Rows {
     /// a row stored under a mask. Taken where the rounding adds at most a quarter
     /// ([`ragged_ok`]): LeNet-5's 28- and 14-pixel rows.
     Ragged,
+    /// AVX-512, stride 1, the rows [`Rows::Ragged`] takes where rounding them up to a multiple
+    /// of 16 also adds at most a quarter ([`ragged16_ok`]): vectors of 16 pixels, the last
+    /// of each row stored under a mask, the weights in [`AVX2_MR`]'s blocks.
+    Ragged16,
 }
 
 /// Whether output rows `ow` wide take the ragged padded AVX2 kernel: not a multiple of 8,
@@ -247,6 +252,13 @@ pub(crate) enum Rows {
 fn ragged_ok(ow: usize) -> bool {
     let owv = ow.div_ceil(8) * 8;
     ow >= 8 && !ow.is_multiple_of(8) && 4 * (owv - ow) <= owv
+}
+
+/// Whether [`ragged_ok`] rows `ow` wide take [`Rows::Ragged16`] on an AVX-512 CPU: rounded up
+/// to a multiple of 16 they too gain at most a quarter (LeNet-5's 28 and 14, not its 10).
+fn ragged16_ok(ow: usize) -> bool {
+    let owv = ow.div_ceil(16) * 16;
+    ow >= 8 && !ow.is_multiple_of(8) && 8 * (owv - ow) <= 3 * owv
 }
 
 impl Direct {
@@ -258,8 +270,10 @@ impl Direct {
     ///
     /// An AVX-512 CPU takes the AVX2 forms where its own do not apply: LeNet-5's second layer
     /// ran its backward-data pass (14-pixel rows) 1.5× faster through the ragged AVX2 kernel
-    /// than through the masked AVX-512 one on a Zen 4 (BENCHMARKS §10.6). Both add in the
-    /// same order, so the bits do not change.
+    /// than through the masked AVX-512 one on a Zen 4 (BENCHMARKS §10.6). Its ragged rows take
+    /// [`Rows::Ragged16`] where rounding to 16 wastes no more than a quarter: on a core with
+    /// two 512-bit FMA units the AVX2 kernel ran at half its peak (BENCHMARKS §10.13). All add
+    /// in the same order, so the bits do not change.
     pub(crate) fn padded_rows(&self) -> Option<Rows> {
         let (ow, p) = (self.ow(), self.oh() * self.ow());
         if has_avx512() && p.is_multiple_of(16 * NV) {
@@ -269,6 +283,9 @@ impl Direct {
             if ow == 8 {
                 return Some(Rows::Pairs);
             }
+        }
+        if has_avx512() && self.s == 1 && ragged16_ok(ow) {
+            return Some(Rows::Ragged16);
         }
         if !crate::cpu::simd::has_avx2() {
             return None;
@@ -285,7 +302,11 @@ impl Direct {
     /// `x ≡ q (mod s)` (`x / s` within a row), so that the taps of consecutive output pixels
     /// are consecutive floats for every stride: `xp[((c·s + q)·hp + y)·pitch + x / s]`.
     pub(crate) fn padded_dims(&self) -> (usize, usize) {
-        let owv = if self.padded_rows() == Some(Rows::Ragged) { self.ow().div_ceil(8) * 8 } else { self.ow() };
+        let owv = match self.padded_rows() {
+            Some(Rows::Ragged) => self.ow().div_ceil(8) * 8,
+            Some(Rows::Ragged16) => self.ow().div_ceil(16) * 16,
+            _ => self.ow(),
+        };
         self.padded_dims_for(owv)
     }
 
@@ -877,6 +898,140 @@ mod x86 {
         }
     }
 
+    /// Vectors of 16 pixels per tile of [`run_ragged_avx512`]: 6 channels × 4 vectors are 24
+    /// of the 32 ZMM registers.
+    const RAGGED512_V: usize = 4;
+
+    /// [`super::Rows::Ragged16`]: the AVX-512 kernel over a zero-padded copy whose output rows
+    /// are computed rounded up to a multiple of 16 pixels (the copy of
+    /// [`Direct::padded_dims_for`] that width), each vector inside one row, the last of a row
+    /// stored under a mask. A tile is up to [`RAGGED512_V`] vectors × [`AVX2_MR`] output
+    /// channels (the weights packed in blocks of [`AVX2_MR`], as the ragged AVX2 kernel's);
+    /// per input channel and tap, V loads and 6 broadcasts feed 6·V FMAs. Same order of
+    /// additions as every other direct kernel: `(c, ki, kj)`.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F; stride 1; `xp` holds `c·hp·wp` floats of that copy; `wp` (packed
+    /// in blocks of [`AVX2_MR`]), `bias` and `dst` are as long as [`Direct::run`] checks.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn run_ragged_avx512(d: &Direct, xp: &[f32], wp: &[f32], bias: Option<&[f32]>, dst: &mut [f32]) {
+        const V: usize = RAGGED512_V;
+        let p_end = d.oh() * d.ow().div_ceil(16) * 16;
+        let (whole, pairs) = (p_end - p_end % (16 * V), p_end - p_end % 32);
+        let rows = d.co - d.co % AVX2_MR;
+        // SAFETY: as this function's contract; every tile lies below `p_end` and `co`.
+        unsafe {
+            for p0 in (0..whole).step_by(16 * V) {
+                for co0 in (0..rows).step_by(AVX2_MR) {
+                    ragged_tile_avx512::<AVX2_MR, V>(d, xp, wp, bias, dst, p0, co0);
+                }
+                ragged_rest_avx512::<V>(d, xp, wp, bias, dst, p0, rows);
+            }
+            for p0 in (whole..pairs).step_by(32) {
+                for co0 in (0..rows).step_by(AVX2_MR) {
+                    ragged_tile_avx512::<AVX2_MR, 2>(d, xp, wp, bias, dst, p0, co0);
+                }
+                ragged_rest_avx512::<2>(d, xp, wp, bias, dst, p0, rows);
+            }
+            for p0 in (pairs..p_end).step_by(16) {
+                for co0 in (0..rows).step_by(AVX2_MR) {
+                    ragged_tile_avx512::<AVX2_MR, 1>(d, xp, wp, bias, dst, p0, co0);
+                }
+                ragged_rest_avx512::<1>(d, xp, wp, bias, dst, p0, rows);
+            }
+        }
+    }
+
+    /// The last `co - co0` (fewer than [`AVX2_MR`]) output channels of a tile of
+    /// [`run_ragged_avx512`].
+    ///
+    /// # Safety
+    /// As [`ragged_tile_avx512`].
+    #[inline(always)]
+    unsafe fn ragged_rest_avx512<const V: usize>(
+        d: &Direct,
+        xp: &[f32],
+        wp: &[f32],
+        bias: Option<&[f32]>,
+        dst: &mut [f32],
+        p0: usize,
+        co0: usize,
+    ) {
+        // SAFETY: as the caller guarantees; each arm's rows end at `co`.
+        unsafe {
+            match d.co - co0 {
+                5 => ragged_tile_avx512::<5, V>(d, xp, wp, bias, dst, p0, co0),
+                4 => ragged_tile_avx512::<4, V>(d, xp, wp, bias, dst, p0, co0),
+                3 => ragged_tile_avx512::<3, V>(d, xp, wp, bias, dst, p0, co0),
+                2 => ragged_tile_avx512::<2, V>(d, xp, wp, bias, dst, p0, co0),
+                1 => ragged_tile_avx512::<1, V>(d, xp, wp, bias, dst, p0, co0),
+                _ => {}
+            }
+        }
+    }
+
+    /// One tile of [`run_ragged_avx512`]: `V` vectors of 16 pixels of the rounded-up rows
+    /// from `p0` × `R` output channels from `co0` (a multiple of [`AVX2_MR`]).
+    ///
+    /// # Safety
+    /// As [`run_ragged_avx512`]; `p0 + 16·V <= oh·owv`, `co0 + R <= co`, `R <= AVX2_MR`.
+    #[inline(always)]
+    unsafe fn ragged_tile_avx512<const R: usize, const V: usize>(
+        d: &Direct,
+        xp: &[f32],
+        wp: &[f32],
+        bias: Option<&[f32]>,
+        dst: &mut [f32],
+        p0: usize,
+        co0: usize,
+    ) {
+        // SAFETY: every tap of every pixel of the rounded-up rows (oy + ki < hp, ox + kj <
+        // pitch) lies in `xp`; the weight offsets stay below `packed_len()`; the stores write
+        // the lanes of each vector inside the `ow` real pixels of its row, channels below `co`.
+        unsafe {
+            let owv = d.ow().div_ceil(16) * 16;
+            let (hp, pitch) = d.padded_dims_for(owv);
+            let (ow, p_end, taps) = (d.ow(), d.oh() * d.ow(), d.taps());
+            let mut xv = [xp.as_ptr(); V];
+            for (v, x) in xv.iter_mut().enumerate() {
+                let p = p0 + 16 * v;
+                *x = xp.as_ptr().add((p / owv) * pitch + p % owv);
+            }
+            let mut wt = wp.as_ptr().add(co0 * d.c * taps);
+            let mut acc = [[_mm512_setzero_ps(); V]; R];
+            for c in 0..d.c {
+                for ki in 0..d.kh {
+                    let row = (c * hp + ki) * pitch;
+                    for kj in 0..d.kw {
+                        let mut x = [_mm512_setzero_ps(); V];
+                        for v in 0..V {
+                            x[v] = _mm512_loadu_ps(xv[v].add(row + kj));
+                        }
+                        for (i, a) in acc.iter_mut().enumerate() {
+                            let w = _mm512_set1_ps(*wt.add(i));
+                            for v in 0..V {
+                                a[v] = _mm512_fmadd_ps(w, x[v], a[v]);
+                            }
+                        }
+                        wt = wt.add(AVX2_MR);
+                    }
+                }
+            }
+            for v in 0..V {
+                let p = p0 + 16 * v;
+                let (oy, ox) = (p / owv, p % owv);
+                // Lanes past the row's `ow` real pixels are not stored.
+                let n = (ow - ox).min(16);
+                let keep = if n == 16 { 0xffff } else { ((1u32 << n) - 1) as __mmask16 };
+                for (i, a) in acc.iter().enumerate() {
+                    let co = co0 + i;
+                    let y = _mm512_add_ps(a[v], _mm512_set1_ps(bias.map_or(0.0, |bb| bb[co])));
+                    _mm512_mask_storeu_ps(dst.as_mut_ptr().add(co * p_end + oy * ow + ox), keep, y);
+                }
+            }
+        }
+    }
+
     /// Generates the weight-gradient kernel for one vector width: `$tile::<CB>` is the
     /// micro-kernel for CB input channels, `$name` runs it over every channel block.
     macro_rules! params_kernel {
@@ -1195,6 +1350,15 @@ mod x86 {
             // SAFETY: the CPU has AVX2 and FMA; `xr` is the copy of the rounded-up rows.
             unsafe { run_padded_avx2::<true>(d, &xr, &wp6, bias, &mut y) };
             out.push(("avx2-ragged", y));
+        }
+        if super::has_avx512() && d.s == 1 && super::ragged16_ok(d.ow()) {
+            let dims = d.padded_dims_for(d.ow().div_ceil(16) * 16);
+            let mut xr = vec![0.0; d.c * dims.0 * dims.1];
+            d.pad_into_dims(src, &mut xr, dims);
+            let mut y = vec![f32::NAN; n];
+            // SAFETY: the CPU has AVX-512F; stride 1; `xr` is the copy of the rounded-up rows.
+            unsafe { run_ragged_avx512(d, &xr, &wp6, bias, &mut y) };
+            out.push(("avx512-ragged", y));
         }
         // The masked kernels (stride 1 only).
         if super::has_avx512() && d.s == 1 {
