@@ -1035,7 +1035,7 @@ mod x86 {
     /// Generates the weight-gradient kernel for one vector width: `$tile::<CB>` is the
     /// micro-kernel for CB input channels, `$name` runs it over every channel block.
     macro_rules! params_kernel {
-        ($name:ident, $tile:ident, $general:ident, $rows:expr, $feat:literal, $lanes:expr, $cb:expr, $vec:ty, $zero:expr, $loadu:path, $storeu:path, $set1:path, $fma:path, $add:path) => {
+        ($name:ident, $tile:ident, $tile5:ident, $general:ident, $rows:expr, $kr:expr, $two:expr, $feat:literal, $lanes:expr, $cb:expr, $vec:ty, $zero:expr, $loadu:path, $storeu:path, $set1:path, $fma:path, $add:path) => {
             /// Any kernel size: tiles of `$rows` consecutive `(c, tap)` rows whose offsets in
             /// the padded copy come from a table (an extra load per FMA, which the 3×3
             /// kernel's constant displacements avoid).
@@ -1126,10 +1126,96 @@ mod x86 {
                 }
             }
 
+            /// One tile of a 5×5 kernel's weight gradient: `KR` kernel rows from `ki0` × the
+            /// five taps of each, of input channel `c`, × `NV` vectors of output channels from
+            /// `ob`; the taps' offsets are constants from `KR` row pointers (the general
+            /// kernel's offset table cost a load per FMA: LeNet-5's layers). Each sum runs over
+            /// the output pixels in order, as in every other weight-gradient kernel (same bits).
+            ///
+            /// # Safety
+            /// As [`ParamsDirect::accumulate`], on a CPU with the target features; a 5×5
+            /// kernel, `c < d.c`, `ki0 + KR <= 5`, `ob + NV·lanes <= d.cop`.
+            #[inline(always)]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn $tile5<const KR: usize, const NV: usize>(
+                d: &ParamsDirect,
+                xp: &[f32],
+                dyt: &[f32],
+                dwt: &mut [f32],
+                first: bool,
+                c: usize,
+                ki0: usize,
+                ob: usize,
+            ) {
+                // SAFETY: every tap of every output pixel lies inside the padded copy `xp`
+                // (`padded()`), `dyt` holds `oh·ow` rows of `cop` and `dwt` `c·25` rows of `cop`.
+                unsafe {
+                    let (hp, wp) = d.padded();
+                    let mut acc = [[[$zero; NV]; 5]; KR];
+                    let xb = xp.as_ptr().add(c * hp * wp + ki0 * wp);
+                    for oy in 0..d.oh {
+                        let row = oy * d.sh * wp;
+                        let drow = dyt.as_ptr().add(oy * d.ow * d.cop + ob);
+                        for ox in 0..d.ow {
+                            let dp = drow.add(ox * d.cop);
+                            let mut dv = [$zero; NV];
+                            for (v, x) in dv.iter_mut().enumerate() {
+                                *x = $loadu(dp.add(v * $lanes));
+                            }
+                            let q = xb.add(row + ox * d.sw);
+                            for (r, ar) in acc.iter_mut().enumerate() {
+                                let xr = q.add(r * wp);
+                                for (kj, a) in ar.iter_mut().enumerate() {
+                                    let x = $set1(*xr.add(kj));
+                                    for v in 0..NV {
+                                        a[v] = $fma(x, dv[v], a[v]);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    for (r, ar) in acc.iter().enumerate() {
+                        for (kj, a) in ar.iter().enumerate() {
+                            let p = dwt.as_mut_ptr().add((c * 25 + (ki0 + r) * 5 + kj) * d.cop + ob);
+                            for (v, av) in a.iter().enumerate() {
+                                let pv = p.add(v * $lanes);
+                                let sum = if first { *av } else { $add(*av, $loadu(pv)) };
+                                $storeu(pv, sum);
+                            }
+                        }
+                    }
+                }
+            }
+
             /// # Safety
             /// As [`ParamsDirect::accumulate`], on a CPU with the target features.
             #[target_feature(enable = $feat)]
             pub(super) unsafe fn $name(d: &ParamsDirect, xp: &[f32], dyt: &[f32], dwt: &mut [f32], first: bool) {
+                if (d.kh, d.kw) == (5, 5) {
+                    // Two vectors of output channels per tile (one kernel row) where `$two`
+                    // and the channels allow, else `$kr` kernel rows of one vector.
+                    let two = $two && d.cop.is_multiple_of(2 * $lanes);
+                    for c in 0..d.c {
+                        let mut ki0 = 0;
+                        while ki0 < 5 {
+                            let kr = if two { 1 } else { (5 - ki0).min($kr) };
+                            for ob in (0..d.cop).step_by(if two { 2 * $lanes } else { $lanes }) {
+                                // SAFETY: c < d.c, ki0 + kr <= 5, the vectors end at cop; the
+                                // caller checked the lengths.
+                                unsafe {
+                                    match (two, kr) {
+                                        (true, _) => $tile5::<1, 2>(d, xp, dyt, dwt, first, c, ki0, ob),
+                                        (false, 5) => $tile5::<5, 1>(d, xp, dyt, dwt, first, c, ki0, ob),
+                                        (false, 2) => $tile5::<2, 1>(d, xp, dyt, dwt, first, c, ki0, ob),
+                                        _ => $tile5::<1, 1>(d, xp, dyt, dwt, first, c, ki0, ob),
+                                    }
+                                }
+                            }
+                            ki0 += kr;
+                        }
+                    }
+                    return;
+                }
                 if (d.kh, d.kw) != (3, 3) {
                     // SAFETY: as this function's own contract.
                     unsafe { $general(d, xp, dyt, dwt, first) };
@@ -1158,8 +1244,11 @@ mod x86 {
     params_kernel!(
         params_avx512,
         params_tile_avx512,
+        params_tile5_avx512,
         params_general_avx512,
         24,
+        5,
+        false,
         "avx512f",
         16,
         PARAMS_CB,
@@ -1175,8 +1264,11 @@ mod x86 {
     params_kernel!(
         params_avx2_one_vector,
         params_tile_avx2,
+        params_tile5_avx2,
         params_general_avx2,
         12,
+        2,
+        true,
         "avx2,fma",
         8,
         1,
@@ -1294,12 +1386,22 @@ mod x86 {
             unsafe { params_avx512(&d16, xp, &dyt16, &mut w16, true) };
             let w = w16.chunks_exact(d16.cop).flat_map(|row| row[..d.cop].iter().copied()).collect();
             out.push(("avx512", w));
+            // The general kernel (any kernel size) too, which the 3×3 and 5×5 tiles replace.
+            let mut w16 = vec![f32::NAN; d16.dwt_len()];
+            // SAFETY: as above.
+            unsafe { params_general_avx512(&d16, xp, &dyt16, &mut w16, true) };
+            let w = w16.chunks_exact(d16.cop).flat_map(|row| row[..d.cop].iter().copied()).collect();
+            out.push(("avx512-general", w));
         }
         if crate::cpu::simd::has_avx2() {
             let mut w = vec![f32::NAN; d.dwt_len()];
             // SAFETY: the CPU has AVX2 and FMA; lengths as the tests make them.
             unsafe { params_avx2(d, xp, dyt, &mut w, true) };
             out.push(("avx2", w));
+            let mut w = vec![f32::NAN; d.dwt_len()];
+            // SAFETY: as above.
+            unsafe { params_general_avx2(d, xp, dyt, &mut w, true) };
+            out.push(("avx2-general", w));
         }
         out
     }

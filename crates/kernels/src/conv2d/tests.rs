@@ -642,14 +642,15 @@ fn lenet_rows_take_the_ragged_kernel_on_every_cpu_with_avx2() {
 #[cfg(test)]
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
-    /// The weight gradient without im2col (3×3 kernels half the time, else 1-5 × 1-5; stride
-    /// 1 and 2, padding 0-2, 1-40 output channels: whole and partial vectors, channel counts
-    /// that leave 1 or 2 in the last block of 3) matches the f64 definition with 1-3
-    /// threads; the AVX-512 and AVX2 kernels give the same bits.
+    /// The weight gradient without im2col (3×3 kernels a third of the time, 5×5 a third, else
+    /// 1-5 × 1-5; stride 1 and 2, padding 0-2, 1-40 output channels: whole and partial
+    /// vectors, channel counts that leave 1 or 2 in the last block of 3) matches the f64
+    /// definition with 1-3 threads; the AVX-512 and AVX2 kernels, and the general kernel
+    /// that their 3×3 and 5×5 tiles replace, give the same bits.
     #[test]
     fn direct_weight_gradient_matches_the_reference_and_agrees_across_vector_units(
         n in 1usize..4, ci in 1usize..9, h in 3usize..14, w in 3usize..14, co in 1usize..40,
-        k in prop_oneof![Just((3usize, 3usize)), (1usize..6, 1usize..6)],
+        k in prop_oneof![Just((3usize, 3usize)), Just((5usize, 5usize)), (1usize..6, 1usize..6)],
         s in 1usize..3, p in 0usize..3, bias in any::<bool>(), threads in 1usize..4, seed in any::<u64>(),
     ) {
         let g = Conv2dGeom {
