@@ -20,7 +20,10 @@
 //! multiple of 8 with AVX2, or with AVX2 rows rounded up to a multiple of 8 where that adds at
 //! most a quarter, the last vector of each row stored under a mask) the kernels read a
 //! zero-padded copy of the image with plain loads and, for 3×3 kernels, the nine taps
-//! unrolled; elsewhere masked loads from a segment plan.
+//! unrolled; AVX-512 CPUs take rows rounded up to a multiple of 16 where that adds at most
+//! three eighths ([`Rows::Ragged16`]); AVX2-only CPUs put the output channels in the lanes
+//! where no padded kernel fits ([`Direct::channels`]); elsewhere masked loads from a segment
+//! plan.
 //! The sum over `(c, ki, kj)` runs in that order for every output element, on every machine
 //! and path (the AVX-512 and AVX2 paths add in the same order, so they give the same bits;
 //! tested).
@@ -127,7 +130,24 @@ impl Direct {
     /// Output channels per block of packed weights for the kernel [`Direct::run`] will use
     /// on this CPU: [`MR`], or [`AVX2_MR`] for the padded AVX2 kernel.
     pub(crate) fn block(&self) -> usize {
+        if self.channels() {
+            return self.co.next_multiple_of(8);
+        }
         if matches!(self.padded_rows(), Some(Rows::Eights | Rows::Ragged | Rows::Ragged16)) { AVX2_MR } else { MR }
+    }
+
+    /// Whether [`Direct::run`] takes the AVX2 kernel with the output channels in the vector
+    /// lanes ([`x86::run_channels_avx2`]): stride 1, on an AVX2 CPU without AVX-512, where no
+    /// padded kernel runs (rows that vectors of 8 pixels fit badly: LeNet-5's second forward
+    /// pass, 10 pixels wide) and the channels fill their vectors of 8 to three quarters.
+    pub(crate) fn channels(&self) -> bool {
+        let cop = self.co.next_multiple_of(8);
+        self.s == 1
+            && (self.eh, self.ew, self.pad_to) == (0, 0, (0, 0))
+            && 4 * (cop - self.co) <= cop
+            && !has_avx512()
+            && crate::cpu::simd::has_avx2()
+            && self.padded_rows().is_none()
     }
 
     /// Elements of the packed weights.
@@ -179,6 +199,13 @@ impl Direct {
             if self.padded_rows().is_some() {
                 self.pad_into(src, scratch);
                 self.run_on_copy(scratch, wp, bias, dst);
+                return;
+            }
+            if self.channels() {
+                self.pad_into(src, scratch);
+                // SAFETY: the CPU has AVX2 and FMA (channels() checked); the padded copy and
+                // the other operands' lengths were checked above.
+                unsafe { x86::run_channels_avx2(self, scratch, wp, bias, dst) };
                 return;
             }
             if has_avx512() {
@@ -319,7 +346,7 @@ impl Direct {
 
     /// Scratch floats [`Direct::run`] needs per image: the padded copy, where it is used.
     pub(crate) fn scratch_len(&self) -> usize {
-        if self.padded_rows().is_some() {
+        if self.padded_rows().is_some() || self.channels() {
             let (hp, wp) = self.padded_dims();
             self.c * self.s * hp * wp
         } else {
@@ -411,7 +438,7 @@ impl Direct {
     /// The segment plan of the masked kernel that [`Direct::run`] will use on this CPU (made
     /// once per thread and geometry).
     pub(crate) fn plan(&self) -> std::sync::Arc<Plan> {
-        if self.padded_rows().is_some() {
+        if self.padded_rows().is_some() || self.channels() {
             return std::sync::Arc::new(Plan::default());
         }
         let (lanes, nv) = if has_avx512() { (16, NV) } else { (8, 1) };
@@ -893,6 +920,114 @@ mod x86 {
                 let out = dst.as_mut_ptr().add(co * p_end + p0);
                 for (v, av) in a.iter().enumerate() {
                     _mm256_storeu_ps(out.add(8 * v), _mm256_add_ps(*av, bv));
+                }
+            }
+        }
+    }
+
+    /// Output pixels per tile of [`run_channels_avx2`]: 6 pixels × 2 vectors of 8 channels
+    /// are 12 accumulators.
+    const CHANNELS_P: usize = 6;
+
+    /// The AVX2 kernel with the output channels in the lanes, for rows no padded kernel
+    /// fits: a tile is [`CHANNELS_P`] consecutive output pixels (across rows: each has its
+    /// own pointer into the zero-padded copy, made once per tile) × 2 vectors of 8 output
+    /// channels; per input channel and tap, 2 loads of weights (packed in one block of all
+    /// the channels, `wp[(c·taps + t)·cop + o]`) and 6 broadcasts of input pixels feed 12
+    /// FMAs, no lane wasted on a row's end. The sums are stored lane by lane into the
+    /// channel planes. Same order of additions as every other direct kernel: `(c, ki, kj)`,
+    /// then the bias.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and FMA; stride 1; `xp` holds the zero-padded copy of
+    /// [`Direct::padded_dims_for`] `ow` (where this kernel runs, [`Direct::pad_into`]'s);
+    /// `wp` (packed in one block of `co` rounded up to 8), `bias` and `dst` are as long as
+    /// [`Direct::run`] checks.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn run_channels_avx2(d: &Direct, xp: &[f32], wp: &[f32], bias: Option<&[f32]>, dst: &mut [f32]) {
+        const P: usize = CHANNELS_P;
+        let cop = d.co.next_multiple_of(8);
+        let (_, pitch) = d.padded_dims_for(d.ow());
+        let (ow, p_end) = (d.ow(), d.oh() * d.ow());
+        for p0 in (0..p_end).step_by(P) {
+            let np = (p_end - p0).min(P);
+            // A partial tile repeats its last pixel (computed, not stored).
+            let mut xb = [xp.as_ptr(); P];
+            for (j, x) in xb.iter_mut().enumerate() {
+                let p = p0 + j.min(np - 1);
+                *x = xp.as_ptr().wrapping_add((p / ow) * pitch + p % ow);
+            }
+            let mut ob = 0;
+            // SAFETY: as this function's contract; the tiles' channels end at `cop`.
+            unsafe {
+                while ob + 16 <= cop {
+                    channels_tile_avx2::<2>(d, &xb, wp, bias, dst, p0, np, ob);
+                    ob += 16;
+                }
+                if ob < cop {
+                    channels_tile_avx2::<1>(d, &xb, wp, bias, dst, p0, np, ob);
+                }
+            }
+        }
+    }
+
+    /// One tile of [`run_channels_avx2`]: the pixels of `xb` (`np` of them stored, from
+    /// `p0`) × `NV` vectors of 8 output channels from `ob`.
+    ///
+    /// # Safety
+    /// As [`run_channels_avx2`]; `xb` point at the taps' origins of output pixels in the
+    /// padded copy; `ob + 8·NV <= cop`; `p0 + np <= oh·ow`.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn channels_tile_avx2<const NV: usize>(
+        d: &Direct,
+        xb: &[*const f32; CHANNELS_P],
+        wp: &[f32],
+        bias: Option<&[f32]>,
+        dst: &mut [f32],
+        p0: usize,
+        np: usize,
+        ob: usize,
+    ) {
+        // SAFETY: every tap of every output pixel (oy + ki < hp, ox + kj < pitch) lies in the
+        // padded copy; the weight offsets stay below `c·taps·cop`; the stores write pixels
+        // below `oh·ow` of channels below `co`.
+        unsafe {
+            let cop = d.co.next_multiple_of(8);
+            let (hp, pitch) = d.padded_dims_for(d.ow());
+            let p_end = d.oh() * d.ow();
+            let mut acc = [[_mm256_setzero_ps(); NV]; CHANNELS_P];
+            let mut wt = wp.as_ptr().add(ob);
+            for c in 0..d.c {
+                for ki in 0..d.kh {
+                    let row = (c * hp + ki) * pitch;
+                    for kj in 0..d.kw {
+                        let mut w = [_mm256_setzero_ps(); NV];
+                        for (v, wv) in w.iter_mut().enumerate() {
+                            *wv = _mm256_loadu_ps(wt.add(8 * v));
+                        }
+                        for (j, a) in acc.iter_mut().enumerate() {
+                            let x = _mm256_set1_ps(*xb[j].add(row + kj));
+                            for v in 0..NV {
+                                a[v] = _mm256_fmadd_ps(x, w[v], a[v]);
+                            }
+                        }
+                        wt = wt.add(cop);
+                    }
+                }
+            }
+            // Every accumulator out by constant indices first (indexed by `np`, LLVM kept
+            // them in memory through the loop above), then the pixels stored.
+            let mut sums = [[0.0f32; 16]; CHANNELS_P];
+            for (a, out) in acc.iter().zip(sums.iter_mut()) {
+                for (v, av) in a.iter().enumerate() {
+                    _mm256_storeu_ps(out.as_mut_ptr().add(8 * v), *av);
+                }
+            }
+            for (j, lanes) in sums.iter().enumerate().take(np) {
+                for (l, y) in lanes.iter().enumerate().take((d.co - ob).min(8 * NV)) {
+                    let co = ob + l;
+                    *dst.get_unchecked_mut(co * p_end + p0 + j) = y + bias.map_or(0.0, |b| b[co]);
                 }
             }
         }
@@ -1461,6 +1596,20 @@ mod x86 {
             // SAFETY: the CPU has AVX-512F; stride 1; `xr` is the copy of the rounded-up rows.
             unsafe { run_ragged_avx512(d, &xr, &wp6, bias, &mut y) };
             out.push(("avx512-ragged", y));
+        }
+        // The channels kernel (stride 1, any rows), on any CPU with AVX2.
+        if crate::cpu::simd::has_avx2() && d.s == 1 && (d.eh, d.ew, d.pad_to) == (0, 0, (0, 0)) {
+            let cop = d.co.next_multiple_of(8);
+            let mut wc = vec![f32::NAN; d.packed_len_for(cop)];
+            d.pack_for(cop, &weight, &mut wc);
+            let dims = d.padded_dims_for(d.ow());
+            let mut xr = vec![0.0; d.c * dims.0 * dims.1];
+            d.pad_into_dims(src, &mut xr, dims);
+            let mut y = vec![f32::NAN; n];
+            // SAFETY: the CPU has AVX2 and FMA; stride 1; `xr` is the padded copy of the
+            // channels kernel's dimensions (padded_dims() where it runs).
+            unsafe { run_channels_avx2(d, &xr, &wc, bias, &mut y) };
+            out.push(("avx2-channels", y));
         }
         // The masked kernels (stride 1 only).
         if super::has_avx512() && d.s == 1 {

@@ -612,10 +612,9 @@ fn resnet_shapes_run_direct_and_match_the_reference() {
 /// LeNet-5's 28-pixel rows (the first layer's forward pass) and 14-pixel rows (the second
 /// layer's backward-data pass) take a ragged padded kernel on every CPU with AVX2: vectors of
 /// 16 with AVX-512 (rows rounded up to 32 and 16), of 8 without; the second layer's 10-pixel
-/// forward rows take the AVX-512 ragged kernel (rounded up to 16) and elsewhere the masked
-/// kernels (AVX2's 8-pixel vectors would round them up to 16 as well, a third of each row
-/// wasted, at half the width); the first layer's weight gradient takes AVX2's vectors of 8
-/// output channels.
+/// forward rows take the AVX-512 ragged kernel (rounded up to 16) and without AVX-512 the
+/// kernel with the 16 output channels in the lanes (8-pixel vectors would waste a third of
+/// each row); the first layer's weight gradient takes AVX2's vectors of 8 output channels.
 #[test]
 fn lenet_rows_take_the_ragged_kernel_on_every_cpu_with_avx2() {
     use super::direct::{Direct, Rows};
@@ -629,6 +628,7 @@ fn lenet_rows_take_the_ragged_kernel_on_every_cpu_with_avx2() {
         assert!(Direct::forward(&conv2).is_some());
         let conv2_rows = super::direct::has_avx512().then_some(Rows::Ragged16);
         assert_eq!(rows(Direct::forward(&conv2)), conv2_rows);
+        assert_eq!(Direct::forward(&conv2).map(|d| d.channels()), Some(!super::direct::has_avx512()));
         // The first layer's weight gradient in vectors of 8 channels (6 used) on every such
         // CPU, not 16 where AVX-512 is present.
         let cop = |g: &Conv2dGeom| super::direct::ParamsDirect::of(g).map(|p| p.cop);
@@ -695,14 +695,14 @@ proptest! {
 }
 
 /// A layer's segment plan is made once per thread and geometry, then shared: the same plan
-/// for the same geometry, another for another (rows of 9 and 17 pixels take the masked kernels
-/// on every CPU).
+/// for the same geometry, another for another (rows of 9 and 17 pixels, 3 output channels, take
+/// the masked kernels on every CPU).
 #[test]
 fn masked_kernel_plans_are_made_once_per_geometry() {
-    let a = Conv2dGeom::square(2, 6, (13, 13), 16, 5, 1, 0, true);
-    let b = Conv2dGeom::square(2, 6, (21, 21), 16, 5, 1, 0, true);
+    let a = Conv2dGeom::square(2, 6, (13, 13), 3, 5, 1, 0, true);
+    let b = Conv2dGeom::square(2, 6, (21, 21), 3, 5, 1, 0, true);
     let (da, db) = (super::direct::Direct::forward(&a).unwrap(), super::direct::Direct::forward(&b).unwrap());
-    assert_eq!((da.padded_rows(), db.padded_rows()), (None, None));
+    assert_eq!((da.padded_rows(), db.padded_rows(), da.channels(), db.channels()), (None, None, false, false));
     let (p1, p2, q) = (da.plan(), da.plan(), db.plan());
     assert!(std::sync::Arc::ptr_eq(&p1, &p2));
     assert!(!std::sync::Arc::ptr_eq(&p1, &q));
