@@ -268,9 +268,9 @@ pub(crate) enum Rows {
     /// a row stored under a mask. Taken where the rounding adds at most a quarter
     /// ([`ragged_ok`]): LeNet-5's 28- and 14-pixel rows.
     Ragged,
-    /// AVX-512, stride 1, the rows [`Rows::Ragged`] takes where rounding them up to a multiple
-    /// of 16 also adds at most a quarter ([`ragged16_ok`]): vectors of 16 pixels, the last
-    /// of each row stored under a mask, the weights in [`AVX2_MR`]'s blocks.
+    /// AVX-512, stride 1, rows not a multiple of 8 wide where rounding them up to a multiple
+    /// of 16 adds at most three eighths of the rounded row ([`ragged16_ok`]): vectors of 16
+    /// pixels, the last of each row stored under a mask, the weights in [`AVX2_MR`]'s blocks.
     Ragged16,
 }
 
@@ -281,8 +281,9 @@ fn ragged_ok(ow: usize) -> bool {
     ow >= 8 && !ow.is_multiple_of(8) && 4 * (owv - ow) <= owv
 }
 
-/// Whether [`ragged_ok`] rows `ow` wide take [`Rows::Ragged16`] on an AVX-512 CPU: rounded up
-/// to a multiple of 16 they too gain at most a quarter (LeNet-5's 28 and 14, not its 10).
+/// Whether output rows `ow` wide take [`Rows::Ragged16`] on an AVX-512 CPU: not a multiple of
+/// 8, and rounded up to a multiple of 16 at most three eighths padding (LeNet-5's 28, 14 and
+/// 10: the 10-pixel rows' masked kernel was slower than computing 16).
 fn ragged16_ok(ow: usize) -> bool {
     let owv = ow.div_ceil(16) * 16;
     ow >= 8 && !ow.is_multiple_of(8) && 8 * (owv - ow) <= 3 * owv
@@ -298,9 +299,9 @@ impl Direct {
     /// An AVX-512 CPU takes the AVX2 forms where its own do not apply: LeNet-5's second layer
     /// ran its backward-data pass (14-pixel rows) 1.5× faster through the ragged AVX2 kernel
     /// than through the masked AVX-512 one on a Zen 4 (BENCHMARKS §10.6). Its ragged rows take
-    /// [`Rows::Ragged16`] where rounding to 16 wastes no more than a quarter: on a core with
-    /// two 512-bit FMA units the AVX2 kernel ran at half its peak (BENCHMARKS §10.13). All add
-    /// in the same order, so the bits do not change.
+    /// [`Rows::Ragged16`] where rounding to 16 wastes no more than three eighths: on a core
+    /// with two 512-bit FMA units the AVX2 kernel ran at half its peak (BENCHMARKS §10.13).
+    /// All add in the same order, so the bits do not change.
     pub(crate) fn padded_rows(&self) -> Option<Rows> {
         let (ow, p) = (self.ow(), self.oh() * self.ow());
         if has_avx512() && p.is_multiple_of(16 * NV) {
