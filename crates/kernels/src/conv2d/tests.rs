@@ -843,3 +843,32 @@ proptest! {
         assert_close(&out.dp, &want, winograd_params_tolerance(n * h * w), &format!("dparams {g:?}"));
     }
 }
+
+/// The kernel rows the padded kernels skip are exactly those that read only padding: for
+/// LeNet-5's second backward-data pass (10 rows of `dy` padded by 4, a 5×5 kernel, 14 output
+/// rows) one kernel row at the first and last output rows, all five in the middle; for a
+/// stride-2 layer the rows step by two.
+#[test]
+fn live_kernel_rows_are_those_that_read_the_image() {
+    let conv2 = Conv2dGeom::square(2, 6, (14, 14), 16, 5, 1, 0, true);
+    if let Some(d) = super::direct::Direct::backward_data(&conv2) {
+        assert_eq!((d.oh(), d.ph, d.h), (14, 4, 10));
+        assert_eq!(d.live_rows(0, 0), (4, 5));
+        assert_eq!(d.live_rows(13, 13), (0, 1));
+        assert_eq!(d.live_rows(5, 8), (0, 5));
+        assert_eq!(d.live_rows(0, 13), (0, 5));
+        // Brute force: a kernel row is live for an output row iff it reads an image row.
+        for oy in 0..d.oh() {
+            let (lo, hi) = d.live_rows(oy, oy);
+            for ki in 0..d.kh {
+                let reads_image = (d.ph..d.ph + d.h).contains(&(oy + ki));
+                assert_eq!((lo..hi).contains(&ki), reads_image, "oy {oy} ki {ki}");
+            }
+        }
+    }
+    let d = super::direct::Direct { c: 4, h: 16, w: 16, co: 8, kh: 5, kw: 5, ph: 2, pw: 2, s: 2, eh: 0, ew: 0, pad_to: (0, 0) };
+    assert_eq!(d.live_rows(0, 0), (2, 5));
+    assert_eq!(d.live_rows(1, 1), (0, 5));
+    assert_eq!(d.oh(), 8);
+    assert_eq!(d.live_rows(7, 7), (0, 4));
+}
