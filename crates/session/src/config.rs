@@ -278,7 +278,10 @@ pub(crate) fn sync_option_texts(
 ) -> Result<BTreeMap<String, String>, CliError> {
     let mut out = BTreeMap::new();
     for (key, value) in options.into_iter().flatten() {
-        if key.trim().is_empty() {
+        // Named trimmed, as the option is stored and as `Origins` finds it in a message
+        // (a key with a tab in front once came out without the file's name).
+        let key = key.trim();
+        if key.is_empty() {
             return Err(CliError::usage("[sync-options]: an option has an empty name"));
         }
         let text = match value {
@@ -293,7 +296,7 @@ pub(crate) fn sync_option_texts(
                 )));
             }
         };
-        out.insert(key.trim().to_string(), text);
+        out.insert(key.to_string(), text);
     }
     Ok(out)
 }
@@ -633,6 +636,24 @@ mod tests {
             "{e}"
         );
         std::fs::remove_dir_all(p.parent().unwrap()).ok();
+    }
+
+    /// A `[sync-options]` value of the wrong type names the file, also when the key has
+    /// spaces or tabs around it (found by `config_fuzz`: `"\ta" = { a = 1 }`).
+    #[test]
+    fn a_bad_sync_option_value_names_the_file_whatever_its_key_spacing() {
+        let p = Path::new("fuzz.toml");
+        for key in ["a", "\ta", " a "] {
+            let text = format!("[sync-options]\n\"{key}\" = {{ a = 1 }}\n");
+            let file = TrainFile::parse(&text, p).unwrap();
+            let e = TrainConfig::from_sources(Some((p, file)), TrainFile::default(), &SyncRegistry::builtin())
+                .unwrap_err()
+                .to_string();
+            assert_eq!(
+                e,
+                "config file fuzz.toml: [sync-options] a: must be a number, true/false or a string, got table"
+            );
+        }
     }
 
     #[test]
