@@ -394,6 +394,10 @@ proptest! {
         kh in 1usize..6, kw in 1usize..6, ph in 0usize..3, pw in 0usize..3, bias in any::<bool>(),
         threads in 1usize..4, seed in any::<u64>(),
     ) {
+        // Without a vector unit (`CROSSBOW_CPU_ISA=portable`) there is no direct kernel to test.
+        if !super::direct::has_kernel() {
+            return Ok(());
+        }
         let g = Conv2dGeom {
             batch: n, in_channels: ci, in_h: h, in_w: w, out_channels: co, kernel_h: kh, kernel_w: kw,
             stride_h: 1, stride_w: 1, pad_h: ph, pad_w: pw, bias,
@@ -423,6 +427,10 @@ proptest! {
     /// would be seen.
     #[test]
     fn direct_check_sees_a_shifted_kernel(seed in any::<u64>()) {
+        // Without a vector unit (`CROSSBOW_CPU_ISA=portable`) there is no direct kernel to test.
+        if !super::direct::has_kernel() {
+            return Ok(());
+        }
         let g = Conv2dGeom::square(1, 3, (16, 16), 8, 3, 1, 1, false);
         prop_assume!(super::direct::Direct::forward(&g).is_some());
         let x = random_vec(seed, g.input_len(), 1.0);
@@ -492,6 +500,10 @@ proptest! {
         kh in 2usize..6, kw in 2usize..6, ph in 0usize..3, pw in 0usize..3,
         threads in 1usize..4, seed in any::<u64>(),
     ) {
+        // Without a vector unit (`CROSSBOW_CPU_ISA=portable`) there is no direct kernel to test.
+        if !super::direct::has_kernel() {
+            return Ok(());
+        }
         let geom = |h, w| Conv2dGeom {
             batch: n, in_channels: ci, in_h: h, in_w: w, out_channels: co, kernel_h: kh, kernel_w: kw,
             stride_h: 2, stride_w: 2, pad_h: ph, pad_w: pw, bias: false,
@@ -520,6 +532,10 @@ proptest! {
         s in 2usize..4, ey in 0usize..2, ex in 0usize..2, bias in any::<bool>(),
         threads in 1usize..4, seed in any::<u64>(),
     ) {
+        // Without a vector unit (`CROSSBOW_CPU_ISA=portable`) there is no direct kernel to test.
+        if !super::direct::has_kernel() {
+            return Ok(());
+        }
         let (h, w) = (s * (oh - 1) + 1 + ey, s * (ow - 1) + 1 + ex);
         let g = Conv2dGeom {
             batch: n, in_channels: ci, in_h: h, in_w: w, out_channels: co, kernel_h: 1, kernel_w: 1,
@@ -653,6 +669,10 @@ proptest! {
         k in prop_oneof![Just((3usize, 3usize)), Just((5usize, 5usize)), (1usize..6, 1usize..6)],
         s in 1usize..3, p in 0usize..3, bias in any::<bool>(), threads in 1usize..4, seed in any::<u64>(),
     ) {
+        // Without a vector unit (`CROSSBOW_CPU_ISA=portable`) there is no direct kernel to test.
+        if !super::direct::has_kernel() {
+            return Ok(());
+        }
         let g = Conv2dGeom {
             batch: n, in_channels: ci, in_h: h, in_w: w, out_channels: co, kernel_h: k.0, kernel_w: k.1,
             stride_h: s, stride_w: s, pad_h: p, pad_w: p.min(1), bias,
@@ -699,6 +719,9 @@ proptest! {
 /// the masked kernels on every CPU).
 #[test]
 fn masked_kernel_plans_are_made_once_per_geometry() {
+    if !super::direct::has_kernel() {
+        return;
+    }
     let a = Conv2dGeom::square(2, 6, (13, 13), 3, 5, 1, 0, true);
     let b = Conv2dGeom::square(2, 6, (21, 21), 3, 5, 1, 0, true);
     let (da, db) = (super::direct::Direct::forward(&a).unwrap(), super::direct::Direct::forward(&b).unwrap());
