@@ -694,6 +694,30 @@ mod x86 {
         bias: Option<&[f32]>,
         dst: &mut [f32],
     ) {
+        // SAFETY: as this function's contract.
+        unsafe {
+            match ((d.kh, d.kw), S) {
+                // Winograd's products: the loop over the input channels alone.
+                ((1, 1), 1) => padded_avx512::<PAIRS, S, 1>(d, xp, wp, bias, dst),
+                _ => padded_avx512::<PAIRS, S, 0>(d, xp, wp, bias, dst),
+            }
+        }
+    }
+
+    /// [`run_padded_avx512`], with the taps' loops of constant trip counts for a `K × K`
+    /// kernel (`K` 1; 0: the kernel's size at run time).
+    ///
+    /// # Safety
+    /// As [`run_padded_avx512`]; with `K > 0` a `K × K` kernel.
+    #[inline(always)]
+    unsafe fn padded_avx512<const PAIRS: bool, const S: usize, const K: usize>(
+        d: &Direct,
+        xp: &[f32],
+        wp: &[f32],
+        bias: Option<&[f32]>,
+        dst: &mut [f32],
+    ) {
+        let (kh, kw) = if K > 0 { (K, K) } else { (d.kh, d.kw) };
         // SAFETY: every tap of every output pixel (oy + ki < hp, ox + kj < wp) lies in `xp`;
         // the weight offsets stay below `packed_len()`; the stores write whole vectors of
         // the `oh·ow` pixels of output channels below `co`.
@@ -714,8 +738,8 @@ mod x86 {
                     for c in 0..d.c {
                         let xc = xp.as_ptr().add(c * plane);
                         let wc = wb.add(c * taps * MR);
-                        for ki in 0..d.kh {
-                            for kj in 0..d.kw {
+                        for ki in 0..kh {
+                            for kj in 0..kw {
                                 let off = ki * pitch + (kj % S) * hp * pitch + kj / S;
                                 let x = if PAIRS {
                                     [
@@ -725,7 +749,7 @@ mod x86 {
                                 } else {
                                     [_mm512_loadu_ps(xc.add(s0 + off)), _mm512_loadu_ps(xc.add(s1 + off))]
                                 };
-                                let wt = wc.add((ki * d.kw + kj) * MR);
+                                let wt = wc.add((ki * kw + kj) * MR);
                                 for (i, a) in acc.iter_mut().enumerate() {
                                     let w = _mm512_set1_ps(*wt.add(i));
                                     a[0] = _mm512_fmadd_ps(w, x[0], a[0]);
@@ -773,11 +797,13 @@ mod x86 {
     ) {
         // SAFETY: as this function's contract.
         unsafe {
-            match ((d.kh, d.kw) == (3, 3), d.s) {
-                (true, 1) => padded_avx2::<true, 1, RAGGED>(d, xp, wp, bias, dst),
-                (false, 1) => padded_avx2::<false, 1, RAGGED>(d, xp, wp, bias, dst),
+            match ((d.kh, d.kw), d.s) {
+                ((3, 3), 1) => padded_avx2::<3, 1, RAGGED>(d, xp, wp, bias, dst),
+                // Winograd's products: the loop over the input channels alone.
+                ((1, 1), 1) => padded_avx2::<1, 1, RAGGED>(d, xp, wp, bias, dst),
+                (_, 1) => padded_avx2::<0, 1, RAGGED>(d, xp, wp, bias, dst),
                 // Unrolled, the strided taps make LLVM spill an accumulator.
-                (_, _) => padded_avx2::<false, 2, RAGGED>(d, xp, wp, bias, dst),
+                (_, _) => padded_avx2::<0, 2, RAGGED>(d, xp, wp, bias, dst),
             }
         }
     }
@@ -789,13 +815,14 @@ mod x86 {
         if RAGGED { d.ow().div_ceil(8) * 8 } else { d.ow() }
     }
 
-    /// [`run_padded_avx2`], with the taps unrolled at compile time for 3×3 kernels (`K3`), for
-    /// stride `S` (the copy's phase planes make every stride read consecutive floats).
+    /// [`run_padded_avx2`], with the taps unrolled at compile time for `K × K` kernels (`K`
+    /// 3 or 1; 0: the kernel's size at run time), for stride `S` (the copy's phase planes
+    /// make every stride read consecutive floats).
     ///
     /// # Safety
-    /// As [`run_padded_avx2`]; with `K3` a 3×3 kernel.
+    /// As [`run_padded_avx2`]; with `K > 0` a `K × K` kernel.
     #[inline(always)]
-    unsafe fn padded_avx2<const K3: bool, const S: usize, const RAGGED: bool>(
+    unsafe fn padded_avx2<const K: usize, const S: usize, const RAGGED: bool>(
         d: &Direct,
         xp: &[f32],
         wp: &[f32],
@@ -809,15 +836,15 @@ mod x86 {
         unsafe {
             for p0 in (0..whole).step_by(8 * AVX2_V) {
                 for co0 in (0..rows).step_by(AVX2_MR) {
-                    padded_tile_avx2::<AVX2_MR, AVX2_V, K3, S, RAGGED>(d, xp, wp, bias, dst, p0, co0);
+                    padded_tile_avx2::<AVX2_MR, AVX2_V, K, S, RAGGED>(d, xp, wp, bias, dst, p0, co0);
                 }
-                padded_rest_avx2::<AVX2_V, K3, S, RAGGED>(d, xp, wp, bias, dst, p0, rows);
+                padded_rest_avx2::<AVX2_V, K, S, RAGGED>(d, xp, wp, bias, dst, p0, rows);
             }
             for p0 in (whole..p_end).step_by(8) {
                 for co0 in (0..rows).step_by(AVX2_MR) {
-                    padded_tile_avx2::<AVX2_MR, 1, K3, S, RAGGED>(d, xp, wp, bias, dst, p0, co0);
+                    padded_tile_avx2::<AVX2_MR, 1, K, S, RAGGED>(d, xp, wp, bias, dst, p0, co0);
                 }
-                padded_rest_avx2::<1, K3, S, RAGGED>(d, xp, wp, bias, dst, p0, rows);
+                padded_rest_avx2::<1, K, S, RAGGED>(d, xp, wp, bias, dst, p0, rows);
             }
         }
     }
@@ -828,7 +855,7 @@ mod x86 {
     /// # Safety
     /// As [`padded_tile_avx2`].
     #[inline(always)]
-    unsafe fn padded_rest_avx2<const V: usize, const K3: bool, const S: usize, const RAGGED: bool>(
+    unsafe fn padded_rest_avx2<const V: usize, const K: usize, const S: usize, const RAGGED: bool>(
         d: &Direct,
         xp: &[f32],
         wp: &[f32],
@@ -840,11 +867,11 @@ mod x86 {
         // SAFETY: as the caller guarantees; each arm's rows end at `co`.
         unsafe {
             match d.co - co0 {
-                5 => padded_tile_avx2::<5, V, K3, S, RAGGED>(d, xp, wp, bias, dst, p0, co0),
-                4 => padded_tile_avx2::<4, V, K3, S, RAGGED>(d, xp, wp, bias, dst, p0, co0),
-                3 => padded_tile_avx2::<3, V, K3, S, RAGGED>(d, xp, wp, bias, dst, p0, co0),
-                2 => padded_tile_avx2::<2, V, K3, S, RAGGED>(d, xp, wp, bias, dst, p0, co0),
-                1 => padded_tile_avx2::<1, V, K3, S, RAGGED>(d, xp, wp, bias, dst, p0, co0),
+                5 => padded_tile_avx2::<5, V, K, S, RAGGED>(d, xp, wp, bias, dst, p0, co0),
+                4 => padded_tile_avx2::<4, V, K, S, RAGGED>(d, xp, wp, bias, dst, p0, co0),
+                3 => padded_tile_avx2::<3, V, K, S, RAGGED>(d, xp, wp, bias, dst, p0, co0),
+                2 => padded_tile_avx2::<2, V, K, S, RAGGED>(d, xp, wp, bias, dst, p0, co0),
+                1 => padded_tile_avx2::<1, V, K, S, RAGGED>(d, xp, wp, bias, dst, p0, co0),
                 _ => {}
             }
         }
@@ -858,9 +885,9 @@ mod x86 {
     ///
     /// # Safety
     /// As [`run_padded_avx2`]; `p0 + 8·V <= oh·ow`, `co0 + R <= co`, `R <= AVX2_MR`; with
-    /// `K3` a 3×3 kernel.
+    /// `K > 0` a `K × K` kernel.
     #[inline(always)]
-    unsafe fn padded_tile_avx2<const R: usize, const V: usize, const K3: bool, const S: usize, const RAGGED: bool>(
+    unsafe fn padded_tile_avx2<const R: usize, const V: usize, const K: usize, const S: usize, const RAGGED: bool>(
         d: &Direct,
         xp: &[f32],
         wp: &[f32],
@@ -885,10 +912,11 @@ mod x86 {
             // The block's weights, AVX2_MR per (c, tap), read in order.
             let wb = wp.as_ptr().add(co0 * d.c * taps);
             let mut acc = [[_mm256_setzero_ps(); V]; R];
-            // Constant trip counts for 3×3 kernels, so the nine taps unroll; larger kernels
-            // skip the kernel rows that read only padding for the tile's output rows.
-            let (kh, kw) = if K3 { (3, 3) } else { (d.kh, d.kw) };
-            let (ki0, ki1) = if K3 { (0, kh) } else { d.live_rows(p0 / owv, (p0 + 8 * V - 1) / owv) };
+            // Constant trip counts for 3×3 and 1×1 kernels, so the taps unroll (1×1: the loop
+            // over the input channels is the only one); other kernels skip the kernel rows
+            // that read only padding for the tile's output rows.
+            let (kh, kw) = if K > 0 { (K, K) } else { (d.kh, d.kw) };
+            let (ki0, ki1) = if K > 0 { (0, kh) } else { d.live_rows(p0 / owv, (p0 + 8 * V - 1) / owv) };
             for c in 0..d.c {
                 let mut wt = wb.add((c * taps + ki0 * kw) * AVX2_MR);
                 for ki in ki0..ki1 {

@@ -471,6 +471,7 @@ impl Winograd {
         cols: usize,
     ) {
         let (co, h, w, tw) = (self.co, self.h, self.w, self.tw());
+        let mut s = [[0.0f32; G]; 24];
         for o in 0..co {
             let b = bias.map_or(0.0, |b| b[o]);
             for tile in t0..t1 {
@@ -480,16 +481,22 @@ impl Winograd {
                     let at = xi * ms + o * cols + at_col;
                     <[f32; G]>::try_from(&m[at..at + G]).unwrap_or([0.0; G])
                 };
-                // A^T m: one column j at a time.
-                let cols6: [[[f32; G]; 4]; 6] =
-                    std::array::from_fn(|j| at([ld(j), ld(6 + j), ld(12 + j), ld(18 + j), ld(24 + j), ld(30 + j)]));
-                let s: [[[f32; G]; 6]; 4] = std::array::from_fn(|a| std::array::from_fn(|j| cols6[j][a]));
-                for (a, sa) in s.iter().enumerate() {
+                // A^T m: one column j at a time, into the scratch (arrays built per tile with
+                // `array::from_fn` went through an outlined call per tile, as in input_chunk).
+                for j in 0..6 {
+                    let col = at([ld(j), ld(6 + j), ld(12 + j), ld(18 + j), ld(24 + j), ld(30 + j)]);
+                    for (a, r) in col.iter().enumerate() {
+                        s[6 * a + j] = *r;
+                    }
+                }
+                // (A^T m) A: one row a at a time.
+                for a in 0..4 {
                     let y = 4 * ty + a;
                     if y >= h {
                         break;
                     }
-                    for (bx, r) in at(*sa).iter().enumerate() {
+                    let row = at([s[6 * a], s[6 * a + 1], s[6 * a + 2], s[6 * a + 3], s[6 * a + 4], s[6 * a + 5]]);
+                    for (bx, r) in row.iter().enumerate() {
                         let x = 4 * tx + bx;
                         if x >= w {
                             break;
