@@ -8,7 +8,8 @@ train` does by default; PyTorch: `pytorch_bench.py`, eager mode, run both in NCH
 channels_last, the better of the two being PyTorch's figure for the round). For each model and
 batch size it prints the median over rounds of each side, the range over rounds, their ratio,
 each as a fraction of the peak FLOP/s of all cores (training = 3 x the forward FLOPs
-`crossbow models` reports), and the GFLOP per image.
+`crossbow models` reports), the GFLOP per image, and each side's peak resident memory
+(the child process's own, from wait4; PyTorch's next to what importing torch alone takes).
 
     cargo build --release -p crossbow-cli -p crossbow-benches
     python3 -m venv ~/torchenv && ~/torchenv/bin/pip install torch   # outside the repository
@@ -31,11 +32,23 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 
 
+def run_rss(cmd, env=None):
+    """(stdout, peak resident memory of the process in bytes): the child's own rusage, from
+    wait4, so that each run's figure is its own (RUSAGE_CHILDREN would be the largest so far)."""
+    with tempfile.TemporaryFile() as fo, tempfile.TemporaryFile() as fe:
+        p = subprocess.Popen(cmd, stdout=fo, stderr=fe, env=env)
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        fo.seek(0)
+        fe.seek(0)
+        out, err = fo.read().decode(errors="replace"), fe.read().decode(errors="replace")
+    if p.returncode != 0:
+        sys.exit(f"compare: {' '.join(cmd)} failed ({p.returncode}):\n{out}{err}")
+    return out, usage.ru_maxrss * 1024  # Linux reports kilobytes
+
+
 def run(cmd, env=None):
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if r.returncode != 0:
-        sys.exit(f"compare: {' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
-    return r.stdout
+    return run_rss(cmd, env)[0]
 
 
 def peak(binary):
@@ -61,15 +74,15 @@ def forward_flops(crossbow, models):
 def crossbow_ips(crossbow, model, batch, threads, iterations):
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "bench.json")
-        run([crossbow, "bench", "--model", model, "--batch-size", str(batch), "--learners", "1",
-             "--devices", "cpu", "--threads", str(threads), "--iterations", str(iterations), "--tuner",
-             "--json", path])
+        _, rss = run_rss([crossbow, "bench", "--model", model, "--batch-size", str(batch), "--learners", "1",
+                          "--devices", "cpu", "--threads", str(threads), "--iterations", str(iterations),
+                          "--tuner", "--json", path])
         with open(path) as f:
             body = json.load(f)
     tuned = body.get("tuner") or []
     if tuned:
-        return tuned[0]["images_per_sec"], tuned[0]["picked"]
-    return body["rows"][0]["images_per_sec"], 1
+        return tuned[0]["images_per_sec"], tuned[0]["picked"], rss
+    return body["rows"][0]["images_per_sec"], 1, rss
 
 
 # PyTorch's own switches that cap its vector code: ATen's kernels and oneDNN's (convolutions).
@@ -90,8 +103,14 @@ def torch_env(isa):
 def torch_ips(python, model, batch, threads, iterations, channels_last, isa=None):
     cmd = [python, os.path.join(HERE, "pytorch_bench.py"), "--model", model, "--batch-size", str(batch),
            "--threads", str(threads), "--iterations", str(iterations), "--windows", "3"]
-    out = run(cmd + (["--channels-last"] if channels_last else []), env=torch_env(isa))
-    return json.loads(out.strip().splitlines()[-1])["images_per_sec"]
+    out, rss = run_rss(cmd + (["--channels-last"] if channels_last else []), env=torch_env(isa))
+    return json.loads(out.strip().splitlines()[-1])["images_per_sec"], rss
+
+
+def torch_import_rss(python, isa=None):
+    """Peak resident memory of the interpreter with torch imported and nothing run: the part
+    of PyTorch's figures that is its libraries, not the model's training."""
+    return run_rss([python, "-c", "import torch; torch.zeros(1)"], env=torch_env(isa))[1]
 
 
 def main():
@@ -125,6 +144,10 @@ def main():
     pt = {(m, b): [] for m in models for b in batches}
     variants = {(m, b): {"nchw": [], "channels_last": []} for m in models for b in batches}
     picked = {}
+    # Peak resident memory of each run (crossbow: its bench with the tuner trying 1 and more
+    # learners; PyTorch: the smaller of its two variants' runs).
+    cb_rss = {(m, b): [] for m in models for b in batches}
+    pt_rss = {(m, b): [] for m in models for b in batches}
     for r in range(a.rounds):
         peaks.append(peak(a.peak_flops))
         for m in models:
@@ -133,18 +156,23 @@ def main():
                 order = ("crossbow", "torch") if r % 2 == 0 else ("torch", "crossbow")
                 for who in order:
                     if who == "crossbow":
-                        ips, k = crossbow_ips(a.crossbow, m, b, a.threads, a.iterations)
+                        ips, k, rss = crossbow_ips(a.crossbow, m, b, a.threads, a.iterations)
                         cb[(m, b)].append(ips)
+                        cb_rss[(m, b)].append(rss)
                         picked.setdefault((m, b), []).append(k)
                     else:
                         v = variants[(m, b)]
-                        v["nchw"].append(torch_ips(a.python, m, b, a.threads, a.iterations, False, a.torch_isa))
-                        v["channels_last"].append(torch_ips(a.python, m, b, a.threads, a.iterations, True, a.torch_isa))
-                        pt[(m, b)].append(max(v["nchw"][-1], v["channels_last"][-1]))
+                        nchw, rss_n = torch_ips(a.python, m, b, a.threads, a.iterations, False, a.torch_isa)
+                        cl, rss_c = torch_ips(a.python, m, b, a.threads, a.iterations, True, a.torch_isa)
+                        v["nchw"].append(nchw)
+                        v["channels_last"].append(cl)
+                        pt[(m, b)].append(max(nchw, cl))
+                        pt_rss[(m, b)].append(min(rss_n, rss_c))
                 v = variants[(m, b)]
                 print(f"round {r + 1}/{a.rounds} {m} b{b}: crossbow {cb[(m, b)][-1]:.0f}, pytorch "
                       f"{pt[(m, b)][-1]:.0f} img/s (nchw {v['nchw'][-1]:.0f}, channels_last "
                       f"{v['channels_last'][-1]:.0f})", file=sys.stderr)
+    base_rss = torch_import_rss(a.python, a.torch_isa)
     unit = peaks[0][0]
     pk = statistics.median(g for _, g in peaks)
     print(f"peak ({unit} FMA, {a.threads} threads, median of {len(peaks)}): {pk / 1e9:.1f} GFLOP/s")
@@ -152,9 +180,12 @@ def main():
           + (f"; crossbow capped at {a.crossbow_isa}" if a.crossbow_isa else "")
           + (f"; PyTorch capped at {a.torch_isa}" if a.torch_isa else "; PyTorch not capped"))
     print("PyTorch: per round the better of NCHW and channels_last (how often each won in brackets)")
+    print(f"peak resident memory, MB, largest over rounds: crossbow's bench (tuner: 1 and more learners); "
+          f"PyTorch the smaller of its two variants, of which {base_rss / 1e6:.0f} MB is the interpreter "
+          f"with torch imported and nothing run")
     print("| model | batch | crossbow img/s [range] (learners) | PyTorch img/s [range] (nchw/cl wins) | ratio "
-          "[per-round range] | crossbow % of peak | PyTorch % of peak | GFLOP/image |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+          "[per-round range] | crossbow % of peak | PyTorch % of peak | GFLOP/image | memory MB crossbow / PyTorch |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     rows = []
     for m in models:
         for b in batches:
@@ -167,14 +198,17 @@ def main():
             print(f"| {m} | {b} | {c:.0f} [{min(cb[(m, b)]):.0f}–{max(cb[(m, b)]):.0f}] ({'/'.join(map(str, ks))}) | "
                   f"{t:.0f} [{min(pt[(m, b)]):.0f}–{max(pt[(m, b)]):.0f}] ({len(ratios) - cl_wins}/{cl_wins}) | "
                   f"{c / t:.2f}x [{min(ratios):.2f}–{max(ratios):.2f}] | "
-                  f"{100 * c * f / pk:.1f}% | {100 * t * f / pk:.1f}% | {f / 1e9:.3f} |")
+                  f"{100 * c * f / pk:.1f}% | {100 * t * f / pk:.1f}% | {f / 1e9:.3f} | "
+                  f"{max(cb_rss[(m, b)]) / 1e6:.0f} / {max(pt_rss[(m, b)]) / 1e6:.0f} |")
             rows.append({"model": m, "batch": b, "crossbow": cb[(m, b)], "pytorch": pt[(m, b)],
+                         "crossbow_rss": cb_rss[(m, b)], "pytorch_rss": pt_rss[(m, b)],
                          "pytorch_nchw": v["nchw"], "pytorch_channels_last": v["channels_last"],
                          "learners": picked[(m, b)], "train_flop_per_image": f})
     if a.json:
         with open(a.json, "w") as fh:
             json.dump({"peak_flops": [g for _, g in peaks], "unit": unit, "threads": a.threads,
-                       "crossbow_isa": a.crossbow_isa, "torch_isa": a.torch_isa, "rows": rows}, fh,
+                       "crossbow_isa": a.crossbow_isa, "torch_isa": a.torch_isa,
+                       "torch_import_rss": base_rss, "rows": rows}, fh,
                       indent=1)
 
 
