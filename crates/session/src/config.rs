@@ -25,6 +25,7 @@ use serde::Serialize;
 
 use crate::error::CliError;
 use crate::registry::SyncRegistry;
+use crate::settings::printable;
 pub use crate::settings::{TrainFile, Values};
 
 /// How many learners each device runs.
@@ -180,12 +181,17 @@ impl Origins {
                 || msg.contains(&format!("[sync-options] {k}:"))
                 || (k.is_empty() && msg.contains("empty name"))
         });
-        match (&self.file, from_file) {
+        // Keys and values are quoted as given: escaped, so that the message stays one line.
+        let (one, key) = (printable(&msg), from_file.map(|k| printable(k)));
+        match (&self.file, key) {
             (Some(f), Some(_)) if msg.starts_with("[sync-options]") => {
-                CliError::usage(format!("config file {}: {msg}", f.display()))
+                CliError::usage(format!("config file {}: {one}", f.display()))
             }
-            (Some(f), Some(k)) => CliError::usage(format!("config file {}: [sync-options] {k}: {msg}", f.display())),
-            _ => e,
+            (Some(f), Some(k)) => CliError::usage(format!("config file {}: [sync-options] {k}: {one}", f.display())),
+            _ => match e {
+                CliError::Usage(_) => CliError::usage(one),
+                other => other,
+            },
         }
     }
 }
@@ -558,11 +564,19 @@ mod tests {
             ("dataset = \"mnist\"", "dataset"),
             ("nesterov = true\nmomentum = 0.0", "nesterov"),
             ("sync = \"sma\"\n[sync-options]\nperiod = 3", "[sync-options] period"),
+            // Values with control characters: the message quotes them escaped, on one line.
+            ("schedule = \"sy\\nthetic-digits\"", "schedule"),
+            ("model = \"lenet\\t5\"", "model"),
+            ("dataset = \"digits\\r\\n\"", "dataset"),
+            ("devices = \"cpu\\n:1\"", "devices"),
+            ("sync = \"s\\u001bma\"", "sync"),
         ] {
             let e = from_text(&p, text, TrainFile::default()).unwrap_err().to_string();
             assert!(e.starts_with(&format!("{file}: {key}")), "{text}: {e}");
             assert!(!e.contains('\n'), "{text}: {e}");
         }
+        let e = from_text(&p, "schedule = \"sy\\nthetic-digits\"", TrainFile::default()).unwrap_err().to_string();
+        assert!(e.contains("'sy\\nthetic-digits'"), "{e}");
         // The same key given as a flag too: the flag's value is used and named.
         let flags = TrainFile { lr: Some(-1.0), ..TrainFile::default() };
         let e = from_text(&p, "lr = 0.1", flags).unwrap_err().to_string();
@@ -653,6 +667,26 @@ mod tests {
                 e,
                 "config file fuzz.toml: [sync-options] a: must be a number, true/false or a string, got table"
             );
+        }
+    }
+
+    #[test]
+    fn sync_option_keys_and_values_with_control_characters_stay_on_one_line() {
+        let p = Path::new("run.toml");
+        let registry = SyncRegistry::builtin();
+        for (text, escaped) in [
+            ("sync = \"sma\"\n[sync-options]\n\"per\\niod\" = 3\n", "'per\\niod'"),
+            ("sync = \"sma\"\n[sync-options]\nalpha-rule = \"1/\\nk\"\n", "1/\\nk"),
+        ] {
+            let file = TrainFile::parse(text, p).unwrap();
+            let e = TrainConfig::from_sources(Some((p, file.clone())), TrainFile::default(), &registry)
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with("config file run.toml: [sync-options] ") && !e.contains('\n'), "{e}");
+            assert!(e.contains(escaped), "{e}");
+            // The same options as flags.
+            let e = TrainConfig::from_sources(None, file, &registry).unwrap_err().to_string();
+            assert!(!e.contains('\n') && !e.contains("config file"), "{e}");
         }
     }
 

@@ -336,11 +336,12 @@ macro_rules! settings {
             pub fn resolve(f: &TrainFile, name: &dyn Fn(&str) -> String) -> Result<Values, String> {
                 $(
                     let $field: $typed = match &f.$field {
-                        Some(raw) => <$typed as Setting<$raw>>::from_raw(raw).map_err(|e| format!("{}: {e}", name($key)))?,
+                        Some(raw) => <$typed as Setting<$raw>>::from_raw(raw)
+                            .map_err(|e| format!("{}: {}", name($key), printable(&e)))?,
                         None => $default,
                     };
                     let check: Check<$typed> = $check;
-                    check(&name($key), &$field)?;
+                    check(&name($key), &$field).map_err(|e| printable(&e))?;
                 )*
                 Ok(Values { $( $field, )* })
             }
@@ -352,6 +353,12 @@ macro_rules! settings {
             }
         }
     };
+}
+
+/// `msg` with its control characters escaped (`\n`, `\t`, `\u{1b}`): the parsers quote the
+/// value they reject, and a value with a newline in it would split the error over lines.
+pub(crate) fn printable(msg: &str) -> String {
+    msg.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
 }
 
 /// No check beyond parsing.
