@@ -1,16 +1,18 @@
 import json, statistics as st, sys
-# table.py GOALFILE... : runs given as json files; prints "run1 / run2" cells
-files = sys.argv[1:]
-runs = [json.load(open(f)) for f in files]
+# table.py RUN.json...: the BENCHMARKS table of one or more runs, "run1 / run2" cells (a later run may hold some of the rows only)
+runs = [json.load(open(f)) for f in sys.argv[1:]]
 goal = lambda m, b: 2.0 if m == 'lenet5' else (1.2 if b == 128 else 1.5)
 print('peak: ' + ' / '.join('%.0f' % (st.median(r['peak_flops'])/1e9) for r in runs) + ' GFLOP/s')
 print('| model | batch | crossbow img/s | PyTorch img/s | ratio | crossbow % of peak | PyTorch % of peak | goal |')
 print('|---|---:|---:|---:|---:|---:|---:|---:|')
 held = total = 0
-for i, row in enumerate(runs[0]['rows']):
+for row in runs[0]['rows']:
     cb, pt, ra, cp, pp = [], [], [], [], []
     for r in runs:
-        x = r['rows'][i]; assert x['model'] == row['model'] and x['batch'] == row['batch']
+        xs = [x for x in r['rows'] if x['model'] == row['model'] and x['batch'] == row['batch']]
+        if not xs:
+            continue
+        x = xs[0]
         c, p = st.median(x['crossbow']), st.median(x['pytorch'])
         peak = st.median(r['peak_flops'])
         g = goal(x['model'], x['batch'])
