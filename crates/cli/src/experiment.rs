@@ -101,6 +101,18 @@ pub struct TtaArgs {
     /// its own with `/bn-eval=...`)
     #[arg(long)]
     pub bn_eval: Option<String>,
+    /// Train every run to the epoch limit instead of stopping at the target (epochs and
+    /// seconds to target are then read from the evaluations), to see late behaviour
+    #[arg(long)]
+    pub run_to_end: bool,
+    /// Final accuracy of a run: the mean test accuracy of its evaluations in this many last
+    /// epochs (one evaluation at least)
+    #[arg(long, default_value_t = 2.0)]
+    pub final_epochs: f64,
+    /// How the tuning phase picks a rate: `epochs` (fewest epochs to target, then best
+    /// accuracy) or `final` (highest final accuracy; for runs to the end)
+    #[arg(long, default_value = "epochs", value_parser = ["epochs", "final"])]
+    pub tune_by: String,
     /// Keep the runs already in OUT/runs.jsonl and run only the missing ones
     #[arg(long)]
     pub resume: bool,
@@ -134,14 +146,19 @@ pub struct Run {
     pub seconds_to_target: Option<f64>,
     /// Highest test accuracy of the central model, 0..1 (0 for a failed run).
     pub best_accuracy: f64,
+    /// Mean test accuracy of the evaluations in the run's last `--final-epochs` epochs, 0..1
+    /// (0 for a failed run).
+    #[serde(default)]
+    pub final_accuracy: f64,
     /// Epochs completed (0 for a failed run).
     pub epochs: f64,
     /// Mean training throughput, images per second (0 for a failed run).
     pub images_per_sec: f64,
     /// Why the run stopped early (for example divergence), if it did.
     pub error: Option<String>,
-    /// Every evaluation of the run, for the plots (not read back by `--resume`).
-    #[serde(skip_deserializing)]
+    /// Every evaluation of the run (kept in `runs.jsonl`, so resumed tables and plots have
+    /// them too).
+    #[serde(default)]
     pub curve: Vec<CurvePoint>,
 }
 
@@ -288,7 +305,8 @@ pub fn run_tta(args: &TtaArgs, registry: &SyncRegistry) -> Result<(), CliError> 
         dataset: Some(args.dataset.clone()),
         data_dir: args.data_dir.clone(),
         epochs: Some(args.epochs),
-        target_accuracy: Some(args.target),
+        // Runs to the end read the target off their evaluations instead of stopping at it.
+        target_accuracy: (!args.run_to_end).then_some(args.target),
         momentum: Some(args.momentum),
         weight_decay: Some(args.weight_decay),
         eval_every: Some(args.eval_every),
@@ -323,6 +341,10 @@ pub fn run_tta(args: &TtaArgs, registry: &SyncRegistry) -> Result<(), CliError> 
     let data = load_data(&data_cfg)?;
     let threads = args.threads.unwrap_or_else(crate::train::cores);
 
+    let target = if args.target > 1.0 { args.target / 100.0 } else { args.target };
+    if !(args.final_epochs.is_finite() && args.final_epochs > 0.0) {
+        return Err(CliError::usage(format!("--final-epochs {}: must be a number > 0", args.final_epochs)));
+    }
     let log_path = args.out.join("runs.jsonl");
     let mut done: Vec<Run> = if args.resume { read_runs(&log_path)? } else { vec![] };
     if !args.resume && log_path.exists() {
@@ -345,23 +367,28 @@ pub fn run_tta(args: &TtaArgs, registry: &SyncRegistry) -> Result<(), CliError> 
         let sync = registry.build_for(&cfg)?.cpu();
         let res = train_with(&cfg, &data, graph, Box::new(CpuDevices { count: 1, threads }), sync, &mut rep);
         let run = match res {
-            Ok(s) => Run {
-                phase: phase.into(),
-                variant: c.variant.label.clone(),
-                sync: c.variant.sync.clone(),
-                learners: c.k,
-                batch: c.b,
-                seed,
-                lr,
-                reached: s.reached_target,
-                epochs_to_target: s.epochs_to_target,
-                seconds_to_target: s.time_to_target_seconds,
-                best_accuracy: s.best_accuracy,
-                epochs: s.epochs,
-                images_per_sec: s.images_per_sec,
-                error: None,
-                curve: s.evaluations.iter().map(CurvePoint::from).collect(),
-            },
+            Ok(s) => {
+                let curve: Vec<CurvePoint> = s.evaluations.iter().map(CurvePoint::from).collect();
+                let hit = first_at_or_above(&curve, target);
+                Run {
+                    phase: phase.into(),
+                    variant: c.variant.label.clone(),
+                    sync: c.variant.sync.clone(),
+                    learners: c.k,
+                    batch: c.b,
+                    seed,
+                    lr,
+                    reached: hit.is_some(),
+                    epochs_to_target: hit.map(|p| p.epoch),
+                    seconds_to_target: hit.map(|p| p.train_seconds),
+                    best_accuracy: s.best_accuracy,
+                    final_accuracy: final_accuracy(&curve, args.final_epochs),
+                    epochs: s.epochs,
+                    images_per_sec: s.images_per_sec,
+                    error: None,
+                    curve,
+                }
+            }
             // A run that diverges has not reached the target: it counts, with its reason.
             Err(e) => Run {
                 phase: phase.into(),
@@ -375,6 +402,7 @@ pub fn run_tta(args: &TtaArgs, registry: &SyncRegistry) -> Result<(), CliError> 
                 epochs_to_target: None,
                 seconds_to_target: None,
                 best_accuracy: 0.0,
+                final_accuracy: 0.0,
                 epochs: 0.0,
                 images_per_sec: 0.0,
                 error: Some(e.to_string()),
@@ -417,9 +445,11 @@ pub fn run_tta(args: &TtaArgs, registry: &SyncRegistry) -> Result<(), CliError> 
                 .iter()
                 .filter(|r| r.variant == c.variant.label && r.learners == c.k && r.batch == c.b)
                 .collect();
-            if let Some(best) =
-                mine.iter().min_by(|a, b| rank(a).partial_cmp(&rank(b)).unwrap_or(std::cmp::Ordering::Equal))
-            {
+            let by_final = args.tune_by == "final";
+            if let Some(best) = mine.iter().min_by(|a, b| {
+                let (ka, kb) = if by_final { (rank_final(a), rank_final(b)) } else { (rank(a), rank(b)) };
+                ka.partial_cmp(&kb).unwrap_or(std::cmp::Ordering::Equal)
+            }) {
                 chosen[ci] = best.lr;
             }
         }
@@ -476,6 +506,26 @@ fn rank(r: &Run) -> (u8, f64, f64) {
     }
 }
 
+/// Sort key of a tuning run by final accuracy: a failed run last, then the higher final
+/// accuracy, then fewer epochs to target.
+fn rank_final(r: &Run) -> (u8, f64, f64) {
+    (u8::from(r.error.is_some()), -r.final_accuracy, r.epochs_to_target.unwrap_or(f64::INFINITY))
+}
+
+/// The first evaluation at or above `target`.
+fn first_at_or_above(curve: &[CurvePoint], target: f64) -> Option<&CurvePoint> {
+    curve.iter().find(|p| p.test_accuracy >= target)
+}
+
+/// Mean test accuracy of the evaluations in the last `epochs` epochs of the curve (at least
+/// the last evaluation; 0 without any).
+fn final_accuracy(curve: &[CurvePoint], epochs: f64) -> f64 {
+    let Some(last) = curve.last() else { return 0.0 };
+    let tail: Vec<f64> =
+        curve.iter().filter(|p| p.epoch > last.epoch - epochs + 1e-9).map(|p| p.test_accuracy).collect();
+    if tail.is_empty() { last.test_accuracy } else { tail.iter().sum::<f64>() / tail.len() as f64 }
+}
+
 fn read_runs(p: &Path) -> Result<Vec<Run>, CliError> {
     if !p.exists() {
         return Ok(vec![]);
@@ -491,9 +541,7 @@ fn read_runs(p: &Path) -> Result<Vec<Run>, CliError> {
 }
 
 fn append_run(p: &Path, r: &Run) -> Result<(), CliError> {
-    let mut slim = r.clone();
-    slim.curve.clear();
-    let line = serde_json::to_string(&slim).map_err(CliError::run)?;
+    let line = serde_json::to_string(r).map_err(CliError::run)?;
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -539,22 +587,26 @@ fn cell(values: &[Option<f64>], p: usize) -> String {
 fn markdown(args: &TtaArgs, configs: &[Config], chosen: &[f64], runs: &[Run], tune: &[Run]) -> String {
     let target = if args.target > 1.0 { args.target / 100.0 } else { args.target };
     let mut s = format!(
-        "Target {:.1}% test accuracy, {} on {}, epoch limit {}, {} evaluation seed(s) per row (learning rate tuned on seed {}). Cells: median over all seeds, a miss counting as slower than any hit, [min–max] over the runs that reached the target.\n\n",
+        "Target {:.1}% test accuracy, {} on {}, epoch limit {}{}, {} evaluation seed(s) per row (learning rate tuned on seed {}, by {}). Cells: median over all seeds, a miss counting as slower than any hit, [min–max] over the runs that reached the target; final accuracy: the mean over the evaluations of a run's last {} epochs.\n\n",
         100.0 * target,
         args.model,
         args.dataset,
         args.epochs,
+        if args.run_to_end { " (every run to the limit)" } else { "" },
         args.seeds,
-        args.tune_seed
+        args.tune_seed,
+        if args.tune_by == "final" { "final accuracy" } else { "epochs to target" },
+        args.final_epochs
     );
-    s.push_str("| variant | k | batch/learner | effective batch | lr | reached | epochs to target | seconds to target | images/s |\n");
-    s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    s.push_str("| variant | k | batch/learner | effective batch | lr | reached | epochs to target | seconds to target | final accuracy % | images/s |\n");
+    s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     let mut medians: BTreeMap<ConfigKey, Medians> = BTreeMap::new();
     for (c, lr) in configs.iter().zip(chosen) {
         let rs: Vec<&Run> =
             runs.iter().filter(|r| r.variant == c.variant.label && r.learners == c.k && r.batch == c.b).collect();
         let ep: Vec<Option<f64>> = rs.iter().map(|r| r.epochs_to_target).collect();
         let secs: Vec<Option<f64>> = rs.iter().map(|r| r.seconds_to_target).collect();
+        let finals: Vec<Option<f64>> = rs.iter().map(|r| Some(100.0 * r.final_accuracy)).collect();
         let mut ips: Vec<f64> = rs.iter().map(|r| r.images_per_sec).filter(|x| *x > 0.0).collect();
         ips.sort_by(|a, b| a.total_cmp(b));
         let ips_med = ips.get(ips.len() / 2).copied().unwrap_or(0.0);
@@ -562,7 +614,7 @@ fn markdown(args: &TtaArgs, configs: &[Config], chosen: &[f64], runs: &[Run], tu
             medians.insert((l.clone(), c.k, c.b), (median_with_misses(&ep), median_with_misses(&secs)));
         }
         s.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {}/{} | {} | {} | {:.0} |\n",
+            "| {} | {} | {} | {} | {} | {}/{} | {} | {} | {} | {:.0} |\n",
             c.labels.join(" = "),
             c.k,
             c.b,
@@ -572,6 +624,7 @@ fn markdown(args: &TtaArgs, configs: &[Config], chosen: &[f64], runs: &[Run], tu
             rs.len(),
             cell(&ep, 2),
             cell(&secs, 1),
+            cell(&finals, 1),
             ips_med,
         ));
     }
@@ -618,8 +671,15 @@ fn markdown(args: &TtaArgs, configs: &[Config], chosen: &[f64], runs: &[Run], tu
                     let mark = if (r.lr - lr).abs() <= 1e-12 * lr.max(1.0) { "**" } else { "" };
                     match (r.epochs_to_target, &r.error) {
                         (_, Some(_)) => format!("{mark}{}{mark}: diverged", r.lr),
-                        (Some(e), _) => format!("{mark}{}{mark}: {e:.2}", r.lr),
-                        (None, _) => format!("{mark}{}{mark}: — ({:.1}%)", r.lr, 100.0 * r.best_accuracy),
+                        (Some(e), _) => {
+                            format!("{mark}{}{mark}: {e:.2} (final {:.1}%)", r.lr, 100.0 * r.final_accuracy)
+                        }
+                        (None, _) => format!(
+                            "{mark}{}{mark}: — (best {:.1}%, final {:.1}%)",
+                            r.lr,
+                            100.0 * r.best_accuracy,
+                            100.0 * r.final_accuracy
+                        ),
                     }
                 })
                 .collect();
@@ -712,6 +772,44 @@ mod tests {
     }
 
     #[test]
+    fn runs_to_the_end_read_target_and_final_accuracy_off_the_curve() {
+        let pt = |epoch: f64, acc: f64| CurvePoint { epoch, train_seconds: 10.0 * epoch, test_accuracy: acc };
+        let curve = vec![pt(0.5, 0.3), pt(1.0, 0.56), pt(1.5, 0.5), pt(2.0, 0.6), pt(2.5, 0.58), pt(3.0, 0.62)];
+        let hit = first_at_or_above(&curve, 0.55).unwrap();
+        assert_eq!((hit.epoch, hit.train_seconds), (1.0, 10.0));
+        assert!(first_at_or_above(&curve, 0.7).is_none());
+        // The last 1 epoch: evaluations after epoch 2.0 (2.5 and 3.0).
+        assert!((final_accuracy(&curve, 1.0) - 0.60).abs() < 1e-12);
+        // A window shorter than the evaluation interval still holds the last evaluation.
+        assert!((final_accuracy(&curve, 0.1) - 0.62).abs() < 1e-12);
+        assert_eq!(final_accuracy(&[], 2.0), 0.0);
+        // Tuning by final accuracy prefers the higher plateau over the earlier hit.
+        let run = |final_accuracy: f64, epochs_to_target: Option<f64>, error: Option<String>| Run {
+            phase: "tune".into(),
+            variant: "sma".into(),
+            sync: "sma".into(),
+            learners: 4,
+            batch: 16,
+            seed: 0,
+            lr: 0.1,
+            reached: epochs_to_target.is_some(),
+            epochs_to_target,
+            seconds_to_target: None,
+            best_accuracy: final_accuracy,
+            final_accuracy,
+            epochs: 30.0,
+            images_per_sec: 1.0,
+            error,
+            curve: vec![],
+        };
+        let (early, high, failed) =
+            (run(0.55, Some(5.0), None), run(0.6, Some(9.0), None), run(0.0, None, Some("x".into())));
+        assert!(rank_final(&high) < rank_final(&early));
+        assert!(rank_final(&early) < rank_final(&failed));
+        assert!(rank(&early) < rank(&high));
+    }
+
+    #[test]
     fn medians_count_misses_and_k1_merges() {
         assert_eq!(median_with_misses(&[Some(1.0), None, Some(2.0)]), Some(2.0));
         assert_eq!(median_with_misses(&[Some(1.0), None, None]), None);
@@ -736,6 +834,9 @@ mod tests {
             test_size: None,
             threads: None,
             bn_eval: None,
+            run_to_end: false,
+            final_epochs: 2.0,
+            tune_by: "epochs".into(),
             resume: false,
             out: PathBuf::from("x"),
         };
