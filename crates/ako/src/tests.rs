@@ -13,7 +13,7 @@ use proptest::prelude::*;
 
 use super::*;
 
-use crossbow_replica::testing::harness::{EPOCH, all_params, assert_same, batch, engine, sgd, small_lenet};
+use crossbow_replica::testing::harness::{EPOCH, SyncDriver, all_params, assert_same, batch, engine, sgd, small_lenet};
 
 fn ako(p: usize) -> Box<dyn Synchroniser<CpuBackend>> {
     Box::new(Ako::new(Partitions::Fixed(p)))
@@ -184,108 +184,6 @@ proptest! {
 
 // ---- Every gradient reaches every learner within p iterations -----------------------------
 
-/// The engine's call sequence for one device, with gradients the test chooses.
-struct Driver {
-    be: CpuBackend,
-    sync: Ako,
-    len: usize,
-    central: Central<CpuBackend>,
-    learners: Vec<DriverLearner>,
-    iteration: u64,
-}
-
-type Buf = <CpuBackend as crossbow_kernels::Storage>::Buffer;
-
-struct DriverLearner {
-    params: Buf,
-    grads: Buf,
-    velocity: Buf,
-    sync: Vec<Buf>,
-}
-
-impl DriverLearner {
-    fn view(&mut self, index: usize) -> LearnerBuffers<'_, CpuBackend> {
-        LearnerBuffers {
-            index,
-            params: &mut self.params,
-            grads: &self.grads,
-            velocity: &mut self.velocity,
-            sync_state: &mut self.sync,
-        }
-    }
-}
-
-impl Driver {
-    fn new(mut sync: Ako, k: usize, z0: &[f32]) -> Self {
-        let be = CpuBackend::new(0);
-        let len = z0.len();
-        let up = |v: &[f32]| {
-            let mut b = be.alloc(len).unwrap();
-            be.upload(v, ViewMut::new(&mut b, 0..len).unwrap()).unwrap();
-            b
-        };
-        let mut central = Central { z: up(z0), sync_state: vec![be.alloc(len).unwrap()] };
-        let mut learners: Vec<DriverLearner> = (0..k)
-            .map(|_| DriverLearner {
-                params: up(z0),
-                grads: be.alloc(len).unwrap(),
-                velocity: be.alloc(len).unwrap(),
-                sync: vec![be.alloc(len).unwrap(), be.alloc(len).unwrap()],
-            })
-            .collect();
-        Synchroniser::<CpuBackend>::set_learners(&mut sync, k);
-        let mut views: Vec<_> = learners.iter_mut().enumerate().map(|(j, l)| l.view(j)).collect();
-        sync.reset(&be, &mut central, &mut views, len).unwrap();
-        drop(views);
-        Driver { be, sync, len, central, learners, iteration: 0 }
-    }
-
-    fn host(&self, b: &Buf) -> Vec<f32> {
-        let mut v = vec![0.0; self.len];
-        self.be.download(View::new(b, 0..self.len).unwrap(), &mut v).unwrap();
-        v
-    }
-
-    fn z(&self) -> Vec<f32> {
-        self.host(&self.central.z)
-    }
-
-    fn params(&self, j: usize) -> Vec<f32> {
-        self.host(&self.learners[j].params)
-    }
-
-    /// One iteration with learner j's gradient `grads[j]`, in the engine's order.
-    fn step(&mut self, cfg: SgdConfig, grads: &[Vec<f32>]) {
-        let (be, len) = (&self.be, self.len);
-        let info = StepInfo {
-            iteration: self.iteration,
-            epoch: 0.0,
-            sgd: cfg,
-            base_lr: cfg.lr,
-            learners: self.learners.len(),
-            lr_dropped: false,
-        };
-        for (j, (l, g)) in self.learners.iter_mut().zip(grads).enumerate() {
-            be.upload(g, ViewMut::new(&mut l.grads, 0..len).unwrap()).unwrap();
-            self.sync.learner_step(be, &info, l.view(j), &self.central.z, len).unwrap();
-        }
-        let refs: Vec<LearnerRef<'_, CpuBackend>> = self
-            .learners
-            .iter()
-            .enumerate()
-            .map(|(index, l)| LearnerRef { index, params: &l.params, grads: &l.grads, sync_state: &l.sync })
-            .collect();
-        let mut total = be.alloc(len).unwrap();
-        self.sync.reduce_device(be, &info, &refs, &self.central, &mut total, len).unwrap();
-        drop(refs);
-        self.sync.apply_device(be, &info, &mut total, &mut self.central, len).unwrap();
-        for (j, l) in self.learners.iter_mut().enumerate() {
-            self.sync.after_apply(be, &info, l.view(j), &self.central.z, len).unwrap();
-        }
-        self.iteration += 1;
-    }
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(40))]
 
@@ -302,7 +200,7 @@ proptest! {
         let g0: Vec<Vec<f32>> = (0..k).map(|j| random_vec(seed ^ ((j as u64 + 1) * 0x9e37), len, 1.0)).collect();
         let zero = vec![vec![0.0f32; len]; k];
         let cfg = SgdConfig::plain(lr);
-        let mut drv = Driver::new(Ako::new(Partitions::Fixed(p)), k, &z0);
+        let mut drv = SyncDriver::new(Box::new(Ako::new(Partitions::Fixed(p))), k, std::slice::from_ref(&z0));
         let pe = effective_partitions(p, k, len);
         let scale = lr as f64 / k as f64;
         let tol = Tolerance::new(1e-5, 1e-6);

@@ -42,4 +42,4 @@ pub use graph::{Graph, GraphBuilder, Layer, NodeId};
 pub use models::ModelKind;
 pub use replica::Replica;
 pub use schedule::Schedule;
-pub use sync::{SettingValue, Settings, Synchroniser};
+pub use sync::{SettingValue, Settings, SyncNote, Synchroniser};

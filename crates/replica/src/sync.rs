@@ -308,6 +308,15 @@ impl ModelLayout {
     }
 }
 
+/// Something a synchroniser tells the user about its settings ([`Synchroniser::notes`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SyncNote {
+    /// Whether the settings are likely to hurt (a warning), not only worth knowing.
+    pub warning: bool,
+    /// One line.
+    pub text: String,
+}
+
 /// A synchronisation algorithm. See the module documentation for the call sequence.
 pub trait Synchroniser<B: Backend>: Send + Sync {
     /// Short name (`sma`, `ssgd`, ...).
@@ -315,6 +324,15 @@ pub trait Synchroniser<B: Backend>: Send + Sync {
 
     /// The algorithm's parameters, for logs and metrics files.
     fn settings(&self) -> Settings;
+
+    /// What the user should know about these settings with the current learner count and
+    /// the learners' optimiser `sgd` (its base learning rate and momentum): said when
+    /// training starts and again whenever the learner count changes. SMA gives the stable
+    /// range of its linearised update and warns when it is much narrower than momentum
+    /// SGD's. Default: nothing.
+    fn notes(&self, _sgd: &SgdConfig) -> Vec<SyncNote> {
+        vec![]
+    }
 
     /// Number of extra `len`-sized buffers per learner.
     fn learner_buffers(&self) -> usize {

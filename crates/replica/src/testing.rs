@@ -123,13 +123,13 @@ pub mod harness {
     // Test support: a failure to build an engine or run a step should fail the calling test.
     #![allow(clippy::unwrap_used)]
 
-    use crossbow_kernels::CpuBackend;
     use crossbow_kernels::optim::SgdConfig;
     use crossbow_kernels::testing::random_vec;
+    use crossbow_kernels::{Backend, CpuBackend, View, ViewMut};
     use crossbow_tensor::{Rng, Shape};
 
     use crate::engine::{CpuDevices, Engine, EngineConfig, TrainBatch};
-    use crate::sync::HostAllReduce;
+    use crate::sync::{Central, HostAllReduce, LearnerBuffers, LearnerRef, StepInfo};
     use crate::{Graph, ModelKind, Schedule, Synchroniser};
 
     /// Samples per epoch the harness's steps count with (large: no schedule step unless a
@@ -241,5 +241,148 @@ pub mod harness {
             }
         }
         out
+    }
+
+    /// The engine's call sequence for one CPU device, driven directly with gradients the test
+    /// chooses (for properties that need exact gradients: Ako's exchange, SMA's stability on
+    /// quadratics). Buffers as the engine allocates them: the synchroniser's own per learner
+    /// and per device, zero at the start.
+    pub struct SyncDriver {
+        /// The device's backend.
+        pub be: CpuBackend,
+        /// The synchroniser driven.
+        pub sync: Box<dyn Synchroniser<CpuBackend>>,
+        len: usize,
+        central: Central<CpuBackend>,
+        learners: Vec<DriverLearner>,
+        iteration: u64,
+    }
+
+    type Buf = <CpuBackend as crossbow_kernels::Storage>::Buffer;
+
+    struct DriverLearner {
+        params: Buf,
+        grads: Buf,
+        velocity: Buf,
+        sync: Vec<Buf>,
+    }
+
+    impl DriverLearner {
+        fn view(&mut self, index: usize) -> LearnerBuffers<'_, CpuBackend> {
+            LearnerBuffers {
+                index,
+                params: &mut self.params,
+                grads: &self.grads,
+                velocity: &mut self.velocity,
+                sync_state: &mut self.sync,
+            }
+        }
+    }
+
+    impl SyncDriver {
+        /// `k` learners starting at `starts[j]` (one vector for all, or one per learner), `z`
+        /// at their mean, then the synchroniser told the count and reset, as the engine does.
+        pub fn new(mut sync: Box<dyn Synchroniser<CpuBackend>>, k: usize, starts: &[Vec<f32>]) -> Self {
+            let be = CpuBackend::new(0);
+            let len = starts[0].len();
+            let up = |v: &[f32]| {
+                let mut b = be.alloc(len).unwrap();
+                be.upload(v, ViewMut::new(&mut b, 0..len).unwrap()).unwrap();
+                b
+            };
+            let start = |j: usize| &starts[if starts.len() == 1 { 0 } else { j }];
+            let z0: Vec<f32> =
+                (0..len).map(|i| ((0..k).map(|j| start(j)[i] as f64).sum::<f64>() / k as f64) as f32).collect();
+            let mut central = Central {
+                z: up(&z0),
+                sync_state: (0..sync.device_buffers()).map(|_| be.alloc(len).unwrap()).collect(),
+            };
+            let mut learners: Vec<DriverLearner> = (0..k)
+                .map(|j| DriverLearner {
+                    params: up(start(j)),
+                    grads: be.alloc(len).unwrap(),
+                    velocity: be.alloc(len).unwrap(),
+                    sync: (0..sync.learner_buffers()).map(|_| be.alloc(len).unwrap()).collect(),
+                })
+                .collect();
+            sync.set_learners(k);
+            let mut views: Vec<_> = learners.iter_mut().enumerate().map(|(j, l)| l.view(j)).collect();
+            sync.reset(&be, &mut central, &mut views, len).unwrap();
+            drop(views);
+            SyncDriver { be, sync, len, central, learners, iteration: 0 }
+        }
+
+        fn host(&self, b: &Buf) -> Vec<f32> {
+            let mut v = vec![0.0; self.len];
+            self.be.download(View::new(b, 0..self.len).unwrap(), &mut v).unwrap();
+            v
+        }
+
+        /// The central model.
+        pub fn z(&self) -> Vec<f32> {
+            self.host(&self.central.z)
+        }
+
+        /// Learner `j`'s parameters.
+        pub fn params(&self, j: usize) -> Vec<f32> {
+            self.host(&self.learners[j].params)
+        }
+
+        /// Learner `j`'s momentum.
+        pub fn velocity(&self, j: usize) -> Vec<f32> {
+            self.host(&self.learners[j].velocity)
+        }
+
+        /// Iterations so far.
+        pub fn iteration(&self) -> u64 {
+            self.iteration
+        }
+
+        /// One iteration at `epoch` with learner j's gradient `grads[j]`, in the engine's
+        /// order (learner steps, device reduction, central update, after-apply).
+        pub fn step_at(&mut self, cfg: SgdConfig, epoch: f64, lr_dropped: bool, grads: &[Vec<f32>]) {
+            let (be, len) = (&self.be, self.len);
+            let info = StepInfo {
+                iteration: self.iteration,
+                epoch,
+                sgd: cfg,
+                base_lr: cfg.lr,
+                learners: self.learners.len(),
+                lr_dropped,
+            };
+            for (j, (l, g)) in self.learners.iter_mut().zip(grads).enumerate() {
+                be.upload(g, ViewMut::new(&mut l.grads, 0..len).unwrap()).unwrap();
+                self.sync.learner_step(be, &info, l.view(j), &self.central.z, len).unwrap();
+            }
+            let refs: Vec<LearnerRef<'_, CpuBackend>> = self
+                .learners
+                .iter()
+                .enumerate()
+                .map(|(index, l)| LearnerRef { index, params: &l.params, grads: &l.grads, sync_state: &l.sync })
+                .collect();
+            let mut total = be.alloc(len).unwrap();
+            self.sync.reduce_device(be, &info, &refs, &self.central, &mut total, len).unwrap();
+            drop(refs);
+            self.sync.apply_device(be, &info, &mut total, &mut self.central, len).unwrap();
+            if self.sync.after_apply_needed(&info) {
+                for (j, l) in self.learners.iter_mut().enumerate() {
+                    self.sync.after_apply(be, &info, l.view(j), &self.central.z, len).unwrap();
+                }
+            }
+            self.iteration += 1;
+        }
+
+        /// [`SyncDriver::step_at`] at epoch 0, no rate drop.
+        pub fn step(&mut self, cfg: SgdConfig, grads: &[Vec<f32>]) {
+            self.step_at(cfg, 0.0, false, grads);
+        }
+
+        /// One iteration on the quadratic `f(w) = Σ_i h[i]/2 · w[i]²` (every learner's
+        /// gradient `h ⊙ w_j`, computed from its current parameters).
+        pub fn step_quadratic(&mut self, cfg: SgdConfig, h: &[f32]) {
+            let grads: Vec<Vec<f32>> =
+                (0..self.learners.len()).map(|j| self.params(j).iter().zip(h).map(|(w, h)| w * h).collect()).collect();
+            self.step(cfg, &grads);
+        }
     }
 }

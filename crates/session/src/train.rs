@@ -254,6 +254,8 @@ pub fn train_with_options<B: Backend>(
     };
     let mut saver = Saver { on: opts.checkpoint.is_some(), submitted: None };
     announce(cfg, data, &engine, run.per_epoch, run.share, reporter)?;
+    let mut noted_learners = 0;
+    sync_notes(&engine, &mut noted_learners, reporter)?;
     let mut tuner = auto_tuner(cfg, &engine)?;
     let mut guard = Guard { first_loss: None, rollbacks: 0, lr_factor: 1.0, prev_target: None, prev_diverged_at: None };
     if let (Some((path, file)), Some((_, snap))) = (&opts.resume, &resumed) {
@@ -352,6 +354,7 @@ pub fn train_with_options<B: Backend>(
                 reporter.say(&ev.line());
                 reporter.record("tuner", json!(ev))?;
             }
+            sync_notes(&engine, &mut noted_learners, reporter)?;
         }
         // A synchroniser that decides something as it runs (Ako's automatic partitions): each
         // change is said and recorded (the same on every rank: they agree on it).
@@ -1222,6 +1225,28 @@ fn announce<B: Backend>(
             "data_notes": data.train.notes().iter().chain(data.test.notes()).collect::<Vec<_>>(),
         }),
     )
+}
+
+/// The synchroniser's notes on its settings ([`Synchroniser::notes`]: SMA's stable range of
+/// rates), said when the learner count differs from the one they were last said for.
+fn sync_notes<B: Backend>(engine: &Engine<B>, noted: &mut usize, reporter: &mut Reporter) -> Result<(), CliError> {
+    let k = engine.world_learners();
+    if k == *noted {
+        return Ok(());
+    }
+    *noted = k;
+    for n in engine.synchroniser_notes() {
+        if n.warning {
+            reporter.warn(&format!("warning: {}", n.text));
+        } else {
+            reporter.say(&n.text);
+        }
+        reporter.record(
+            "sync_note",
+            json!({ "iteration": engine.iteration(), "learners": k, "warning": n.warning, "text": n.text }),
+        )?;
+    }
+    Ok(())
 }
 
 /// Training images, loss and time since the last evaluation.

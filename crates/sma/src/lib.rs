@@ -30,11 +30,16 @@
 //! code ran, and the default here: with each form's learning rate tuned, it reached the
 //! target in as few or fewer epochs on LeNet-5 (the paper form needs about ten times the
 //! rate, since its learners have no momentum). Linearised on a quadratic of curvature `h`
-//! with `α = 1/k` and `μ_z = 0.9`, the local-momentum form is stable only for `γ h` below
-//! 0.25 (k = 2) to 0.59 (k = 8), the paper form up to 1.32 to 1.83, against 3.8 for
-//! momentum SGD (`scripts/sma-stability.py`). Per unit of learning rate the paper form moves
-//! about ten times less, so these limits are not directly comparable; the measured time to
-//! accuracy decided the default.
+//! ([`stability`]; `cargo run -p crossbow-sma --example stability` prints the table), the
+//! local-momentum form with `α = 1/k` and `μ_z = 0.9` is stable only for `γ h` below 0.25
+//! (k = 2), 0.39 (k = 4) and 0.59 (k = 8), and unstable over most of the range where
+//! momentum SGD is stable (below 3.8; k = 4 is stable again between 2.78 and 3.16); `α ≤
+//! 0.05`, or `μ_z = 0` with `α ≤ 0.1`, removes that band. The paper form is stable up to 1.32
+//! to 1.83, against 2 for its learners' plain SGD. Per unit of learning rate the paper form
+//! moves about ten times less, so these limits are not directly comparable; the measured
+//! time to accuracy decided the default. A run says the stable range for its settings when
+//! it starts (and when the tuner changes `k`), as a warning when such a band exists
+//! ([`crossbow_replica::Synchroniser::notes`]).
 //!
 //! `α` defaults to `1/k` (re-computed when the tuner changes `k`), in which case, with
 //! `μ_z = 0`, `z` becomes the mean of the pre-step replicas. `z_prev` starts equal to `z`, and
@@ -58,6 +63,7 @@
 mod easgd;
 mod sma;
 mod ssgd;
+pub mod stability;
 
 pub use easgd::EaSgd;
 pub use sma::{AlphaRule, BnParams, CentralStep, DecayOn, Sma, SmaForm};

@@ -344,6 +344,10 @@ impl<B: Backend> Synchroniser<B> for Sma {
         s
     }
 
+    fn notes(&self, sgd: &SgdConfig) -> Vec<crossbow_replica::SyncNote> {
+        stability_notes(self, sgd)
+    }
+
     fn learner_buffers(&self) -> usize {
         1
     }
@@ -455,6 +459,55 @@ impl<B: Backend> Synchroniser<B> for Sma {
         }
         Ok(())
     }
+}
+
+/// SMA's stable range of rates at its current settings and learner count (one learner is
+/// momentum SGD: nothing to say), as a warning when an unstable band lies well inside the
+/// range of the learners' own optimiser (momentum SGD for the local-momentum form, plain SGD
+/// for the paper form), with the settings that would remove it.
+fn stability_notes(sma: &Sma, sgd: &SgdConfig) -> Vec<crossbow_replica::SyncNote> {
+    use crate::stability::Linearised;
+    if sma.k < 2 {
+        return vec![];
+    }
+    let mu = sgd.momentum as f64;
+    let lin = |alpha: AlphaRule, muz: f64| Linearised::new(sma.form, sma.k, alpha, sma.central_step, mu, muz);
+    let muz = sma.central_momentum as f64;
+    let here = lin(sma.alpha, muz);
+    let reference = match sma.form {
+        SmaForm::LocalMomentum => Linearised::momentum_sgd_limit(mu),
+        SmaForm::Paper => 2.0,
+    };
+    let whole = |l: &Linearised| l.stable_intervals().len() == 1 && l.limit() >= 0.5 * reference;
+    let mut text = format!(
+        "sma (k={}, alpha={}, momentum {}, central momentum {}, {}{}) linearised on a quadratic of curvature h: {}",
+        sma.k,
+        round6(sma.alpha.at(sma.k, 0.0)),
+        round6(sgd.momentum),
+        round6(sma.central_momentum),
+        sma.form.name(),
+        if sgd.nesterov { ", Nesterov not modelled" } else { "" },
+        here.describe()
+    );
+    let warning = !whole(&here);
+    if warning {
+        let mut fixes = vec![];
+        let weak = lin(AlphaRule::Fixed(0.05), muz);
+        if sma.alpha != AlphaRule::Fixed(0.05) && whole(&weak) {
+            fixes.push(format!("--alpha 0.05 (stable for lr·h < {:.2})", weak.limit()));
+        }
+        let no_muz = lin(sma.alpha, 0.0);
+        if muz != 0.0 && whole(&no_muz) {
+            fixes.push(format!("--central-momentum 0 (< {:.2})", no_muz.limit()));
+        }
+        text.push_str(
+            "; a rate that suits the learners' own optimiser can diverge here, slowly (over hundreds to thousands of iterations)",
+        );
+        if !fixes.is_empty() {
+            text.push_str(&format!("; {} remove the unstable band", fixes.join(" or ")));
+        }
+    }
+    vec![crossbow_replica::SyncNote { warning, text }]
 }
 
 /// The learner side of SMA and EA-SGD: `c = alpha (w - z)` from the replica before its step

@@ -715,3 +715,113 @@ fn learners_normalising_together_are_one_large_batch() {
     run(&mut grouped, &g, b, 7, 3);
     assert_same(&plain.central_to_host(0).unwrap(), &grouped.central_to_host(0).unwrap(), "k = 1 per device");
 }
+
+// ---- The stability analysis against the real synchroniser on quadratics -----------------
+
+/// [`stability::Linearised`] predicts, per `γh`, how fast SMA's state grows or shrinks; here
+/// the real [`Sma`] (and momentum SGD for k = 1) runs on quadratics whose curvatures put
+/// each element of the buffer at one test point (every stable interval's middle and every
+/// unstable gap's), learners starting apart so that both the mean and the difference modes
+/// are excited. The measured growth rate per iteration (log of the largest learner or `z`
+/// magnitude, between iterations 300 and 1500) matches the predicted log spectral radius.
+#[test]
+fn the_stability_analysis_predicts_growth_on_quadratics() {
+    use crossbow_replica::testing::harness::SyncDriver;
+    use stability::Linearised;
+    let lr = 0.1f32;
+    let cases: Vec<(SmaForm, usize, AlphaRule, f32)> = vec![
+        (SmaForm::LocalMomentum, 1, AlphaRule::OneOverK, 0.9),
+        (SmaForm::LocalMomentum, 2, AlphaRule::OneOverK, 0.9),
+        (SmaForm::LocalMomentum, 4, AlphaRule::OneOverK, 0.9),
+        (SmaForm::LocalMomentum, 4, AlphaRule::OneOverK, 0.0),
+        (SmaForm::LocalMomentum, 4, AlphaRule::Fixed(0.1), 0.9),
+        (SmaForm::LocalMomentum, 8, AlphaRule::Fixed(0.05), 0.0),
+        (SmaForm::Paper, 4, AlphaRule::OneOverK, 0.9),
+        (SmaForm::Paper, 8, AlphaRule::Fixed(0.1), 0.9),
+    ];
+    let mut checked = (0, 0);
+    for (form, k, alpha, muz) in cases {
+        let lin = Linearised::new(form, k, alpha, CentralStep::Sum, 0.9, muz as f64);
+        // Test points: the middle of every stable interval and of every gap, and points
+        // just inside and outside the first limit.
+        let iv = lin.stable_intervals();
+        let mut points: Vec<f64> = iv.iter().map(|(a, b)| 0.5 * (a + b)).collect();
+        points.extend(iv.windows(2).map(|w| 0.5 * (w[0].1 + w[1].0)));
+        if let Some(&(0.0, to)) = iv.first() {
+            points.extend([0.8 * to, 1.15 * to, 0.3 * to]);
+        }
+        points.retain(|&x| x > 0.0 && x < 4.4 && (lin.spectral_radius(x).ln()).abs() > 2e-3);
+        let h: Vec<f32> = points.iter().map(|&gh| (gh / lr as f64) as f32).collect();
+        let starts: Vec<Vec<f32>> =
+            (0..k).map(|j| (0..h.len()).map(|i| 1.0 + 0.3 * ((i * 7 + j * 3) % 5) as f32).collect()).collect();
+        let sma = Sma::new(None, muz).with_form(form).with_alpha(alpha);
+        let mut drv = SyncDriver::new(Box::new(sma), k, &starts);
+        let cfg = SgdConfig { lr, momentum: 0.9, weight_decay: 0.0, nesterov: false };
+        let size = |drv: &SyncDriver| -> Vec<f64> {
+            let z = drv.z();
+            (0..h.len())
+                .map(|i| (0..k).map(|j| drv.params(j)[i].abs() as f64).fold(z[i].abs() as f64, f64::max))
+                .collect()
+        };
+        // Sizes at these iterations; each point's rate is read over the widest window
+        // whose ends are in f32's comfortable range (fast growth overflows late windows).
+        let marks = [10u64, 20, 40, 80, 160, 300, 600, 1500];
+        let mut sizes: Vec<Vec<f64>> = vec![];
+        while drv.iteration() < *marks.last().unwrap_or(&0) {
+            drv.step_quadratic(cfg, &h);
+            if marks.contains(&drv.iteration()) {
+                sizes.push(size(&drv));
+            }
+        }
+        for (i, &gh) in points.iter().enumerate() {
+            let want = lin.spectral_radius(gh).ln();
+            let ok = |x: f64| x.is_finite() && (1e-25..1e25).contains(&x);
+            let last = (0..marks.len()).filter(|&m| ok(sizes[m][i])).max().unwrap_or(0);
+            if want < 0.0 && last < marks.len() - 1 {
+                // Shrunk below the range: it decays, which is all that can be read.
+                assert!(sizes[marks.len() - 1][i] < sizes[last][i], "{form:?} k={k} γh={gh:.3}: did not shrink");
+                checked.0 += 1;
+                continue;
+            }
+            // From the first mark of 40 or more (the fastest modes have faded), or earlier
+            // when the value leaves the range before.
+            let first = (0..last).find(|&m| marks[m] >= 40).unwrap_or(0);
+            assert!(last > first, "{form:?} k={k} γh={gh:.3}: no window to measure");
+            let (t1, t2) = (marks[first] as f64, marks[last] as f64);
+            let got = (sizes[last][i].ln() - sizes[first][i].ln()) / (t2 - t1);
+            // A Jordan block or a slowly fading second mode adds about ln(t2/t1)/(t2 - t1).
+            let slack = 0.25 * want.abs() + 2.0 * (t2 / t1).ln() / (t2 - t1);
+            assert!(
+                (got - want).abs() <= slack,
+                "{form:?} k={k} α={alpha} μ_z={muz} γh={gh:.3}: growth per iteration {got:.5}, predicted {want:.5} over iterations {t1}..{t2} ({})",
+                lin.describe()
+            );
+            if want > 0.0 { checked.1 += 1 } else { checked.0 += 1 }
+        }
+    }
+    // Both kinds of point were checked, many of each.
+    assert!(checked.0 >= 15 && checked.1 >= 8, "stable/unstable points checked: {checked:?}");
+}
+
+/// SMA's note on its settings: a warning with the fixes at the default pull and central
+/// momentum (k = 4), a plain note when the band is gone, nothing with one learner.
+#[test]
+fn notes_warn_about_the_unstable_band_and_name_the_fixes() {
+    let notes = |sma: Sma, k: usize| {
+        let mut s: Box<dyn Synchroniser<CpuBackend>> = Box::new(sma);
+        s.set_learners(k);
+        s.notes(&sgd())
+    };
+    let n = notes(Sma::new(None, 0.9), 4);
+    assert_eq!(n.len(), 1);
+    assert!(n[0].warning, "{n:?}");
+    assert!(n[0].text.contains("(0.00, 0.39) and (2.78, 3.16)"), "{}", n[0].text);
+    assert!(n[0].text.contains("--alpha 0.05 (stable for lr·h < 3.70)"), "{}", n[0].text);
+    assert!(n[0].text.contains("--central-momentum 0 (< 2.85)"), "{}", n[0].text);
+    let n = notes(Sma::new(Some(0.05), 0.9), 4);
+    assert!(!n[0].warning && n[0].text.contains("stable for lr·h < 3.70"), "{n:?}");
+    assert!(notes(Sma::new(None, 0.9), 1).is_empty());
+    // The paper form is measured against plain SGD (its learners have no momentum).
+    let n = notes(Sma::new(None, 0.9).with_form(SmaForm::Paper), 4);
+    assert!(!n[0].warning && n[0].text.contains("stable for lr·h < 1.66"), "{n:?}");
+}

@@ -482,6 +482,12 @@ impl<B: Backend> Engine<B> {
         (self.sync.name(), self.sync.settings())
     }
 
+    /// What the synchroniser tells the user about its settings at the current learner count
+    /// ([`Synchroniser::notes`]), with the engine's optimiser.
+    pub fn synchroniser_notes(&self) -> Vec<crate::sync::SyncNote> {
+        self.sync.notes(&self.cfg.sgd)
+    }
+
     /// The devices.
     pub fn devices(&self) -> Vec<Device> {
         self.devices.iter().map(|d| d.device).collect()
