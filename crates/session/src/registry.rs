@@ -230,7 +230,7 @@ impl SyncRegistry {
         let mut r = SyncRegistry::empty();
         r.add(
             "sma",
-            "synchronous model averaging (the default for models without batch norm); settings: --alpha [1/k], --central-momentum [0.9], --sma-form [local-momentum]; options: alpha-rule (1/k, 1/sqrt(k), ramp:E or a number), central-step (sum|mean), bn-params (average|local|a pull), weight-decay-on (learners|central)",
+            "synchronous model averaging (the default for models without batch norm); settings: --alpha [1/k], --central-momentum [0.9], --sma-form [local-momentum]; options: alpha-rule (1/k, 1/sqrt(k), ramp:E or a number), central-step (sum|mean), bn-params (average|local|a pull), weight-decay-on (learners|central), ssgd-until (an epoch: S-SGD before it, SMA after, i.e. post-local SGD; put it at the first rate drop)",
             &[],
             |o| match builtin_kind("sma", o)? {
                 SyncKind::Sma { alpha, central_momentum, form } => {
@@ -249,6 +249,12 @@ impl SyncRegistry {
                     }
                     if let Some(v) = o.get("weight-decay-on") {
                         sma = sma.with_decay_on(DecayOn::parse(v).map_err(|e| format!("option {e}"))?);
+                    }
+                    if let Some(v) = o.get("ssgd-until") {
+                        match v.trim().parse::<f64>() {
+                            Ok(e) if e.is_finite() && e >= 0.0 => sma = sma.with_ssgd_until(Some(e)),
+                            _ => return Err(format!("option ssgd-until={v}: must be an epoch >= 0 (S-SGD before it, SMA from it on)")),
+                        }
                     }
                     Ok(sma)
                 }

@@ -208,6 +208,8 @@ pub struct Sma {
     central_step: CentralStep,
     bn_params: BnParams,
     decay_on: DecayOn,
+    /// Post-local SGD: S-SGD before this epoch, SMA from it on (`None`: SMA throughout).
+    ssgd_until: Option<f64>,
     /// Batch-norm scales and shifts (`true`) and everything else, as runs of the buffer.
     runs: Vec<(std::ops::Range<usize>, bool)>,
     k: usize,
@@ -224,9 +226,28 @@ impl Sma {
             central_step: CentralStep::Sum,
             bn_params: BnParams::Average,
             decay_on: DecayOn::Learners,
+            ssgd_until: None,
             runs: vec![],
             k: 1,
         }
+    }
+
+    /// Post-local SGD (Lin et al., "Don't use large mini-batches, use local SGD", ICLR
+    /// 2020): S-SGD's update (mean gradient, one momentum step on `z`, `z` copied to every
+    /// learner) in every iteration that starts before `epoch`, SMA's from then on. The phase
+    /// is a function of the epoch alone, so a resumed run switches at the same iteration.
+    /// With one learner both are momentum SGD and SMA's path runs throughout. At the switch
+    /// SMA starts with every learner at `z`, `z_prev = z` and zero momentum: put it at a
+    /// rate drop (as the paper does), where momentum is dropped anyway. Needs one more
+    /// device buffer (S-SGD's momentum of `z`).
+    pub fn with_ssgd_until(mut self, epoch: Option<f64>) -> Self {
+        self.ssgd_until = epoch;
+        self
+    }
+
+    /// Whether this iteration runs S-SGD's update (post-local SGD, before its switch).
+    fn ssgd_phase(&self, info: &StepInfo) -> bool {
+        info.learners > 1 && self.ssgd_until.is_some_and(|e| info.epoch < e)
     }
 
     /// The same SMA with `α` chosen by `rule`.
@@ -341,6 +362,9 @@ impl<B: Backend> Synchroniser<B> for Sma {
         if self.decay_on != DecayOn::Learners {
             s = s.str("weight_decay_on", self.decay_on.name());
         }
+        if let Some(e) = self.ssgd_until {
+            s = s.num("ssgd_until_epoch", e);
+        }
         s
     }
 
@@ -353,7 +377,7 @@ impl<B: Backend> Synchroniser<B> for Sma {
     }
 
     fn device_buffers(&self) -> usize {
-        1
+        if self.ssgd_until.is_some() { 2 } else { 1 }
     }
 
     fn set_learners(&mut self, k: usize) {
@@ -384,6 +408,10 @@ impl<B: Backend> Synchroniser<B> for Sma {
     }
 
     fn learner_step(&self, be: &B, info: &StepInfo, l: LearnerBuffers<'_, B>, z: &B::Buffer, len: usize) -> Result<()> {
+        if self.ssgd_phase(info) {
+            // S-SGD: the learner's gradient goes to the device reduction as it is.
+            return Ok(());
+        }
         if info.learners == 1 {
             // One learner: plain momentum SGD, and z follows the learner (w == z before the
             // step, so the correction is zero). Bit-identical to S-SGD with one learner.
@@ -404,12 +432,15 @@ impl<B: Backend> Synchroniser<B> for Sma {
     fn reduce_device(
         &self,
         be: &B,
-        _info: &StepInfo,
+        info: &StepInfo,
         learners: &[LearnerRef<'_, B>],
         _c: &Central<B>,
         out: &mut B::Buffer,
         len: usize,
     ) -> Result<()> {
+        if self.ssgd_phase(info) {
+            return sum_into(be, learners.iter().map(|l| l.grads), out, len);
+        }
         sum_into(be, learners.iter().map(|l| &l.sync_state[0]), out, len)
     }
 
@@ -421,6 +452,20 @@ impl<B: Backend> Synchroniser<B> for Sma {
         central: &mut Central<B>,
         len: usize,
     ) -> Result<()> {
+        if self.ssgd_phase(info) {
+            // S-SGD's central step (its momentum in buffer 1), z_prev kept at z so that SMA's
+            // central momentum starts from zero at the switch.
+            be.scale(1.0 / info.learners as f32, ViewMut::new(total, 0..len)?)?;
+            let [zprev, v] = &mut central.sync_state[..] else {
+                return Err(crossbow_replica::ReplicaError::Config("post-local SGD needs 2 device buffers".into()));
+            };
+            sgd(be, &info.sgd, &mut central.z, total, v, len)?;
+            if info.lr_dropped {
+                be.fill(ViewMut::new(v, 0..len)?, 0.0)?;
+            }
+            be.copy(View::new(&central.z, 0..len)?, ViewMut::new(zprev, 0..len)?)?;
+            return Ok(());
+        }
         let zprev = &mut central.sync_state[0];
         if info.learners == 1 {
             // The learner's parameters after its step.
@@ -449,10 +494,17 @@ impl<B: Backend> Synchroniser<B> for Sma {
     /// Only when the learning rate dropped (the reset to z): otherwise a learner's next
     /// forward pass does not wait for the all-reduce.
     fn after_apply_needed(&self, info: &StepInfo) -> bool {
-        info.lr_dropped
+        info.lr_dropped || self.ssgd_phase(info)
     }
 
     fn after_apply(&self, be: &B, info: &StepInfo, l: LearnerBuffers<'_, B>, z: &B::Buffer, len: usize) -> Result<()> {
+        if self.ssgd_phase(info) {
+            // S-SGD: every learner is z; its own momentum stays zero for SMA's start (it may
+            // hold some from a time with one learner, whose steps are SMA's).
+            be.copy(View::new(z, 0..len)?, ViewMut::new(l.params, 0..len)?)?;
+            be.fill(ViewMut::new(l.velocity, 0..len)?, 0.0)?;
+            return Ok(());
+        }
         if info.lr_dropped {
             be.copy(View::new(z, 0..len)?, ViewMut::new(l.params, 0..len)?)?;
             be.fill(ViewMut::new(l.velocity, 0..len)?, 0.0)?;

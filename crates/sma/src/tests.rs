@@ -21,7 +21,7 @@ fn tiny_mlp() -> Graph {
 }
 
 /// How many sets of SMA options [`with_options`] knows.
-const OPTION_SETS: usize = 7;
+const OPTION_SETS: usize = 8;
 
 /// SMA with option set `i`: the defaults, then every non-default option alone or combined.
 fn with_options(sma: Sma, i: usize) -> Sma {
@@ -32,6 +32,7 @@ fn with_options(sma: Sma, i: usize) -> Sma {
         3 => sma.with_alpha(AlphaRule::Ramp { epochs: 0.01 }).with_central_step(CentralStep::Mean),
         4 => sma.with_alpha(AlphaRule::OneOverSqrtK).with_central_step(CentralStep::Mean),
         5 => sma.with_decay_on(DecayOn::Central),
+        6 => sma.with_ssgd_until(Some(0.05)),
         _ => sma
             .with_alpha(AlphaRule::Fixed(0.6))
             .with_central_step(CentralStep::Mean)
@@ -824,4 +825,49 @@ fn notes_warn_about_the_unstable_band_and_name_the_fixes() {
     // The paper form is measured against plain SGD (its learners have no momentum).
     let n = notes(Sma::new(None, 0.9).with_form(SmaForm::Paper), 4);
     assert!(!n[0].warning && n[0].text.contains("stable for lr·h < 1.66"), "{n:?}");
+}
+
+/// Post-local SGD (`ssgd-until`): S-SGD bit for bit while the epoch is before the switch,
+/// SMA bit for bit when the switch is at 0; across a switch the replicas are z until it (S-SGD)
+/// and apart after it, z then the mean of the pre-step replicas (α = 1/k, μ_z = 0).
+#[test]
+fn post_local_is_ssgd_then_sma() {
+    let g = small_lenet();
+    let k = 3;
+    let make = |s: Box<dyn Synchroniser<CpuBackend>>| engine(&g, 3, &[k], s, sgd(), Schedule::Constant);
+    let pairs: [(Box<dyn Synchroniser<CpuBackend>>, Box<dyn Synchroniser<CpuBackend>>, &str); 2] = [
+        (Box::new(Sma::new(None, 0.9).with_ssgd_until(Some(1e9))), Box::new(SSgd::default()), "S-SGD"),
+        (Box::new(Sma::new(None, 0.9).with_ssgd_until(Some(0.0))), Box::new(Sma::new(None, 0.9)), "SMA"),
+    ];
+    for (post, plain, what) in pairs {
+        let (mut a, mut b) = (make(post), make(plain));
+        for t in 0..4 {
+            let bs: Vec<Batch> = (0..k).map(|j| batch(&g, 3, 21, t, j)).collect();
+            a.step(bs.clone(), EPOCH).unwrap();
+            b.step(bs, EPOCH).unwrap();
+            assert_same(&a.central_to_host(0).unwrap(), &b.central_to_host(0).unwrap(), &format!("z as {what}, {t}"));
+            for (wa, wb) in all_params(&a).iter().zip(all_params(&b)) {
+                assert_same(wa, &wb, &format!("replica as {what}, iteration {t}"));
+            }
+        }
+    }
+    // Across the switch: 9 samples an iteration, an epoch of 90, switch at epoch 0.2 = from
+    // iteration 2 on.
+    let mut e = make(Box::new(Sma::new(None, 0.0).with_ssgd_until(Some(0.2))));
+    for t in 0..5u64 {
+        let before = all_params(&e);
+        let bs: Vec<Batch> = (0..k).map(|j| batch(&g, 3, 22, t, j)).collect();
+        e.step(bs, 90).unwrap();
+        let z = e.central_to_host(0).unwrap();
+        if t < 2 {
+            for w in all_params(&e) {
+                assert_same(&w, &z, &format!("replica equals z before the switch, iteration {t}"));
+            }
+        } else {
+            assert!(all_params(&e).iter().any(|w| w != &z), "iteration {t}: replicas apart after the switch");
+            let mean: Vec<f32> =
+                (0..g.param_len).map(|i| before.iter().map(|w| w[i] as f64).sum::<f64>() as f32 / k as f32).collect();
+            assert_close_f32(&z, &mean, Tolerance::new(1e-5, 1e-6), &format!("z is the mean, iteration {t}"));
+        }
+    }
 }
