@@ -835,7 +835,8 @@ fn post_local_is_ssgd_then_sma() {
     let g = small_lenet();
     let k = 3;
     let make = |s: Box<dyn Synchroniser<CpuBackend>>| engine(&g, 3, &[k], s, sgd(), Schedule::Constant);
-    let pairs: [(Box<dyn Synchroniser<CpuBackend>>, Box<dyn Synchroniser<CpuBackend>>, &str); 2] = [
+    type Sync = Box<dyn Synchroniser<CpuBackend>>;
+    let pairs: [(Sync, Sync, &str); 2] = [
         (Box::new(Sma::new(None, 0.9).with_ssgd_until(Some(1e9))), Box::new(SSgd::default()), "S-SGD"),
         (Box::new(Sma::new(None, 0.9).with_ssgd_until(Some(0.0))), Box::new(Sma::new(None, 0.9)), "SMA"),
     ];
