@@ -101,6 +101,11 @@ pub struct TtaArgs {
     /// its own with `/bn-eval=...`)
     #[arg(long)]
     pub bn_eval: Option<String>,
+    /// Record `crossbow train --diagnostics` at every evaluation (learners' spread around z,
+    /// the central model's steps, the learners' own accuracy) in runs.jsonl, and plot the
+    /// spread against epochs
+    #[arg(long)]
+    pub diagnostics: bool,
     /// Train every run to the epoch limit instead of stopping at the target (epochs and
     /// seconds to target are then read from the evaluations), to see late behaviour
     #[arg(long)]
@@ -171,11 +176,29 @@ pub struct CurvePoint {
     pub train_seconds: f64,
     /// Test accuracy of the central model, 0..1.
     pub test_accuracy: f64,
+    /// With `--diagnostics`: the learners' mean `‖w_j − z‖ / ‖z‖`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spread: Option<f64>,
+    /// With `--diagnostics`: the central model's last step, `‖z_t − z_{t−1}‖ / ‖z_t‖`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub central_step: Option<f64>,
+    /// With `--diagnostics`: the learners' mean own test accuracy, 0..1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learner_accuracy: Option<f64>,
 }
 
 impl From<&EvalLine> for CurvePoint {
     fn from(e: &EvalLine) -> Self {
-        CurvePoint { epoch: e.epoch, train_seconds: e.train_seconds, test_accuracy: e.test_accuracy }
+        let mean = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
+        let d = e.diagnostics.as_ref();
+        CurvePoint {
+            epoch: e.epoch,
+            train_seconds: e.train_seconds,
+            test_accuracy: e.test_accuracy,
+            spread: d.and_then(|d| mean(&d.spread)),
+            central_step: d.and_then(|d| d.central_step),
+            learner_accuracy: d.and_then(|d| mean(&d.learner_accuracy)),
+        }
     }
 }
 
@@ -305,6 +328,7 @@ pub fn run_tta(args: &TtaArgs, registry: &SyncRegistry) -> Result<(), CliError> 
         dataset: Some(args.dataset.clone()),
         data_dir: args.data_dir.clone(),
         epochs: Some(args.epochs),
+        diagnostics: Some(args.diagnostics),
         // Runs to the end read the target off their evaluations instead of stopping at it.
         target_accuracy: (!args.run_to_end).then_some(args.target),
         momentum: Some(args.momentum),
@@ -484,11 +508,16 @@ pub fn run_tta(args: &TtaArgs, registry: &SyncRegistry) -> Result<(), CliError> 
     }))
     .map_err(CliError::run)?;
     write(&args.out.join("results.json"), &json)?;
-    plot(&args.out.join("accuracy_vs_epochs.svg"), &eval_runs, args, false)?;
-    plot(&args.out.join("accuracy_vs_time.svg"), &eval_runs, args, true)?;
+    plot(&args.out.join("accuracy_vs_epochs.svg"), &eval_runs, args, Plot::AccuracyByEpoch)?;
+    plot(&args.out.join("accuracy_vs_time.svg"), &eval_runs, args, Plot::AccuracyByTime)?;
+    let spread = eval_runs.iter().any(|r| r.curve.iter().any(|p| p.spread.is_some()));
+    if spread {
+        plot(&args.out.join("spread_vs_epochs.svg"), &eval_runs, args, Plot::SpreadByEpoch)?;
+    }
     eprintln!(
-        "wrote {}/table.md, results.json, runs.jsonl, accuracy_vs_epochs.svg, accuracy_vs_time.svg",
-        args.out.display()
+        "wrote {}/table.md, results.json, runs.jsonl, accuracy_vs_epochs.svg, accuracy_vs_time.svg{}",
+        args.out.display(),
+        if spread { ", spread_vs_epochs.svg" } else { "" }
     );
     Ok(())
 }
@@ -691,8 +720,22 @@ fn markdown(args: &TtaArgs, configs: &[Config], chosen: &[f64], runs: &[Run], tu
     s
 }
 
+/// What a plot shows.
+#[derive(Clone, Copy, PartialEq)]
+enum Plot {
+    AccuracyByEpoch,
+    AccuracyByTime,
+    /// The learners' spread around z (`--diagnostics`), by epoch.
+    SpreadByEpoch,
+}
+
 /// One panel per batch size; a line per configuration through seed 1's evaluations.
-fn plot(path: &Path, runs: &[Run], args: &TtaArgs, by_time: bool) -> Result<(), CliError> {
+fn plot(path: &Path, runs: &[Run], args: &TtaArgs, what: Plot) -> Result<(), CliError> {
+    let by_time = what == Plot::AccuracyByTime;
+    let y_of = |p: &CurvePoint| match what {
+        Plot::SpreadByEpoch => p.spread,
+        _ => Some(p.test_accuracy),
+    };
     let err = |e: &dyn std::fmt::Display| CliError::run(format!("{}: {e}", path.display()));
     let panels = args.batch_size.len().max(1);
     let root = SVGBackend::new(path, (480 * panels as u32, 420)).into_drawing_area();
@@ -705,25 +748,38 @@ fn plot(path: &Path, runs: &[Run], args: &TtaArgs, by_time: bool) -> Result<(), 
             .iter()
             .flat_map(|r| r.curve.iter().map(|e| if by_time { e.train_seconds } else { e.epoch }))
             .fold(1e-3f64, f64::max);
+        let ymax = match what {
+            Plot::SpreadByEpoch => {
+                sel.iter().flat_map(|r| r.curve.iter().filter_map(y_of)).fold(1e-6f64, f64::max) * 1.05
+            }
+            _ => 1.0,
+        };
         let mut chart = ChartBuilder::on(area)
             .caption(format!("batch {b} per learner"), ("sans-serif", 16))
             .margin(8)
             .x_label_area_size(32)
             .y_label_area_size(44)
-            .build_cartesian_2d(0f64..xmax * 1.02, 0f64..1f64)
+            .build_cartesian_2d(0f64..xmax * 1.02, 0f64..ymax)
             .map_err(|e| err(&e))?;
         chart
             .configure_mesh()
             .x_desc(if by_time { "training seconds" } else { "epochs" })
-            .y_desc("test accuracy (central model)")
+            .y_desc(if what == Plot::SpreadByEpoch {
+                "learners' spread ‖w−z‖/‖z‖"
+            } else {
+                "test accuracy (central model)"
+            })
             .draw()
             .map_err(|e| err(&e))?;
         for (i, r) in sel.iter().enumerate() {
             let color = Palette99::pick(i).to_rgba();
             let width = if r.sync == "ssgd" { 1 } else { 2 };
             let style = ShapeStyle::from(&color).stroke_width(width);
-            let pts: Vec<(f64, f64)> =
-                r.curve.iter().map(|e| (if by_time { e.train_seconds } else { e.epoch }, e.test_accuracy)).collect();
+            let pts: Vec<(f64, f64)> = r
+                .curve
+                .iter()
+                .filter_map(|e| y_of(e).map(|y| (if by_time { e.train_seconds } else { e.epoch }, y)))
+                .collect();
             chart
                 .draw_series(LineSeries::new(pts, style))
                 .map_err(|e| err(&e))?
@@ -731,9 +787,11 @@ fn plot(path: &Path, runs: &[Run], args: &TtaArgs, by_time: bool) -> Result<(), 
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
         }
         let target = if args.target > 1.0 { args.target / 100.0 } else { args.target };
-        chart
-            .draw_series(LineSeries::new(vec![(0.0, target), (xmax * 1.02, target)], BLACK.mix(0.3)))
-            .map_err(|e| err(&e))?;
+        if what != Plot::SpreadByEpoch {
+            chart
+                .draw_series(LineSeries::new(vec![(0.0, target), (xmax * 1.02, target)], BLACK.mix(0.3)))
+                .map_err(|e| err(&e))?;
+        }
         chart
             .configure_series_labels()
             .position(SeriesLabelPosition::LowerRight)
@@ -773,7 +831,14 @@ mod tests {
 
     #[test]
     fn runs_to_the_end_read_target_and_final_accuracy_off_the_curve() {
-        let pt = |epoch: f64, acc: f64| CurvePoint { epoch, train_seconds: 10.0 * epoch, test_accuracy: acc };
+        let pt = |epoch: f64, acc: f64| CurvePoint {
+            epoch,
+            train_seconds: 10.0 * epoch,
+            test_accuracy: acc,
+            spread: None,
+            central_step: None,
+            learner_accuracy: None,
+        };
         let curve = vec![pt(0.5, 0.3), pt(1.0, 0.56), pt(1.5, 0.5), pt(2.0, 0.6), pt(2.5, 0.58), pt(3.0, 0.62)];
         let hit = first_at_or_above(&curve, 0.55).unwrap();
         assert_eq!((hit.epoch, hit.train_seconds), (1.0, 10.0));
@@ -834,6 +899,7 @@ mod tests {
             test_size: None,
             threads: None,
             bn_eval: None,
+            diagnostics: false,
             run_to_end: false,
             final_epochs: 2.0,
             tune_by: "epochs".into(),

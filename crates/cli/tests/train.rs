@@ -273,3 +273,32 @@ fn train_help_says_which_synchroniser_is_the_default() {
     let flat = out.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(flat.contains("[default: ssgd for batch-normalised models (resnet*, vgg16), sma otherwise]"), "{out}");
 }
+
+/// `--diagnostics`: every evaluation carries the learners' spread (whole model and per
+/// layer), their own accuracies and the central model's step and drift; the run's
+/// parameters are the same bits as without it (it only reads).
+#[test]
+fn diagnostics_measure_every_learner_and_change_nothing() {
+    let base = TrainFile {
+        learners_per_device: Some("3".into()),
+        epochs: Some(1.0),
+        sync: Some("sma".into()),
+        ..TrainFile::default()
+    };
+    let with = config(base.clone().overridden_by(TrainFile { diagnostics: Some(true), ..TrainFile::default() }));
+    let s = train(&with, &SyncRegistry::builtin(), &mut Reporter::silent()).unwrap();
+    let plain = train(&config(base), &SyncRegistry::builtin(), &mut Reporter::silent()).unwrap();
+    assert_eq!(s.evaluations.len(), plain.evaluations.len());
+    for (i, (a, b)) in s.evaluations.iter().zip(&plain.evaluations).enumerate() {
+        assert_eq!(a.test_loss.to_bits(), b.test_loss.to_bits(), "evaluation {i}");
+        assert!(b.diagnostics.is_none());
+        let d = a.diagnostics.as_ref().unwrap();
+        assert_eq!((d.spread.len(), d.learner_accuracy.len()), (3, 3));
+        assert!(d.spread.iter().all(|x| *x > 0.0 && *x < 1.0), "{d:?}");
+        // LeNet-5: conv1, conv2, fc1, fc2, fc3.
+        assert_eq!(d.spread_layers.len(), 5, "{d:?}");
+        assert!(d.learner_accuracy.iter().all(|a| (0.0..=1.0).contains(a)));
+        assert!(d.central_step.is_some_and(|x| x > 0.0));
+        assert_eq!(d.central_drift.is_some(), i > 0, "{d:?}");
+    }
+}

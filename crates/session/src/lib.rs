@@ -25,6 +25,7 @@
 
 pub mod checkpoint;
 pub mod config;
+pub mod diagnostics;
 pub mod dispatch;
 pub mod error;
 pub mod limits;

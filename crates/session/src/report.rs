@@ -37,6 +37,9 @@ pub struct EvalLine {
     pub images_per_sec: f64,
     /// Learners on each device at the evaluation.
     pub learners: Vec<usize>,
+    /// What `--diagnostics` measured (none without it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diagnostics: Option<crate::diagnostics::Diagnostics>,
 }
 
 /// The outcome of a run.
@@ -370,6 +373,9 @@ impl Reporter {
             e.images_per_sec,
             e.learners
         ));
+        if let Some(d) = &e.diagnostics {
+            self.say(&d.line(e.test_accuracy));
+        }
         self.record("eval", serde_json::to_value(e).unwrap_or(Value::Null))
     }
 

@@ -595,6 +595,11 @@ settings! {
         check eval_iterations_check, Changeable, No;
     /// Batch size of evaluation [default: 500]
     "eval-batch-size" eval_batch_size: usize => usize = 500, check at_least_1, Changeable, No;
+    /// At every evaluation also measure how the learners move: the central model's last step
+    /// and its drift since the previous evaluation, each learner's spread ‖w−z‖/‖z‖ (whole
+    /// model and per layer) and each learner's own test accuracy (costs a copy of z per
+    /// iteration and one evaluation per learner) [default: off]
+    "diagnostics" diagnostics: bool => bool = false, check any, Changeable, No;
     /// Training images to use (synthetic: generate; files: the first N) [default: synthetic
     /// 20000, files all]
     "train-size" train_size: usize => Option<usize> = None, check opt_at_least_1, Defining, No;

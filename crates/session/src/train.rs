@@ -712,6 +712,9 @@ fn rollback<B: Backend>(
     let world = Arc::clone(engine.world());
     let at = engine.iteration() + 1;
     let g = guard.clone();
+    if let Some(d) = run.diagnostics.as_mut() {
+        d.forget();
+    }
     let chosen = crate::checkpoint::from_rank0(Path::new("rollback"), &*world, || {
         let (last, dir, run) = match ckpt.as_deref_mut() {
             Some(c) => {
@@ -1335,6 +1338,7 @@ pub fn evaluate_central<B: Backend>(
         test_accuracy: result.accuracy,
         images_per_sec: w.images as f64 / w.seconds.max(1e-9),
         learners: engine.layout(),
+        diagnostics: None,
     })
 }
 
@@ -1417,6 +1421,8 @@ struct Run {
     reached: Option<(f64, f64)>,
     /// Seconds of each iteration's all-reduce between ranks (several processes only).
     rank_allreduce: Vec<f64>,
+    /// `--diagnostics`: what they keep between evaluations.
+    diagnostics: Option<crate::diagnostics::Tracker>,
 }
 
 impl Run {
@@ -1470,6 +1476,7 @@ impl Run {
             best: 0.0,
             reached: None,
             rank_allreduce: vec![],
+            diagnostics: cfg.diagnostics.then(crate::diagnostics::Tracker::default),
         })
     }
 
@@ -1578,6 +1585,9 @@ impl Run {
             }
         }
         self.input_wait_secs += waiting.elapsed().as_secs_f64();
+        if let Some(d) = self.diagnostics.as_mut() {
+            d.before_step(engine).map_err(|e| StepError::Other(e.to_string()))?;
+        }
         let rec = match engine.step(batches, self.per_epoch) {
             Ok(r) => r,
             Err(ReplicaError::Diverged(why)) => return Err(StepError::Diverged(why)),
@@ -1618,7 +1628,7 @@ impl Run {
         reporter: &mut Reporter,
     ) -> Result<(), CliError> {
         let window = std::mem::take(&mut self.window);
-        let line = evaluate_central(
+        let mut line = evaluate_central(
             engine,
             rec,
             window,
@@ -1629,6 +1639,9 @@ impl Run {
                 wall: (self.wall, self.wall_before),
             },
         )?;
+        if let Some(d) = self.diagnostics.as_mut() {
+            line.diagnostics = Some(d.measure(engine, &mut self.test)?);
+        }
         let ev = (line.test_accuracy, line.test_loss);
         reporter.eval(&line)?;
         self.best = self.best.max(ev.0);

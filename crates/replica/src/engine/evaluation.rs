@@ -27,6 +27,8 @@ pub(super) struct Evaluator<B: Backend> {
     calibrate: Option<Executor<B>>,
     /// Batch-norm statistics recalibrated on `z` at iteration `.0`, if any.
     calibrated: Option<(u64, Vec<f32>)>,
+    /// A learner's parameters, for [`Engine::evaluate_learner`] (made on first use).
+    params: Option<B::Buffer>,
 }
 
 impl<B: Backend> Engine<B> {
@@ -137,7 +139,8 @@ impl<B: Backend> Engine<B> {
         if self.evaluator.is_none() {
             let be = &self.devices[0].backend;
             let st = be.alloc(self.graph.stats_len.max(1))?;
-            self.evaluator = Some(Evaluator { execs: vec![], state: st, calibrate: None, calibrated: None });
+            self.evaluator =
+                Some(Evaluator { execs: vec![], state: st, calibrate: None, calibrated: None, params: None });
         }
         Ok(())
     }
@@ -157,16 +160,55 @@ impl<B: Backend> Engine<B> {
             None if self.eval_first_learner => self.first_learner_state()?,
             None => self.mean_state(None)?,
         };
+        self.evaluate_params(false, &state, data)
+    }
+
+    /// Test loss and accuracy of learner `j` of device `d` (of this rank) on its own: its
+    /// parameters with its own batch-norm running statistics, on the whole test set (not a
+    /// collective: with several ranks each evaluates its own learners). For diagnostics: how
+    /// good each learner is against the central model.
+    pub fn evaluate_learner(&mut self, d: usize, j: usize, data: &mut dyn EvalSource) -> Result<EvalResult> {
+        self.ensure_evaluator()?;
+        let n = self.graph.stats_len;
+        let l = self.learner(d, j).ok_or_else(|| ReplicaError::Config(format!("no learner {j} on device {d}")))?;
+        // Its stream may still be writing the parameters.
+        l.backend.synchronize()?;
+        let mut state = vec![0.0f32; n];
+        if n > 0 {
+            l.backend.download(View::new(&l.replica.state, 0..n)?, &mut state)?;
+        }
+        // Through the host into a buffer of device 0, where the evaluation programs live (the
+        // learner may be on another GPU).
+        let params = self.learner_params(d, j)?;
+        let be = &self.devices[0].backend;
+        let ev = self.evaluator.as_mut().ok_or_else(|| ReplicaError::Config("evaluator".into()))?;
+        if ev.params.is_none() {
+            ev.params = Some(be.alloc(params.len().max(1))?);
+        }
+        if let Some(buf) = ev.params.as_mut() {
+            be.upload(&params, ViewMut::new(buf, 0..params.len())?)?;
+        }
+        self.evaluate_params(true, &state, data)
+    }
+
+    /// Evaluates `z` of device 0 (sharded over the ranks) or, with `learner`, the parameters
+    /// uploaded into the evaluator's own buffer (this rank alone), with batch-norm statistics
+    /// `state`.
+    fn evaluate_params(&mut self, learner: bool, state: &[f32], data: &mut dyn EvalSource) -> Result<EvalResult> {
         let dev = &self.devices[0];
         let be = &dev.backend;
         let ev = self.evaluator.as_mut().ok_or_else(|| ReplicaError::Config("evaluator".into()))?;
         if !state.is_empty() {
-            be.upload(&state, ViewMut::new(&mut ev.state, 0..state.len())?)?;
+            be.upload(state, ViewMut::new(&mut ev.state, 0..state.len())?)?;
         }
         let (mut loss, mut correct, mut n) = (0.0f64, 0usize, 0usize);
         let graph = &self.graph;
-        let z = &dev.central.z;
-        let (rank, ranks) = (self.world.rank(), self.world.size().max(1));
+        let params = match (&ev.params, learner) {
+            (Some(p), true) => p,
+            (None, true) => return Err(ReplicaError::Config("learner evaluation without its parameters".into())),
+            (_, false) => &dev.central.z,
+        };
+        let (rank, ranks) = if learner { (0, 1) } else { (self.world.rank(), self.world.size().max(1)) };
         let mut batch_no = 0usize;
         let mut total = 0usize;
         data.for_each_batch(self.cfg.eval_batch_size, &mut |images, labels| {
@@ -186,7 +228,7 @@ impl<B: Backend> Engine<B> {
             };
             let ex = &mut ev.execs[pos];
             ex.upload_batch(be, images, labels)?;
-            ex.run(be, z, None, &mut ev.state, 0)?;
+            ex.run(be, params, None, &mut ev.state, 0)?;
             let (l, c) = ex.loss_stats(be)?;
             loss += l;
             correct += c;

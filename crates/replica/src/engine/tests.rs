@@ -14,6 +14,45 @@ use crate::testing::TestDevices;
 crossbow_kernels::test_backends! {
     layouts_of_devices_and_learners,
     learners_added_and_removed_directly,
+    learners_are_evaluated_on_their_own,
+}
+
+/// Test batches held in memory.
+struct Held(Vec<Batch>);
+
+impl EvalSource for Held {
+    fn samples(&self) -> usize {
+        self.0.iter().map(|b| b.y.len()).sum()
+    }
+    fn for_each_batch(&mut self, _batch: usize, f: &mut EvalVisitor<'_>) -> Result<()> {
+        for b in &self.0 {
+            f(&b.x, &b.y)?;
+        }
+        Ok(())
+    }
+}
+
+/// A learner's own evaluation: with one learner (independent learners: `z` is the learner)
+/// it is the central model's, bit for bit; learners that trained apart score apart, on any
+/// device, and asking twice gives the same answer.
+fn learners_are_evaluated_on_their_own<B: TestBackend>(be: &B) {
+    let g = graph();
+    let mut test = Held(batches(&g, 5, 3, 99));
+    let mut one = engine(be, &g, &[1]);
+    for t in 0..3 {
+        one.step(batches(&g, 3, 1, t), 1000).unwrap();
+    }
+    let (z, w) = (one.evaluate(&mut test).unwrap(), one.evaluate_learner(0, 0, &mut test).unwrap());
+    assert_eq!((z.loss.to_bits(), z.accuracy, z.samples), (w.loss.to_bits(), w.accuracy, w.samples));
+    let mut e = engine(be, &g, &[1, 2]);
+    for t in 0..3 {
+        e.step(batches(&g, 3, 3, t), 1000).unwrap();
+    }
+    let a = e.evaluate_learner(0, 0, &mut test).unwrap();
+    let b = e.evaluate_learner(1, 1, &mut test).unwrap();
+    assert_ne!(a.loss, b.loss);
+    assert_eq!(e.evaluate_learner(1, 1, &mut test).unwrap().loss.to_bits(), b.loss.to_bits());
+    assert!(e.evaluate_learner(1, 2, &mut test).is_err());
 }
 
 use crate::testing::harness::Batch;
