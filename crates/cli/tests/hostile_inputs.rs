@@ -64,6 +64,11 @@ fn runs_that_cannot_fit_are_refused_before_allocating() {
         "--batch-size 1000000 is larger than the synthetic-digits train set (600 images)",
     );
     refused(&tiny(&["--batch-size", &usize::MAX.to_string()]), "is larger than the synthetic-digits train set");
+    // Learners that fit but whose batches together are more than the training set (issue 50).
+    refused(
+        &tiny(&["--learners-per-device", "40"]),
+        "--learners-per-device 40 x --batch-size 32 = 1280 images per iteration (on 1 device) is more than the synthetic-digits train set (600 images)",
+    );
     // Refused before anything was allocated: no time spent growing.
     assert!(t0.elapsed() < Duration::from_secs(60), "{:?}", t0.elapsed());
     let (code, _out, err) = crossbow(&["models", "--model", "lenet5", "--batch-size", &usize::MAX.to_string()]);
@@ -104,9 +109,16 @@ fn a_metrics_file_is_checked_first_and_never_emptied_by_a_run_that_fails_to_star
     let existing = dir.join("old.jsonl");
     std::fs::write(&existing, "{\"event\":\"end\"}\n").unwrap();
     let path = existing.to_string_lossy().into_owned();
-    // The run fails in its checks, after the metrics file was opened: the file is intact.
-    refused(&tiny(&["--metrics", &path, "--batch-size", "1000000"]), "larger than");
+    // Another run's metrics are refused before anything else, and stay as they are (issue 50:
+    // a fresh run used to truncate them).
+    refused(&tiny(&["--metrics", &path]), "holds the metrics of another run");
     assert_eq!(std::fs::read_to_string(&existing).unwrap(), "{\"event\":\"end\"}\n");
+    // The run fails in its checks, after the metrics file was opened: an empty file given
+    // for it stays.
+    let empty = dir.join("empty.jsonl");
+    std::fs::write(&empty, "").unwrap();
+    refused(&tiny(&["--metrics", &empty.to_string_lossy(), "--batch-size", "1000000"]), "larger than");
+    assert!(empty.exists());
     // A new file for a run that fails to start is not left behind.
     let new = dir.join("new.jsonl");
     refused(&tiny(&["--metrics", &new.to_string_lossy(), "--batch-size", "1000000"]), "larger than");
@@ -115,11 +127,11 @@ fn a_metrics_file_is_checked_first_and_never_emptied_by_a_run_that_fails_to_star
     let missing = dir.join("no/such/dir/m.jsonl").to_string_lossy().into_owned();
     refused(&tiny(&["--metrics", &missing]), &format!("--metrics {missing}: cannot write"));
     refused(&tiny(&["--metrics", &dir.to_string_lossy()]), "cannot write");
-    // A run that starts replaces the old contents.
-    let args = tiny(&["--metrics", &path, "--learners-per-device", "1"]);
+    // A run that starts writes into the empty file.
+    let args = tiny(&["--metrics", &empty.to_string_lossy(), "--learners-per-device", "1"]);
     let (code, _out, err) = crossbow(&args.iter().map(String::as_str).collect::<Vec<_>>());
     assert_eq!(code, 0, "{err}");
-    let text = std::fs::read_to_string(&existing).unwrap();
+    let text = std::fs::read_to_string(&empty).unwrap();
     let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
     assert_eq!(first["event"], "start", "{text}");
     std::fs::remove_dir_all(&dir).ok();
@@ -135,16 +147,25 @@ fn config(f: TrainFile) -> TrainConfig {
 #[test]
 fn epoch_limits_end_at_the_right_iteration_and_the_final_accuracy_is_measured() {
     let run = |f: TrainFile| train(&config(f), &SyncRegistry::builtin(), &mut Reporter::silent()).unwrap();
-    // 4 learners x 1000 images on 2000 images: one iteration is two epochs, so --epochs 0.5
-    // runs that one iteration (not two iterations, four epochs).
+    // 2 learners x 1000 images on 2000 images: one iteration is an epoch, so --epochs 0.5
+    // runs that one iteration (not none, nor two). More per iteration than the training set
+    // is refused (issue 50).
     let s = run(TrainFile {
         batch_size: Some(1000),
-        learners_per_device: Some("4".into()),
+        learners_per_device: Some("2".into()),
         epochs: Some(0.5),
         ..TrainFile::default()
     });
     assert_eq!(s.iterations, 1);
-    assert!((s.epochs - 2.0).abs() < 1e-9, "{}", s.epochs);
+    assert!((s.epochs - 1.0).abs() < 1e-9, "{}", s.epochs);
+    let e = train(
+        &config(TrainFile { batch_size: Some(1000), learners_per_device: Some("4".into()), ..TrainFile::default() }),
+        &SyncRegistry::builtin(),
+        &mut Reporter::silent(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("4000 images per iteration") && e.contains("more than the synthetic-digits train set"), "{e}");
     // A limit below one iteration: one iteration, evaluated.
     let s = run(TrainFile { epochs: Some(1e-9), learners_per_device: Some("1".into()), ..TrainFile::default() });
     assert_eq!(s.iterations, 1);

@@ -42,6 +42,19 @@ const MAX_FILE_BYTES: u64 = 1 << 30;
 /// How many bad files a [`FolderReport`] names (the count covers all).
 pub const NAMED_BAD_IMAGES: usize = 5;
 
+/// Streaming: how many files (the bad one and those after it) are tried for a sample before
+/// the run stops; a longer run of bad files is not damage here and there but data gone (a
+/// class folder deleted while training), which substitutes would hide.
+pub const MAX_REPLACEMENT_TRIES: usize = 32;
+
+/// Streaming: the share of a split's files that may fail to decode before the run stops
+/// (and at least [`MIN_BAD_TO_STOP`] of them: a few bad files in a small set are damage, not
+/// data gone).
+pub const MAX_BAD_SHARE: f64 = 0.05;
+
+/// See [`MAX_BAD_SHARE`].
+pub const MIN_BAD_TO_STOP: usize = 10;
+
 /// What to do with an image file that cannot be decoded (corrupt, truncated, too large,
 /// unreadable, not a JPEG or PNG despite its name).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -170,6 +183,10 @@ pub struct FolderReport {
     pub ignored_files: usize,
     /// Training classes with no folder in this split (validation only).
     pub missing_classes: Vec<String>,
+    /// A folder of the same role that is not used (`test/` beside `val/`: evaluation reads
+    /// `val/`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unused_folder: Option<String>,
 }
 
 impl FolderReport {
@@ -186,6 +203,9 @@ impl FolderReport {
         }
         if !self.missing_classes.is_empty() {
             parts.push(format!("no images of class(es) {}", self.missing_classes.join(", ")));
+        }
+        if let Some(f) = &self.unused_folder {
+            parts.push(format!("{f} is not used (val/ is the evaluation folder when both exist)"));
         }
         (!parts.is_empty()).then(|| format!("{split} set: {}", parts.join("; ")))
     }
@@ -278,6 +298,9 @@ pub fn load_folder(
     let (test, mut test_report) = split(test_entries, Split::Test, &test_dir)?;
     test_report.ignored_files = test_ignored;
     test_report.missing_classes = missing_classes;
+    if test_dir.ends_with("val") && dir.join("test").is_dir() {
+        test_report.unused_folder = Some(dir.join("test").display().to_string());
+    }
     Ok(((train, train_report), (test, test_report)))
 }
 
@@ -425,15 +448,38 @@ fn decode_split(
         }
     }
     pixels.truncate(labels.len() * image_len);
+    let first_bad = |report: &FolderReport| {
+        report.first_bad.first().map_or_else(String::new, |(p, why)| format!(" (first: {p}: {why})"))
+    };
     if labels.is_empty() {
         return Err(DataError::malformed(
             split_dir,
-            format!(
-                "none of its {} image files could be decoded (first: {:?})",
-                entries.len(),
-                report.first_bad.first()
-            ),
+            format!("none of its {} image files could be decoded{}", entries.len(), first_bad(&report)),
         ));
+    }
+    // Every training class needs examples: a class whose images are all bad is refused as an
+    // empty class folder is.
+    if split == Split::Train {
+        let mut have = vec![false; classes.len()];
+        for &l in &labels {
+            if let Some(h) = have.get_mut(l as usize) {
+                *h = true;
+            }
+        }
+        if let Some(c) = have.iter().position(|h| !h) {
+            let files = entries.iter().filter(|e| e.label as usize == c).count();
+            let bad = entries
+                .iter()
+                .filter(|e| e.label as usize == c)
+                .find_map(|e| report.first_bad.iter().find(|(p, _)| *p == e.path.display().to_string()))
+                .map_or_else(String::new, |(p, why)| format!(" (first: {p}: {why})"));
+            return Err(DataError::malformed(
+                &split_dir.join(&classes[c]),
+                format!(
+                    "none of the class's {files} image file(s) could be decoded{bad}: every class needs examples (fix or remove them)"
+                ),
+            ));
+        }
     }
     let ds = Dataset::new("folder", split, [3, side, side], classes.len(), pixels, labels)?
         .with_class_names(classes.to_vec())?
@@ -522,7 +568,9 @@ impl FileSource {
             for (i, r) in decoded {
                 match r {
                     Ok(h) => add_hist(&mut hist, &h),
-                    Err(why) => self.note_bad(i, why),
+                    Err(why) => {
+                        self.note_bad(i, why);
+                    }
                 }
             }
             stats_from_hist(&hist)
@@ -545,8 +593,11 @@ impl FileSource {
     }
 
     /// Decodes file `index` into `out`; a bad file is recorded and, with
-    /// [`BadImagePolicy::Skip`], replaced by the next file after it (cyclically) that decodes.
-    /// Returns the index of the file decoded. Errors name the file.
+    /// [`BadImagePolicy::Skip`], replaced by the next file after it (cyclically) that decodes,
+    /// trying at most [`MAX_REPLACEMENT_TRIES`] files. Returns the index of the file decoded.
+    /// Errors name the file: a run of that many bad files in a row (a class folder deleted
+    /// mid-run), or more than [`MAX_BAD_SHARE`] of the split gone bad, stops the run rather
+    /// than train on substitutes.
     pub(crate) fn load(
         &self,
         index: usize,
@@ -554,7 +605,7 @@ impl FileSource {
         out: &mut [u8],
     ) -> Result<usize, String> {
         let n = self.paths.len();
-        for k in 0..n {
+        for k in 0..n.min(MAX_REPLACEMENT_TRIES) {
             let i = (index + k) % n;
             match self.load_exact(i, scratch, out) {
                 Ok(()) => return Ok(i),
@@ -562,18 +613,37 @@ impl FileSource {
                     if self.policy == BadImagePolicy::Fail {
                         return Err(format!("{}: {why} (--on-bad-image fail)", self.paths[i].display()));
                     }
-                    self.note_bad(i, why);
+                    let bad = self.note_bad(i, why.clone());
+                    if bad >= MIN_BAD_TO_STOP && bad as f64 > MAX_BAD_SHARE * n as f64 {
+                        return Err(format!(
+                            "{bad} of the {n} image files have failed to decode (more than {}%: the data has gone bad, e.g. files deleted while training); last: {}: {why}",
+                            100.0 * MAX_BAD_SHARE,
+                            self.paths[i].display()
+                        ));
+                    }
                 }
             }
         }
-        Err(format!("none of the {n} image files decodes (first: {:?})", self.bad.lock().first.first()))
+        let tried = n.min(MAX_REPLACEMENT_TRIES);
+        Err(format!(
+            "{} and the {} image files after it fail to decode (a folder deleted or emptied while training?); {}",
+            self.paths[index % n.max(1)].display(),
+            tried.saturating_sub(1),
+            self.bad
+                .lock()
+                .first
+                .first()
+                .map_or_else(|| "no file decodes".to_string(), |(p, why)| format!("first bad file: {p}: {why}"))
+        ))
     }
 
-    fn note_bad(&self, i: usize, why: String) {
+    /// Records file `i` as bad; returns how many are now.
+    fn note_bad(&self, i: usize, why: String) -> usize {
         let mut log = self.bad.lock();
         if log.seen.insert(i) && log.first.len() < NAMED_BAD_IMAGES {
             log.first.push((self.paths[i].display().to_string(), why));
         }
+        log.seen.len()
     }
 
     /// The bad files met so far (each counted once).
@@ -626,9 +696,9 @@ fn stream_split(
         return Err(DataError::malformed(
             split_dir,
             format!(
-                "none of the {} image files sampled could be decoded (first: {:?})",
+                "none of the {} image files sampled could be decoded{}",
                 sample.len(),
-                report.first_bad.first()
+                report.first_bad.first().map_or_else(String::new, |(p, why)| format!(" (first: {p}: {why})"))
             ),
         ));
     }
@@ -737,11 +807,14 @@ fn decode_into(bytes: &[u8], max_pixels: u64, s: &mut Scratch) -> Result<(usize,
         s.decoded.resize(len, 0);
         let frame = reader.next_frame(&mut s.decoded).map_err(|e| format!("corrupt or truncated PNG: {e}"))?;
         if frame.bit_depth != png::BitDepth::Eight {
-            return Err(format!("PNG decoded to {:?}-bit samples (expected 8)", frame.bit_depth));
+            return Err(format!("PNG decoded to {}-bit samples (expected 8)", frame.bit_depth as u8));
         }
         s.decoded.truncate(frame.buffer_size());
         (w, h, frame.color_type.samples())
     } else {
+        if bytes.is_empty() {
+            return Err("is empty (0 bytes)".into());
+        }
         let head: Vec<String> = bytes.iter().take(4).map(|b| format!("{b:02x}")).collect();
         return Err(format!("not a JPEG or PNG file (starts with {})", head.join(" ")));
     };

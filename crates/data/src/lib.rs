@@ -124,7 +124,8 @@ pub use error::DataError;
 pub use eval::EvalBatches;
 pub use folder::{
     BadImagePolicy, DEFAULT_IMAGE_SIZE, DEFAULT_MAX_IMAGE_PIXELS, DecodeMode, FolderOptions, FolderReport, FolderSplit,
-    NAMED_BAD_IMAGES, STATS_SAMPLE, decode_image, export_folder, load_folder,
+    MAX_BAD_SHARE, MAX_REPLACEMENT_TRIES, MIN_BAD_TO_STOP, NAMED_BAD_IMAGES, STATS_SAMPLE, decode_image, export_folder,
+    load_folder,
 };
 pub use idx::{IDX1_MAGIC, IDX3_MAGIC, MIN_IMAGE_SIDE};
 pub use kind::DatasetKind;

@@ -303,13 +303,17 @@ fn parse_name(name: &str) -> Option<(u64, Option<String>)> {
     }
 }
 
-/// One checkpoint file of a folder, by its name.
+/// One checkpoint file of a folder, identified by its contents: the iteration and line its
+/// header names (a file copied or renamed into the folder under another line's name is its
+/// own line's, not the name's), or, for a file whose header cannot be read, what its name says.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Entry {
     /// Iterations it holds.
     pub iteration: u64,
     /// Its line's tag (none for untagged files of older versions).
     pub tag: Option<String>,
+    /// The run its header names (none: an older version, or a header that cannot be read).
+    pub run: Option<String>,
     /// The file.
     pub path: PathBuf,
 }
@@ -321,8 +325,20 @@ pub fn list(dir: &Path) -> Result<Vec<Entry>, CliError> {
     let mut out: Vec<Entry> = rd
         .filter_map(|e| e.ok())
         .filter_map(|e| {
-            let (iteration, tag) = parse_name(&e.file_name().to_string_lossy())?;
-            Some(Entry { iteration, tag, path: e.path() })
+            let (named_at, named_tag) = parse_name(&e.file_name().to_string_lossy())?;
+            let path = e.path();
+            let state = CheckpointFile::read_state(&path).ok();
+            let line = state.as_ref().and_then(Line::of_state);
+            let iteration =
+                state.as_ref().and_then(|s| s.get("iteration")).and_then(|v| v.as_u64()).unwrap_or(named_at);
+            // The header's line when it has one; a readable header of an older version (no
+            // line) is untagged whatever its name; an unreadable one goes by its name.
+            let tag = match (&state, &line) {
+                (_, Some(l)) => Some(l.tag.clone()),
+                (Some(_), None) => None,
+                (None, _) => named_tag,
+            };
+            Some(Entry { iteration, tag, run: line.map(|l| l.run), path })
         })
         .collect();
     out.sort_by(|a, b| b.iteration.cmp(&a.iteration).then_with(|| b.path.cmp(&a.path)));
@@ -618,6 +634,8 @@ struct Job {
 pub struct Checkpointer {
     policy: CheckpointPolicy,
     line: Line,
+    /// The folder's lock, held while the run lives (see [`lock_folder`]).
+    _lock: std::fs::File,
     jobs: Option<Sender<Job>>,
     done: Receiver<Written>,
     thread: Option<JoinHandle<()>>,
@@ -644,6 +662,7 @@ impl Checkpointer {
         }
         std::fs::create_dir_all(dir)
             .map_err(|e| CliError::usage(format!("--checkpoint-dir {}: cannot create it: {e}", dir.display())))?;
+        let lock = lock_folder(dir)?;
         let probe = dir.join(".crossbow-write-test");
         std::fs::write(&probe, b"ok")
             .and_then(|_| std::fs::remove_file(&probe))
@@ -706,6 +725,7 @@ impl Checkpointer {
         Ok(Checkpointer {
             policy,
             line,
+            _lock: lock,
             jobs: Some(jobs),
             done,
             thread: Some(thread),
@@ -808,6 +828,51 @@ impl Drop for Checkpointer {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+/// Takes the folder's lock: an OS lock (`flock`) on the folder itself, released when the
+/// process ends, even by `kill -9`, and leaving no file behind. Two runs never write one
+/// folder at once: the second is refused, naming the first's process where the system says
+/// (Linux: `/proc/locks`).
+pub fn lock_folder(dir: &Path) -> Result<std::fs::File, CliError> {
+    let f = std::fs::File::open(dir)
+        .map_err(|e| CliError::usage(format!("checkpoint folder {}: cannot open it to lock it: {e}", dir.display())))?;
+    match f.try_lock() {
+        Ok(()) => Ok(f),
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let who = lock_holder(dir).map_or_else(|| "another process".to_string(), |p| format!("process {p}"));
+            Err(CliError::usage(format!(
+                "checkpoint folder {}: in use by another crossbow run ({who}); two runs never write one folder at once: wait for it to end, or use another folder",
+                dir.display()
+            )))
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(CliError::usage(format!("checkpoint folder {}: cannot lock it: {e}", dir.display())))
+        }
+    }
+}
+
+/// The process holding an `flock` on `path`, from `/proc/locks` (Linux; `None` elsewhere).
+pub fn lock_holder(path: &Path) -> Option<u32> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let ino = std::fs::metadata(path).ok()?.ino();
+        let locks = std::fs::read_to_string("/proc/locks").ok()?;
+        // "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF": pid, then major:minor:inode.
+        locks.lines().find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (pid, id) = (f.get(4)?, f.get(5)?);
+            (f.get(1) == Some(&"FLOCK") && id.rsplit(':').next()?.parse::<u64>().ok()? == ino)
+                .then(|| pid.parse().ok())
+                .flatten()
+        })
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        None
     }
 }
 

@@ -354,6 +354,21 @@ pub fn check_run<B: Backend>(
         eval_batch: format!("{} {}{eval_note}", cfg.name_of("eval-batch-size"), cfg.eval_batch_size),
     };
     memory_verdict(&needs, &asks, available_memory(), &names).map_err(CliError::usage)?;
+    // One iteration (a batch per learner) must not be more than an epoch.
+    if let LearnersPerDevice::Fixed(m) = cfg.learners_per_device {
+        let per_iteration = m.saturating_mul(devices.len()).saturating_mul(cfg.batch_size);
+        if per_iteration > train_len {
+            return Err(CliError::usage(format!(
+                "{} {m} x {} {} = {per_iteration} images per iteration (on {} device{}) is more than the {} train set ({train_len} images): an iteration would be more than an epoch; use fewer learners or a smaller batch",
+                cfg.name_of("learners-per-device"),
+                cfg.name_of("batch-size"),
+                cfg.batch_size,
+                devices.len(),
+                if devices.len() == 1 { "" } else { "s" },
+                cfg.dataset
+            )));
+        }
+    }
     Ok(train)
 }
 

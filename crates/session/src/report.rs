@@ -109,31 +109,133 @@ fn fault_from() -> Option<u64> {
     std::env::var(METRICS_FAULT_ENV).ok().and_then(|v| v.parse().ok())
 }
 
+/// What an existing, non-empty file at the metrics path holds.
+#[derive(Debug, PartialEq)]
+enum Holds {
+    /// A crossbow metrics file: the run that wrote it (none before runs were named) and the
+    /// process of its last start.
+    Metrics { run: Option<String>, pid: Option<u64> },
+    /// Something else, said in words (a checkpoint, an exported model, a config, ...).
+    Other(String),
+}
+
+/// Reads enough of `path` to tell whether it is a metrics file, and whose.
+fn what_it_holds(path: &Path) -> std::io::Result<Holds> {
+    use std::io::Read;
+    // The first 64 KiB tell a safetensors file or a config; only a metrics file is read whole.
+    let mut bytes = vec![];
+    File::open(path)?.take(64 * 1024).read_to_end(&mut bytes)?;
+    let looks_like_metrics = bytes.first() == Some(&b'{');
+    if looks_like_metrics && bytes.len() == 64 * 1024 {
+        bytes = std::fs::read(path)?;
+    }
+    if bytes.len() >= 9 && bytes[8] == b'{' {
+        let n = u64::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7]]);
+        if n < bytes.len() as u64 {
+            let header = String::from_utf8_lossy(&bytes[8..(8 + n as usize).min(bytes.len())]);
+            let what = if header.contains(crossbow_replica::checkpoint::FORMAT) {
+                "a crossbow checkpoint"
+            } else {
+                "a safetensors file (an exported model?)"
+            };
+            return Ok(Holds::Other(what.into()));
+        }
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    let mut records = text.lines().filter(|l| !l.trim().is_empty()).map(serde_json::from_str::<Value>);
+    match records.next() {
+        Some(Ok(first)) if first.get("event").and_then(Value::as_str).is_some() => {
+            let (mut run, mut pid) = (None, None);
+            for r in std::iter::once(Ok(first)).chain(records).flatten() {
+                if matches!(r.get("event").and_then(Value::as_str), Some("start") | Some("resume")) {
+                    if let Some(id) = r.get("run").and_then(Value::as_str) {
+                        run = Some(id.to_string());
+                    }
+                    pid = r.get("pid").and_then(Value::as_u64).or(pid);
+                }
+            }
+            Ok(Holds::Metrics { run, pid })
+        }
+        _ => {
+            let first = text.lines().next().unwrap_or("").trim();
+            let what =
+                if path.extension().is_some_and(|e| e == "toml") || first.starts_with('[') || first.contains(" = ") {
+                    "text that looks like a config file".to_string()
+                } else {
+                    format!("{} bytes that are not crossbow metrics (JSON lines)", bytes.len())
+                };
+            Ok(Holds::Other(what))
+        }
+    }
+}
+
 impl MetricsFile {
     /// Opens `path` for writing without truncating it; `name` is the setting, for errors. A
-    /// regular file or a character device (`/dev/null`) is accepted; a folder, a FIFO or a
-    /// socket is refused here, before training (a FIFO with no reader would block the run).
-    fn open(path: &Path, name: &str) -> Result<Self, CliError> {
+    /// regular file or a character device (`/dev/null`) is accepted; a folder, a FIFO, a
+    /// socket or a symbolic link is refused here, before training (a FIFO with no reader would
+    /// block the run; a link may point at anything). An existing non-empty file is used only
+    /// when it is the metrics of run `owner` (a resumed run appends to its own metrics): any
+    /// other file — another run's metrics, a checkpoint, an exported model, a config — is
+    /// refused, never truncated. The file is locked for the run (an OS lock, gone with the
+    /// process even after `kill -9`): a second process writing the same metrics is refused.
+    fn open(path: &Path, name: &str, owner: Option<&str>) -> Result<Self, CliError> {
+        let shown = crate::settings::printable(&path.display().to_string());
+        let refuse = |why: String| CliError::usage(format!("{name} {shown}: {why}"));
+        if path.symlink_metadata().is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(refuse(
+                "is a symbolic link; give the file itself (a link may lead to a file of another run)".into(),
+            ));
+        }
         let existed = path.symlink_metadata().is_ok();
+        let mut device = false;
         if let Ok(m) = std::fs::metadata(path) {
             let ft = m.file_type();
             #[cfg(unix)]
-            let device = std::os::unix::fs::FileTypeExt::is_char_device(&ft);
-            #[cfg(not(unix))]
-            let device = false;
+            {
+                device = std::os::unix::fs::FileTypeExt::is_char_device(&ft);
+            }
             if !(ft.is_file() || device) {
                 let what = if ft.is_dir() { "a folder" } else { "not a regular file" };
-                return Err(CliError::usage(format!(
-                    "{name} {}: cannot write: is {what} (the metrics go to a regular file, or a device such as /dev/null)",
-                    path.display()
+                return Err(refuse(format!(
+                    "cannot write: is {what} (the metrics go to a regular file, or a device such as /dev/null)"
                 )));
+            }
+            if ft.is_file() && m.len() > 0 {
+                match what_it_holds(path).map_err(|e| refuse(format!("cannot read it: {e}")))? {
+                    Holds::Metrics { run: Some(r), .. } if owner == Some(r.as_str()) => {}
+                    Holds::Metrics { run, pid } => {
+                        return Err(refuse(format!(
+                            "holds the metrics of another run ({}{}); crossbow never truncates another run's metrics: give a new file",
+                            run.map_or_else(|| "unnamed".to_string(), |r| format!("run {r}")),
+                            pid.map_or_else(String::new, |p| format!(", last started by process {p}")),
+                        )));
+                    }
+                    Holds::Other(what) => {
+                        return Err(refuse(format!("holds {what}, not metrics; refusing to overwrite it")));
+                    }
+                }
             }
         }
         let file = OpenOptions::new()
             .append(true)
             .create(true)
             .open(path)
-            .map_err(|e| CliError::usage(format!("{name} {}: cannot write: {e}", path.display())))?;
+            .map_err(|e| refuse(format!("cannot write: {e}")))?;
+        if !device {
+            match file.try_lock() {
+                Ok(()) => {}
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    let pid = match (crate::checkpoint::lock_holder(path).map(u64::from), what_it_holds(path)) {
+                        (Some(p), _) | (None, Ok(Holds::Metrics { pid: Some(p), .. })) => format!(" (process {p})"),
+                        _ => String::new(),
+                    };
+                    return Err(refuse(format!(
+                        "is being written by another crossbow run{pid}; two runs never share a metrics file"
+                    )));
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(refuse(format!("cannot lock it: {e}"))),
+            }
+        }
         Ok(MetricsFile {
             path: path.to_path_buf(),
             writer: BufWriter::new(file),
@@ -199,17 +301,25 @@ impl Reporter {
     /// A reporter; `metrics` is opened now (an error if it cannot be written) and emptied when
     /// the run writes its first record. `quiet` prints only the summary.
     pub fn new(metrics: Option<&Path>, quiet: bool, epochs: f64) -> Result<Self, CliError> {
-        Self::with_metrics_name(metrics, "--metrics", quiet, epochs)
+        Self::with_metrics_name(metrics, "--metrics", None, quiet, epochs)
     }
 
     /// As [`Reporter::new`] for a training configuration: an unwritable metrics file is named
-    /// as the user gave it (the flag, or the config file and its key).
-    pub fn for_config(cfg: &crate::config::TrainConfig, quiet: bool) -> Result<Self, CliError> {
-        Self::with_metrics_name(cfg.metrics.as_deref(), &cfg.name_of("metrics"), quiet, cfg.epochs)
+    /// as the user gave it (the flag, or the config file and its key). `owner` is the run a
+    /// resumed run continues: its own metrics file is appended to; any other existing file is
+    /// refused.
+    pub fn for_config(cfg: &crate::config::TrainConfig, quiet: bool, owner: Option<&str>) -> Result<Self, CliError> {
+        Self::with_metrics_name(cfg.metrics.as_deref(), &cfg.name_of("metrics"), owner, quiet, cfg.epochs)
     }
 
-    fn with_metrics_name(metrics: Option<&Path>, name: &str, quiet: bool, epochs: f64) -> Result<Self, CliError> {
-        let metrics = metrics.map(|p| MetricsFile::open(p, name)).transpose()?;
+    fn with_metrics_name(
+        metrics: Option<&Path>,
+        name: &str,
+        owner: Option<&str>,
+        quiet: bool,
+        epochs: f64,
+    ) -> Result<Self, CliError> {
+        let metrics = metrics.map(|p| MetricsFile::open(p, name, owner)).transpose()?;
         let tty = std::io::stderr().is_terminal() && !quiet;
         let bar = if tty {
             let b = ProgressBar::new((epochs * 1000.0).ceil() as u64);

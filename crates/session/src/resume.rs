@@ -13,7 +13,7 @@ fn changeable(key: &str) -> bool {
     SettingInfo::of(key).is_some_and(|s| s.resume == Resume::Changeable)
 }
 
-/// The keys a resumed run may change, for messages.
+/// The keys a resumed run may change.
 fn changeable_keys() -> Vec<&'static str> {
     SETTINGS.iter().filter(|s| s.resume == Resume::Changeable).map(|s| s.key).collect()
 }
@@ -50,13 +50,23 @@ pub fn merge(saved: TrainFile, given: TrainFile) -> Result<TrainFile, CliError> 
             let old = s.get(k).cloned().unwrap_or(Value::Null);
             if &old != v {
                 return Err(CliError::usage(format!(
-                    "--{k} cannot change when resuming: the checkpoint's run has {}, given {v} \
-                     (only {} may change; start a new run for anything else)",
+                    "--{k} cannot change when resuming: the checkpoint's run has {}, given {v}; a resume may change \
+                     only what does not redefine the run (limits such as --epochs, devices, logging, checkpoints, \
+                     a lower --lr): start a new run for anything else",
                     if old.is_null() { "none".to_string() } else { old.to_string() },
-                    changeable_keys().join(", ")
                 )));
             }
         }
+    }
+    // A lower rate continues a run that diverged; a higher one would be another run, and
+    // continuing its line would rotate the good checkpoints away.
+    if let (Some(old), Some(new)) = (saved.lr, given.lr)
+        && new > old
+    {
+        return Err(CliError::usage(format!(
+            "--lr {new} is higher than the run's {old}: a resumed run may only lower the learning rate (to continue \
+             a run that diverged); start a new run for a higher one"
+        )));
     }
     Ok(saved.overridden_by(given))
 }
@@ -150,11 +160,15 @@ mod tests {
         assert!(c.iter().any(|l| l == "--threads 2 (the run had none)"), "{c:?}");
         assert!(c.iter().any(|l| l.starts_with("--epochs 9")), "{c:?}");
         assert!(changes(&saved, &saved).is_empty());
-        // The learning rate may change (a diverged run continued with a lower rate).
+        // The learning rate may go down (a diverged run continued with a lower rate), not up.
         assert_eq!(
             merge(saved.clone(), TrainFile { lr: Some(0.005), ..TrainFile::default() }).unwrap().lr,
             Some(0.005)
         );
+        let e = merge(saved.clone(), TrainFile { lr: Some(0.02), ..TrainFile::default() }).unwrap_err().to_string();
+        assert!(e.contains("--lr 0.02 is higher than the run's 0.01"), "{e}");
+        // The refusal names what may change in a few words, not every key.
+        assert!(!e.contains("keep-checkpoints"), "{e}");
         let e =
             merge(saved, TrainFile { model: Some("resnet20".into()), ..TrainFile::default() }).unwrap_err().to_string();
         assert!(e.contains("--model") && e.contains("lenet5"), "{e}");

@@ -1,6 +1,6 @@
 //! [`Session`]: one training run, built from settings, run to its end.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::checkpoint::{self, CheckpointArgs, CheckpointPolicy, DivergencePolicy};
 use crate::config::{TrainConfig, TrainFile};
@@ -165,17 +165,37 @@ impl Session {
 
     fn run_in(mut self, world: &crate::processes::World, interrupt: Interrupt) -> Result<Summary, CliError> {
         let Plan { mut cfg, resumed, policy, divergence, changes, metrics_given } = self.plan(&*world.group)?;
-        // A resumed run's saved metrics file is relative to its checkpoint folder.
-        if let (Some(_), Some(p), false) = (&resumed, &policy, metrics_given)
+        // A resumed run's saved metrics file is relative to its checkpoint folder; a copied or
+        // moved folder whose metrics lay outside it writes its own, inside it (never into the
+        // original run's file).
+        let mut metrics_note = None;
+        if let (Some((_, ckpt)), Some(p), false) = (&resumed, &policy, metrics_given)
             && let Some(m) = cfg.metrics.as_mut()
         {
-            *m = paths::resolve_against(m, &p.dir);
+            let written_in = ckpt.state.get("folder").and_then(|v| v.as_str()).map(PathBuf::from);
+            let here = std::fs::canonicalize(&p.dir).ok();
+            let elsewhere = matches!((&written_in, &here), (Some(a), Some(b)) if a != b);
+            let outside = m.is_absolute() || m.components().next() == Some(std::path::Component::ParentDir);
+            if elsewhere && outside {
+                let own = p.dir.join("metrics.jsonl");
+                metrics_note = Some(format!(
+                    "resume: the checkpoint was written in {} and its metrics went to {}; this copy writes its own: {} (--metrics to choose)",
+                    written_in.as_deref().unwrap_or(Path::new("?")).display(),
+                    paths::resolve_against(m, written_in.as_deref().unwrap_or(&p.dir)).display(),
+                    own.display()
+                ));
+                *m = own;
+            } else {
+                *m = paths::resolve_against(m, &p.dir);
+            }
         }
         if world.size() > 1 {
             cfg.metrics = cfg.metrics.as_deref().map(|p| world.metrics_path(p));
         }
         let fatal = policy.as_ref().is_some_and(|p| p.on_error == checkpoint::OnWriteError::Fatal);
-        let mut reporter = Reporter::for_config(&cfg, self.quiet)?.metrics_errors_fatal(fatal);
+        // A resumed run appends to its own metrics file; any other existing file is refused.
+        let owner = resumed.as_ref().and_then(|(_, c)| checkpoint::Line::of_state(&c.state)).map(|l| l.run);
+        let mut reporter = Reporter::for_config(&cfg, self.quiet, owner.as_deref())?.metrics_errors_fatal(fatal);
         if let Some(f) = self.progress.take() {
             reporter = reporter.with_sink(f);
         }
@@ -187,6 +207,9 @@ impl Session {
         }
         for c in &changes {
             reporter.say(&format!("resume: {c}"));
+        }
+        if let Some(n) = &metrics_note {
+            reporter.warn(n);
         }
         // Rank 0 writes the checkpoints: as which run and line (a resume from an older
         // checkpoint of a line is a branch: a new line, the newer files stay).

@@ -244,19 +244,27 @@ pub fn train_with_options<B: Backend>(
     let mut run = Run::new(cfg, data, &engine)?;
     let read = if engine.asynchronous_devices() { LossRead::Lagged } else { LossRead::Now };
     engine.set_loss_read(cfg.loss_read.unwrap_or(read))?;
+    // The run's identity (its checkpoints' and its metrics' owner): rank 0's, on every rank.
+    let mut line = opts.line.clone().unwrap_or_else(Line::new_run);
+    if multi {
+        let mut bytes = serde_json::to_vec(&line).map_err(CliError::run)?;
+        world.broadcast_bytes(0, &mut bytes)?;
+        line = serde_json::from_slice(&bytes).map_err(|e| CliError::run(format!("rank 0's run id: {e}")))?;
+    }
     // Only rank 0 writes; the others send it their part of every checkpoint.
     let mut ckpt = match &opts.checkpoint {
         Some(p) if world.rank() == 0 => {
-            let line = opts.line.clone().unwrap_or_else(Line::new_run);
-            Some(Checkpointer::start(p.clone(), resumed.as_ref().map(|r| r.1.iteration).unwrap_or(0), line)?)
+            Some(Checkpointer::start(p.clone(), resumed.as_ref().map(|r| r.1.iteration).unwrap_or(0), line.clone())?)
         }
         _ => None,
     };
     let mut saver = Saver { on: opts.checkpoint.is_some(), submitted: None };
-    announce(cfg, data, &engine, run.per_epoch, run.share, reporter)?;
+    announce(cfg, data, &engine, &run, &line.run, reporter)?;
     let mut noted_learners = 0;
-    sync_notes(&engine, &mut noted_learners, reporter)?;
     let mut tuner = auto_tuner(cfg, &engine)?;
+    if tuner.is_none() {
+        sync_notes(&engine, &mut noted_learners, reporter)?;
+    }
     let mut guard = Guard { first_loss: None, rollbacks: 0, lr_factor: 1.0, prev_target: None, prev_diverged_at: None };
     if let (Some((path, file)), Some((_, snap))) = (&opts.resume, &resumed) {
         let tuner_state = saved_tuner(file, &saved_ranks, &*world);
@@ -274,7 +282,7 @@ pub fn train_with_options<B: Backend>(
         }
         reporter.record(
             "resume",
-            json!({ "from": path, "iteration": engine.iteration(), "epoch": epoch, "changes": notes }),
+            json!({ "run": line.run, "pid": std::process::id(), "from": path, "iteration": engine.iteration(), "epoch": epoch, "changes": notes }),
         )?;
     }
     // With rollback, a first checkpoint before any step: a divergence before the first
@@ -354,7 +362,9 @@ pub fn train_with_options<B: Backend>(
                 reporter.say(&ev.line());
                 reporter.record("tuner", json!(ev))?;
             }
-            sync_notes(&engine, &mut noted_learners, reporter)?;
+            if t.settled() {
+                sync_notes(&engine, &mut noted_learners, reporter)?;
+            }
         }
         // A synchroniser that decides something as it runs (Ako's automatic partitions): each
         // change is said and recorded (the same on every rank: they agree on it).
@@ -901,6 +911,8 @@ fn checkpoint_file<B: Backend>(
         "tuner": tuner_state,
         "checkpoint_policy": opts.checkpoint,
         "divergence_policy": opts.divergence,
+        // Where it was written: a resume from a copy (or a moved folder) sees that it is one.
+        "folder": opts.checkpoint.as_ref().and_then(|p| std::fs::canonicalize(&p.dir).ok()),
     }));
     if let (Some(ranks), Some(o)) = (ranks, file.state.as_object_mut()) {
         o.insert("ranks".into(), serde_json::to_value(ranks).map_err(CliError::run)?);
@@ -1166,10 +1178,11 @@ fn announce<B: Backend>(
     cfg: &TrainConfig,
     data: &Data,
     engine: &Engine<B>,
-    per_epoch: usize,
-    share: Option<Share>,
+    run: &Run,
+    run_id: &str,
     reporter: &mut Reporter,
 ) -> Result<(), CliError> {
+    let (per_epoch, share) = (run.per_epoch, run.share);
     let (sync_name, sync_settings) = engine.synchroniser();
     let sync_line =
         if sync_settings.is_empty() { sync_name.to_string() } else { format!("{sync_name} ({sync_settings})") };
@@ -1211,6 +1224,7 @@ fn announce<B: Backend>(
     reporter.record(
         "start",
         json!({
+            "run": run_id,
             "ranks": world.size(),
             "pid": std::process::id(),
             "world_learners": engine.world_layout(),
@@ -1231,7 +1245,8 @@ fn announce<B: Backend>(
 }
 
 /// The synchroniser's notes on its settings ([`Synchroniser::notes`]: SMA's stable range of
-/// rates), said when the learner count differs from the one they were last said for.
+/// rates), said when the learner count differs from the one they were last said for (with
+/// the tuner: once it has settled).
 fn sync_notes<B: Backend>(engine: &Engine<B>, noted: &mut usize, reporter: &mut Reporter) -> Result<(), CliError> {
     let k = engine.world_learners();
     if k == *noted {
@@ -1423,6 +1438,8 @@ struct Run {
     rank_allreduce: Vec<f64>,
     /// `--diagnostics`: what they keep between evaluations.
     diagnostics: Option<crate::diagnostics::Tracker>,
+    /// A streamed training set, and how many bad files a warning has reported so far.
+    streamed: Option<(Arc<Dataset>, usize)>,
 }
 
 impl Run {
@@ -1477,6 +1494,10 @@ impl Run {
             reached: None,
             rank_allreduce: vec![],
             diagnostics: cfg.diagnostics.then(crate::diagnostics::Tracker::default),
+            streamed: data.train.is_streamed().then(|| {
+                let known = data.train.streaming_report().map_or(0, |r| r.bad_images);
+                (Arc::clone(&data.train), known)
+            }),
         })
     }
 
@@ -1602,8 +1623,26 @@ impl Run {
         if rec.loss_images > 0 {
             self.shown_loss = rec.loss;
         }
+        self.warn_bad_files(reporter);
         reporter.progress(rec.epoch, rec.images as f64 / secs.max(1e-9), self.shown_loss, &rec.learners);
         Ok(rec)
+    }
+
+    /// Streamed data: says when training meets files that no longer decode (as it happens,
+    /// not only at the end): at the first, then each time their count has doubled.
+    fn warn_bad_files(&mut self, reporter: &mut Reporter) {
+        let Some((ds, warned)) = self.streamed.as_mut() else { return };
+        let Some(r) = ds.streaming_report() else { return };
+        let due = if *warned == 0 { r.bad_images > 0 } else { r.bad_images >= 2 * *warned };
+        if due {
+            *warned = r.bad_images;
+            let first = r.first_bad.first().map_or_else(String::new, |(p, why)| format!(" (first: {p}: {why})"));
+            reporter.warn(&format!(
+                "warning: {} training image file(s) failed to decode while training{first}; each is replaced by the next file that decodes (the run stops if more than {}% go bad)",
+                r.bad_images,
+                100.0 * crossbow_data::MAX_BAD_SHARE
+            ));
+        }
     }
 
     /// Every `eval_every` epochs (or `eval_every_iterations`), and at the epoch limit.

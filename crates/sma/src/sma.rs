@@ -526,40 +526,44 @@ fn stability_notes(sma: &Sma, sgd: &SgdConfig) -> Vec<crossbow_replica::SyncNote
     let lin = |alpha: AlphaRule, muz: f64| Linearised::new(sma.form, sma.k, alpha, sma.central_step, mu, muz);
     let muz = sma.central_momentum as f64;
     let here = lin(sma.alpha, muz);
-    let reference = match sma.form {
-        SmaForm::LocalMomentum => Linearised::momentum_sgd_limit(mu),
-        SmaForm::Paper => 2.0,
+    let (reference, own) = match sma.form {
+        SmaForm::LocalMomentum => (Linearised::momentum_sgd_limit(mu), "momentum SGD"),
+        SmaForm::Paper => (2.0, "plain SGD"),
     };
     let whole = |l: &Linearised| l.stable_intervals().len() == 1 && l.limit() >= 0.5 * reference;
+    let set = match here.stable_intervals().as_slice() {
+        [] => "unstable at every rate".to_string(),
+        [(a, b)] if *a == 0.0 => format!("stable for lr·h < {b:.2}"),
+        iv => format!(
+            "stable for lr·h in {}",
+            iv.iter().map(|(a, b)| format!("({a:.2}, {b:.2})")).collect::<Vec<_>>().join(" and ")
+        ),
+    };
     let mut text = format!(
-        "sma (k={}, alpha={}, momentum {}, central momentum {}, {}{}) linearised on a quadratic of curvature h: {}",
+        "sma at k={} (alpha {}, central momentum {}, {}), linearised on a quadratic of curvature h: {set}, where {own} is stable below {reference:.2}{}",
         sma.k,
         round6(sma.alpha.at(sma.k, 0.0)),
-        round6(sgd.momentum),
         round6(sma.central_momentum),
         sma.form.name(),
-        if sgd.nesterov { ", Nesterov not modelled" } else { "" },
-        here.describe()
+        if sgd.nesterov { " (Nesterov not modelled)" } else { "" },
     );
-    let warning = !whole(&here);
-    if warning {
+    if !whole(&here) {
         let mut fixes = vec![];
         let weak = lin(AlphaRule::Fixed(0.05), muz);
         if sma.alpha != AlphaRule::Fixed(0.05) && whole(&weak) {
-            fixes.push(format!("--alpha 0.05 (stable for lr·h < {:.2})", weak.limit()));
+            fixes.push(format!("--alpha 0.05 (< {:.2})", weak.limit()));
         }
         let no_muz = lin(sma.alpha, 0.0);
         if muz != 0.0 && whole(&no_muz) {
             fixes.push(format!("--central-momentum 0 (< {:.2})", no_muz.limit()));
         }
-        text.push_str(
-            "; a rate that suits the learners' own optimiser can diverge here, slowly (over hundreds to thousands of iterations)",
-        );
         if !fixes.is_empty() {
             text.push_str(&format!("; {} remove the unstable band", fixes.join(" or ")));
         }
     }
-    vec![crossbow_replica::SyncNote { warning, text }]
+    // Certain trouble only when no small rate is stable (an over-relaxed pull); a band above
+    // the limit matters only if the loss's curvature reaches it, which the run cannot know.
+    vec![crossbow_replica::SyncNote { warning: here.limit() == 0.0, text }]
 }
 
 /// The learner side of SMA and EA-SGD: `c = alpha (w - z)` from the replica before its step

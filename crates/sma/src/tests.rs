@@ -804,10 +804,11 @@ fn the_stability_analysis_predicts_growth_on_quadratics() {
     assert!(checked.0 >= 15 && checked.1 >= 8, "stable/unstable points checked: {checked:?}");
 }
 
-/// SMA's note on its settings: a warning with the fixes at the default pull and central
-/// momentum (k = 4), a plain note when the band is gone, nothing with one learner.
+/// SMA's note on its settings: the stable set and the settings that remove the band at the
+/// default pull and central momentum (k = 4), no fixes when the band is gone, nothing with
+/// one learner, and a warning only when no small rate is stable.
 #[test]
-fn notes_warn_about_the_unstable_band_and_name_the_fixes() {
+fn notes_give_the_stable_range_and_name_the_fixes() {
     let notes = |sma: Sma, k: usize| {
         let mut s: Box<dyn Synchroniser<CpuBackend>> = Box::new(sma);
         s.set_learners(k);
@@ -815,16 +816,22 @@ fn notes_warn_about_the_unstable_band_and_name_the_fixes() {
     };
     let n = notes(Sma::new(None, 0.9), 4);
     assert_eq!(n.len(), 1);
-    assert!(n[0].warning, "{n:?}");
-    assert!(n[0].text.contains("(0.00, 0.39) and (2.78, 3.16)"), "{}", n[0].text);
-    assert!(n[0].text.contains("--alpha 0.05 (stable for lr·h < 3.70)"), "{}", n[0].text);
-    assert!(n[0].text.contains("--central-momentum 0 (< 2.85)"), "{}", n[0].text);
+    assert!(!n[0].warning, "{n:?}");
+    assert!(
+        n[0].text.contains("(0.00, 0.39) and (2.78, 3.16), where momentum SGD is stable below 3.80"),
+        "{}",
+        n[0].text
+    );
+    assert!(n[0].text.contains("--alpha 0.05 (< 3.70) or --central-momentum 0 (< 2.85) remove"), "{}", n[0].text);
     let n = notes(Sma::new(Some(0.05), 0.9), 4);
-    assert!(!n[0].warning && n[0].text.contains("stable for lr·h < 3.70"), "{n:?}");
+    assert!(n[0].text.contains("stable for lr·h < 3.70,") && !n[0].text.contains("remove"), "{n:?}");
     assert!(notes(Sma::new(None, 0.9), 1).is_empty());
     // The paper form is measured against plain SGD (its learners have no momentum).
     let n = notes(Sma::new(None, 0.9).with_form(SmaForm::Paper), 4);
-    assert!(!n[0].warning && n[0].text.contains("stable for lr·h < 1.66"), "{n:?}");
+    assert!(n[0].text.contains("stable for lr·h < 1.66, where plain SGD is stable below 2.00"), "{n:?}");
+    // Over-relaxed (α > 2/(k+1) with the sum step): unstable at every small rate.
+    let n = notes(Sma::new(Some(0.9), 0.0), 4);
+    assert!(n[0].warning, "{n:?}");
 }
 
 /// Post-local SGD (`ssgd-until`): S-SGD bit for bit while the epoch is before the switch,

@@ -589,3 +589,72 @@ fn auto_streams_only_what_does_not_fit_in_half_the_memory() {
     let e = "lazy".parse::<DecodeMode>().unwrap_err();
     assert!(e.contains("lazy") && e.contains("streaming"), "{e}");
 }
+
+/// Issue 50: a training class whose images are all bad is refused as an empty class folder
+/// is (naming the folder and a file), not trained with no examples; a zero-byte file says
+/// it is empty; `test/` beside `val/` is reported as unused.
+#[test]
+fn a_class_of_only_bad_images_is_refused_and_unused_folders_are_named() {
+    let dir = TempDir::new("folder-all-bad-class");
+    two_class_folder(dir.path(), 3);
+    for i in 0..3 {
+        let name = if i % 2 == 0 { format!("{i}.jpg") } else { format!("{i}.PNG") };
+        write(&dir.path().join("train/red").join(name), if i == 0 { b"" } else { b"garbage" });
+    }
+    let e = load_folder(dir.path(), &opts(8), None, None).unwrap_err().to_string();
+    assert!(e.contains("train/red") && e.contains("none of the class's 3 image file(s) could be decoded"), "{e}");
+    assert!(e.contains("every class needs examples"), "{e}");
+    assert!(e.contains("0.jpg: is empty (0 bytes)"), "{e}");
+    assert!(!e.contains("Some(") && !e.contains("starts with )"), "{e}");
+    // test/ beside val/: evaluation reads val/, and says test/ is not used.
+    let dir = TempDir::new("folder-val-and-test");
+    two_class_folder(dir.path(), 2);
+    fs::create_dir_all(dir.path().join("test/red")).unwrap();
+    let (_, (_, te)) = load_folder(dir.path(), &opts(8), None, None).unwrap();
+    let line = te.summary(Split::Test).unwrap();
+    assert!(line.contains("test is not used") || line.contains("/test is not used"), "{line}");
+}
+
+/// Issue 50: streaming, a class folder deleted while training stops the run with an error
+/// naming the files, after at most `MAX_REPLACEMENT_TRIES` tries per sample, instead of
+/// training epochs on substitutes of another class; more than 5% of the files gone bad
+/// stops it too.
+#[test]
+fn streaming_stops_when_a_class_folder_is_deleted_or_too_much_goes_bad() {
+    let dir = TempDir::new("folder-stream-deleted");
+    two_class_folder(dir.path(), 40);
+    let ((train, _), _) = load_folder(dir.path(), &streaming(8), None, None).unwrap();
+    fs::remove_dir_all(dir.path().join("train/blue")).unwrap();
+    let cfg = PipelineConfig { workers: 1, augment: Some(Augment::none()), ..PipelineConfig::new(16, 3) };
+    let mut p = Pipeline::new(Arc::new(train.clone()), cfg.clone()).unwrap();
+    let mut err = None;
+    for _ in 0..10 {
+        match p.next_batch() {
+            Ok(_) => {}
+            Err(e) => {
+                err = Some(e.to_string());
+                break;
+            }
+        }
+    }
+    let e = err.expect("the pipeline stops");
+    assert!(e.contains("train/blue/") && e.contains("fail to decode") || e.contains("have failed to decode"), "{e}");
+    // Scattered bad files: 11 of 80 (more than 5%, and at least 10) stop the run, naming the share.
+    let dir = TempDir::new("folder-stream-share");
+    two_class_folder(dir.path(), 40);
+    let ((train, _), _) = load_folder(dir.path(), &streaming(8), None, None).unwrap();
+    for i in (0..40).step_by(3).take(11) {
+        let name = if i % 2 == 0 { format!("{i}.jpg") } else { format!("{i}.PNG") };
+        write(&dir.path().join("train/red").join(name), b"gone bad");
+    }
+    let mut p = Pipeline::new(Arc::new(train.clone()), cfg).unwrap();
+    let mut err = None;
+    for _ in 0..20 {
+        if let Err(e) = p.next_batch() {
+            err = Some(e.to_string());
+            break;
+        }
+    }
+    let e = err.expect("the pipeline stops");
+    assert!(e.contains("of the 80 image files have failed to decode (more than 5%"), "{e}");
+}

@@ -1,0 +1,228 @@
+//! Lose nothing, round two (issue 50): the reproductions a hostile tester found, each through
+//! the real binary — metrics files that overwrote checkpoints, two processes in one live
+//! folder, a copied folder appending to the original's metrics, a checkpoint taken by its
+//! file name, a higher rate on resume.
+
+// Test helpers: a failure to run the binary or read its files should fail the test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_crossbow");
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("crossbow-lose-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A short LeNet-5 run on 2,000 built-in digits, with `extra` flags.
+fn args(extra: &[&str]) -> Vec<String> {
+    sized("2000", "0.5", extra)
+}
+
+/// A LeNet-5 run on `train` built-in digits for `epochs`, with `extra` flags.
+fn sized(train: &str, epochs: &str, extra: &[&str]) -> Vec<String> {
+    ["train", "--devices", "cpu", "--threads", "2", "--learners-per-device", "2", "--train-size", train]
+        .iter()
+        .chain(["--test-size", "300", "--epochs", epochs, "-q"].iter())
+        .chain(extra.iter())
+        .map(|s| s.to_string())
+        .collect()
+}
+
+fn run(a: &[String]) -> Output {
+    Command::new(BIN).args(a).output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// Runs `a`, expects exit 2 with `needle` in a one-line error, and returns the error.
+#[track_caller]
+fn refused(a: &[String], needle: &str) -> String {
+    let o = run(a);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{a:?}: {t}");
+    assert!(t.contains(needle), "{a:?}: {t}");
+    let err: Vec<&str> = t.lines().filter(|l| l.contains("error")).collect();
+    assert_eq!(err.len(), 1, "{t}");
+    t
+}
+
+fn s(p: &Path) -> String {
+    p.display().to_string()
+}
+
+fn checkpoints(dir: &Path) -> Vec<PathBuf> {
+    let Ok(rd) = std::fs::read_dir(dir) else { return vec![] };
+    let mut v: Vec<PathBuf> = rd
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("ckpt-"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Item 1: `--metrics` never overwrites a checkpoint, an export, a config, a link, or another
+/// run's metrics; a resumed run appends to its own.
+#[test]
+fn metrics_never_overwrite_what_is_not_this_runs_metrics() {
+    let d = tmp("metrics");
+    let ck = d.join("mv");
+    let m = d.join("m.jsonl");
+    let o = run(&args(&["--checkpoint-dir", &s(&ck), "--metrics", &s(&m)]));
+    assert!(o.status.success(), "{}", text(&o));
+    let ckpt = checkpoints(&ck).pop().unwrap();
+    let export = d.join("z.safetensors");
+    let o = run(&["export".into(), "--checkpoint".into(), s(&ckpt), "--out".into(), s(&export)]);
+    assert!(o.status.success(), "{}", text(&o));
+    let toml = d.join("run.toml");
+    std::fs::write(&toml, "epochs = 2\n").unwrap();
+    let link = d.join("link.jsonl");
+    std::os::unix::fs::symlink(&m, &link).unwrap();
+    let cases: [(&Path, &str); 5] = [
+        (&ckpt, "holds a crossbow checkpoint, not metrics; refusing to overwrite it"),
+        (&export, "not metrics; refusing to overwrite it"),
+        (&toml, "holds text that looks like a config file"),
+        (&link, "is a symbolic link"),
+        (&m, "holds the metrics of another run (run "),
+    ];
+    for (path, needle) in cases {
+        let before = std::fs::read(path).unwrap();
+        refused(&args(&["--metrics", &s(path)]), needle);
+        assert!(std::fs::read(path).unwrap() == before, "{} changed", path.display());
+    }
+    // Through a config file too.
+    let cfg = d.join("c.toml");
+    std::fs::write(&cfg, format!("metrics = {:?}\n", s(&ckpt))).unwrap();
+    refused(&args(&["--config", &s(&cfg)]), "holds a crossbow checkpoint");
+    // The run's own metrics: a resume appends (the records before stay).
+    let before = std::fs::read_to_string(&m).unwrap();
+    let o = run(&["train".into(), "--resume".into(), s(&ck), "--epochs".into(), "0.7".into(), "-q".into()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let after = std::fs::read_to_string(&m).unwrap();
+    assert!(after.starts_with(&before) && after.len() > before.len());
+    std::fs::remove_dir_all(&d).ok();
+}
+
+/// Item 2: two processes never use one live checkpoint folder or metrics file: the second is
+/// refused naming the first's process; the lock goes with the first (even `kill -9`).
+#[test]
+fn two_runs_never_share_a_live_folder() {
+    let d = tmp("dual");
+    let ck = d.join("dual");
+    let m = d.join("dual.jsonl");
+    let long = sized("20000", "50", &["--checkpoint-dir", &s(&ck), "--checkpoint-every", "20", "--metrics", &s(&m)]);
+    let mut first = Command::new(BIN).args(&long).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let t0 = Instant::now();
+    while checkpoints(&ck).is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(120), "no checkpoint");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pid = format!("process {}", first.id());
+    let resume = |extra: &[&str]| -> Vec<String> {
+        ["train", "--resume", &s(&ck), "--lr", "0.001", "-q"].iter().chain(extra).map(|s| s.to_string()).collect()
+    };
+    // Resuming the live folder (with its metrics, or with metrics of its own).
+    refused(&resume(&[]), &pid);
+    let e = refused(&resume(&["--metrics", &s(&d.join("other.jsonl"))]), "in use by another crossbow run");
+    assert!(e.contains(&pid), "{e}");
+    // A new run sharing the folder, or writing the same metrics.
+    refused(&args(&["--checkpoint-dir", &s(&ck), "--share-checkpoint-dir", "--metrics", &s(&d.join("n.jsonl"))]), &pid);
+    refused(&args(&["--metrics", &s(&m)]), "the metrics of another run");
+    let _ = first.kill();
+    let _ = first.wait();
+    // The lock went with the process: the folder resumes now.
+    let o = run(&["train".into(), "--resume".into(), s(&ck), "--epochs".into(), "0.2".into(), "-q".into()]);
+    assert!(o.status.success() || text(&o).contains("nothing left to do"), "{}", text(&o));
+    std::fs::remove_dir_all(&d).ok();
+}
+
+/// Item 4: a copy of a checkpoint folder, resumed, writes its own metrics beside itself and
+/// leaves the original run's file as it was.
+#[test]
+fn a_copied_folder_writes_its_own_metrics() {
+    let d = tmp("copy");
+    let (ck, m) = (d.join("mv"), d.join("mv.jsonl"));
+    let o = run(&args(&["--checkpoint-dir", &s(&ck), "--metrics", &s(&m)]));
+    assert!(o.status.success(), "{}", text(&o));
+    let copy = d.join("mv2");
+    std::fs::create_dir_all(&copy).unwrap();
+    for f in checkpoints(&ck) {
+        std::fs::copy(&f, copy.join(f.file_name().unwrap())).unwrap();
+    }
+    let before = std::fs::read(&m).unwrap();
+    let o = run(&["train".into(), "--resume".into(), s(&copy), "--epochs".into(), "0.8".into(), "-q".into()]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("this copy writes its own"), "{}", text(&o));
+    assert!(std::fs::read(&m).unwrap() == before, "the original run's metrics changed");
+    let own = std::fs::read_to_string(copy.join("metrics.jsonl")).unwrap();
+    assert!(own.contains("\"event\":\"resume\"") && own.contains("\"event\":\"end\""), "{own}");
+    std::fs::remove_dir_all(&d).ok();
+}
+
+/// Item 5: a checkpoint is identified by its header, not its file name: another model's
+/// checkpoint copied in under this run's file name is another run's, and the folder is
+/// refused as holding two runs (not resumed as ResNet-20 into the LeNet-5 run's line).
+#[test]
+fn a_checkpoint_is_known_by_its_contents_not_its_name() {
+    let d = tmp("identity");
+    let (lenet, resnet) = (d.join("ln"), d.join("rn"));
+    let o = run(&args(&["--checkpoint-dir", &s(&lenet)]));
+    assert!(o.status.success(), "{}", text(&o));
+    let o = run(&[
+        "train",
+        "--model",
+        "resnet20",
+        "--dataset",
+        "synthetic-shapes",
+        "--train-size",
+        "256",
+        "--test-size",
+        "64",
+        "--epochs",
+        "0.2",
+        "--devices",
+        "cpu",
+        "-q",
+        "--checkpoint-dir",
+        &s(&resnet),
+    ]
+    .map(String::from));
+    assert!(o.status.success(), "{}", text(&o));
+    let ours = checkpoints(&lenet).pop().unwrap();
+    let tag = ours.file_name().unwrap().to_string_lossy().rsplit('-').next().unwrap().to_string();
+    let disguised = lenet.join(format!("ckpt-0000009999-{tag}"));
+    std::fs::copy(checkpoints(&resnet).pop().unwrap(), &disguised).unwrap();
+    let e = refused(&["train".into(), "--resume".into(), s(&lenet), "-q".into()], "holds the checkpoints of 2 runs");
+    assert!(e.contains("resnet20") && e.contains("lenet5"), "{e}");
+    // Naming the LeNet file: it resumes, but writing into a folder holding another run's
+    // checkpoint needs --share-checkpoint-dir.
+    refused(&["train".into(), "--resume".into(), s(&ours), "-q".into()], "holds the checkpoints of another run");
+    std::fs::remove_dir_all(&d).ok();
+}
+
+/// Item 6: a resume may lower the rate, not raise it (which would continue the line with
+/// another run and rotate the good checkpoints away).
+#[test]
+fn a_higher_rate_on_resume_is_refused_and_the_checkpoints_stay() {
+    let d = tmp("lr");
+    let ck = d.join("ck");
+    let o = run(&args(&["--checkpoint-dir", &s(&ck), "--lr", "0.01"]));
+    assert!(o.status.success(), "{}", text(&o));
+    let before = checkpoints(&ck);
+    let resume = |lr: &str| -> Vec<String> {
+        ["train", "--resume", &s(&ck), "--lr", lr, "--epochs", "0.6", "-q"].map(String::from).to_vec()
+    };
+    refused(&resume("0.1"), "--lr 0.1 is higher than the run's 0.01");
+    assert_eq!(checkpoints(&ck), before);
+    let o = run(&resume("0.005"));
+    assert!(o.status.success(), "{}", text(&o));
+    std::fs::remove_dir_all(&d).ok();
+}
