@@ -216,9 +216,16 @@ fn run(cli: Cli, matches: &clap::ArgMatches, registry: &SyncRegistry) -> Result<
             if a.dry_run {
                 let cfg = session.resolve()?;
                 println!("{}", serde_json::to_string_pretty(&cfg).map_err(CliError::run)?);
-                let size = (cfg.dataset == crossbow_data::DatasetKind::Folder)
-                    .then(|| cfg.image_size.unwrap_or(crossbow_data::DEFAULT_IMAGE_SIZE));
-                let rows = models_cmd::table(&[cfg.model], cfg.batch_size, size)?;
+                // The model as this run builds it: the dataset's image shape and classes (a
+                // folder's classes are its class folders).
+                let data = if cfg.dataset == crossbow_data::DatasetKind::Folder {
+                    let side = cfg.image_size.unwrap_or(crossbow_data::DEFAULT_IMAGE_SIZE);
+                    let classes = crossbow_data::folder_classes(&cfg.data_dir)?.len();
+                    ([3, side, side], classes)
+                } else {
+                    (cfg.dataset.image_shape(), cfg.dataset.num_classes())
+                };
+                let rows = models_cmd::table(&[cfg.model], cfg.batch_size, None, Some(data))?;
                 models_cmd::print(&rows);
                 return Ok(());
             }
@@ -248,7 +255,7 @@ fn run(cli: Cli, matches: &clap::ArgMatches, registry: &SyncRegistry) -> Result<
             {
                 return Err(CliError::usage(format!("--image-size must be in 8..=4096, got {s}")));
             }
-            models_cmd::print(&models_cmd::table(&models, a.batch_size, a.image_size)?);
+            models_cmd::print(&models_cmd::table(&models, a.batch_size, a.image_size, None)?);
             Ok(())
         }
         Command::Bench(a) => {
@@ -394,9 +401,16 @@ fn die_quietly_on_broken_pipe() {
 }
 
 /// `msg` with every run of more than 200 characters without a space cut to its first 100
-/// and a count: a hostile value (a 1 MB string in a config file) is not echoed back whole.
+/// and a count: a hostile value (a 1 MB string in a config file) is not echoed back whole;
+/// and with its control characters escaped (a value with an escape sequence or a newline
+/// neither drives the terminal nor splits the line).
 fn shorten(msg: &str) -> String {
     const LONG: usize = 200;
+    let msg: String = msg
+        .trim_end()
+        .chars()
+        .map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() })
+        .collect();
     let mut out = String::with_capacity(msg.len().min(4096));
     for (i, word) in msg.split(' ').enumerate() {
         if i > 0 {

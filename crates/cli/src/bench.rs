@@ -327,6 +327,26 @@ pub fn tune<B: Backend>(
     })
 }
 
+/// Refuses a `--json` path that cannot take the results: a folder, a path in a missing folder,
+/// or a file that cannot be written (tried by opening it for appending, which changes
+/// nothing).
+fn check_json_path(p: &std::path::Path) -> Result<(), CliError> {
+    let bad = |why: String| CliError::usage(format!("--json {}: {why}", p.display()));
+    if p.is_dir() {
+        return Err(bad("is a folder; give a file name for the results".into()));
+    }
+    let parent = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    if !parent.is_dir() {
+        return Err(bad(format!("its folder {} does not exist", parent.display())));
+    }
+    let existed = p.exists();
+    std::fs::OpenOptions::new().append(true).create(true).open(p).map_err(|e| bad(format!("cannot write: {e}")))?;
+    if !existed {
+        let _ = std::fs::remove_file(p);
+    }
+    Ok(())
+}
+
 /// `crossbow bench`: every (model, batch, learners) configuration in one process, then the
 /// tuner's pick per (model, batch); prints markdown tables and optionally writes JSON. Every
 /// engine is synchronised by `registry`'s synchroniser `sync` made from `sync_options`.
@@ -365,6 +385,12 @@ pub fn run_cli(
     };
     if batches.contains(&0) || learners.contains(&0) || iterations == 0 || max_learners == 0 {
         return Err(CliError::usage("--batch-size, --learners, --iterations and --max-learners must be at least 1"));
+    }
+    // Where the results go is checked before the benchmark, not after it (rank 0 writes).
+    if let Some(p) = json
+        && world.rank() == 0
+    {
+        check_json_path(p)?;
     }
     let ranks = world.size();
     if with_tuner && ranks > 1 {

@@ -838,14 +838,27 @@ fn run_groups(
     let mut rung = 0;
     'run: loop {
         let limit = fractions[rung] * epochs;
-        // The live group furthest behind that has not reached the rung steps next.
+        let final_rung = rung + 1 == fractions.len();
+        // The live group furthest behind that has not reached the rung steps next. The last
+        // rung is the epoch limit (the nearest iteration boundary, as `crossbow train` ends);
+        // an earlier one is reached at the first iteration at or past it, where `crossbow
+        // train` evaluates when an evaluation is due there (the same evaluations).
         let next = groups
             .iter()
             .enumerate()
             .filter(|(_, gr)| gr.live())
             .filter(|(_, gr)| {
                 let k = gr.engine.as_ref().map(|e| e.learners()).unwrap_or(1);
-                !crate::limits::epoch_limit_reached(gr.samples, (k * gr.conf.cfg.batch_size) as u64, per_epoch, limit)
+                if final_rung {
+                    !crate::limits::epoch_limit_reached(
+                        gr.samples,
+                        (k * gr.conf.cfg.batch_size) as u64,
+                        per_epoch,
+                        limit,
+                    )
+                } else {
+                    (gr.samples as f64) < limit * per_epoch as f64 - 1e-9 * per_epoch as f64
+                }
             })
             .min_by(|a, b| a.1.samples.cmp(&b.1.samples).then(a.0.cmp(&b.0)))
             .map(|(i, _)| i);
@@ -911,7 +924,7 @@ fn run_groups(
         }
         let mut ranked = live.clone();
         ranked.sort_by(|&a, &b| groups[b].rungs[rung].total_cmp(&groups[a].rungs[rung]).then(a.cmp(&b)));
-        let is_last = rung + 1 == fractions.len();
+        let is_last = final_rung;
         let keep = match select.eta {
             Some(eta) if !is_last => ranked.len().div_ceil(eta).max(select.top_k).min(ranked.len()),
             _ => ranked.len(),

@@ -34,23 +34,45 @@ pub struct ModelRow {
     pub workspace_bytes: usize,
 }
 
-/// Builds the table for `models` at `batch`, on each model's default input or on
-/// `image_size` squares.
-pub fn table(models: &[ModelKind], batch: usize, image_size: Option<usize>) -> Result<Vec<ModelRow>, CliError> {
+/// A row of the table, or why the model cannot be built for the input asked for.
+pub type Row = Result<ModelRow, (String, String)>;
+
+/// Builds the table for `models` at `batch`: on each model's default input, on `image_size`
+/// squares of colour images (what folder data gives), or on a dataset's own images and
+/// classes (`data`: channels, height, width and classes, as `crossbow train --dry-run` has
+/// them). A model that cannot take the input is a row saying why; an impossible batch is an
+/// error.
+pub fn table(
+    models: &[ModelKind],
+    batch: usize,
+    image_size: Option<usize>,
+    data: Option<([usize; 3], usize)>,
+) -> Result<Vec<Row>, CliError> {
     let mut rows = vec![];
     for &m in models {
-        let (input, classes) = m.default_input();
-        let input = match image_size {
-            Some(s) => crossbow_tensor::Shape::new(vec![input.dims()[0], s, s]),
-            None => input,
+        let (default, default_classes) = m.default_input();
+        let (input, classes) = match (data, image_size) {
+            (Some(([c, h, w], k)), _) => (crossbow_tensor::Shape::new(vec![c, h, w]), k),
+            // Folder data: colour images of `s` pixels a side.
+            (None, Some(s)) => (crossbow_tensor::Shape::new(vec![3, s, s]), default_classes),
+            (None, None) => (default, default_classes),
         };
-        let g = m.build(&input, classes)?;
+        let g = match m.build(&input, classes) {
+            Ok(g) => g,
+            Err(e) => {
+                rows.push(Err((
+                    m.to_string(),
+                    format!("cannot take {input}: {}", e.to_string().trim_start_matches("model: ")),
+                )));
+                continue;
+            }
+        };
         // Checked sizes: an absurd batch is an error naming the flag, not an overflow.
         let p = crate::preflight::lower_checked(&g, batch, Mode::Train)
             .map_err(|e| CliError::usage(format!("--batch-size {batch}: {e}")))?;
         let pl = plan(&p);
         let ws = workspace_len(&CpuBackend::new(0), &p);
-        rows.push(ModelRow {
+        rows.push(Ok(ModelRow {
             model: m.to_string(),
             input: input.to_string(),
             classes,
@@ -61,7 +83,7 @@ pub fn table(models: &[ModelKind], batch: usize, image_size: Option<usize>) -> R
             unplanned_activation_bytes: pl.unplanned_bytes(),
             replica_bytes: Replica::<CpuBackend>::bytes(&g),
             workspace_bytes: ws * 4,
-        });
+        }));
     }
     Ok(rows)
 }
@@ -70,17 +92,25 @@ fn mib(b: usize) -> f64 {
     b as f64 / (1024.0 * 1024.0)
 }
 
-/// Prints the table as markdown.
-pub fn print(rows: &[ModelRow]) {
+/// Prints the table as markdown (a model that cannot take the input: its row says why).
+pub fn print(rows: &[Row]) {
     println!(
-        "| model | input | params | MFLOP/image (fwd) | batch | activations planned | unplanned | saved | replica | workspace |"
+        "| model | input | classes | params | MFLOP/image (fwd) | batch | activations planned | unplanned | saved | replica | workspace |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows {
+        let r = match r {
+            Ok(r) => r,
+            Err((model, why)) => {
+                println!("| {model} | {why} | | | | | | | | | |");
+                continue;
+            }
+        };
         println!(
-            "| {} | {} | {} ({:.3} M) | {:.1} | {} | {:.1} MiB | {:.1} MiB | {:.0}% | {:.1} MiB | {:.1} MiB |",
+            "| {} | {} | {} | {} ({:.3} M) | {:.1} | {} | {:.1} MiB | {:.1} MiB | {:.0}% | {:.1} MiB | {:.1} MiB |",
             r.model,
             r.input,
+            r.classes,
             r.parameters,
             r.parameters as f64 / 1e6,
             r.mflops_per_image,

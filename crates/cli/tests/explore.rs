@@ -163,6 +163,35 @@ fn groups_fed_from_one_stream_train_bit_for_bit_as_crossbow_train() {
     }
 }
 
+/// Issue 50, item 7: a rung between evaluation points of the iteration grid (0.5 epochs of
+/// 2,000 images at 2 x 16 per iteration: 31.25 iterations) is reached where `crossbow train`
+/// evaluates (iteration 32), not at the nearest boundary (31): every configuration's
+/// evaluations, pruned or not, are those of its `crossbow train` run (a prefix of them).
+#[test]
+fn rung_evaluations_are_those_of_crossbow_train() {
+    let d = dir("rungs");
+    let text = format!("{BASE}learners-per-device = 2\n[space]\nlr = [0.01, 0.03]\n[select]\neta = 2\n")
+        .replace("learners-per-device = 1\n", "")
+        .replace("epochs = 2\n", "epochs = 1\n");
+    let (out, records) = explore(&d, &text, &[]);
+    ok(&out);
+    for (id, lr) in [(0, "0.01"), (1, "0.03")] {
+        let explored = curve(events(&records, "eval").into_iter().filter(|e| e["id"] == id));
+        assert_eq!(explored[0].0, 32, "#{id}: the rung's evaluation at iteration 32: {explored:?}");
+        let cfg = d.join(format!("train{id}.toml"));
+        let base =
+            BASE.replace("learners-per-device = 1", "learners-per-device = 2").replace("epochs = 2\n", "epochs = 1\n");
+        std::fs::write(&cfg, format!("{base}lr = {lr}\n")).unwrap();
+        let m = d.join(format!("train{id}.jsonl"));
+        let t = crossbow(&["train", "--config", cfg.to_str().unwrap(), "--metrics", m.to_str().unwrap(), "-q"]);
+        ok(&t);
+        let text = std::fs::read_to_string(&m).unwrap();
+        let recs: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let trained = curve(recs.iter().filter(|r| r["event"] == "eval"));
+        assert_eq!(explored, trained[..explored.len()], "configuration #{id} (lr {lr})");
+    }
+}
+
 /// The JSON `crossbow train --dry-run` prints before the memory table.
 fn dry_run(config: &Path) -> Value {
     let out = crossbow(&["train", "--config", config.to_str().unwrap(), "--dry-run"]);
@@ -310,7 +339,7 @@ fn a_repeated_value_is_refused() {
 fn a_diverging_configuration_is_dropped_and_the_search_goes_on() {
     let d = dir("diverge");
     let text =
-        format!("{BASE}learners-per-device = 2\n[space]\nlr = [0.01, 100.0]\nalpha = [0.5, 2.0]\n[select]\neta = 2\n")
+        format!("{BASE}learners-per-device = 2\n[space]\nlr = [0.01, 100.0]\nalpha = [0.5, 1.0]\n[select]\neta = 2\n")
             .replace("learners-per-device = 1\n", "");
     let (out, records) = explore(&d, &text, &[]);
     ok(&out);

@@ -226,3 +226,88 @@ fn a_higher_rate_on_resume_is_refused_and_the_checkpoints_stay() {
     assert!(o.status.success(), "{}", text(&o));
     std::fs::remove_dir_all(&d).ok();
 }
+
+fn metrics(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+fn run_env(a: &[String], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(BIN);
+    c.args(a);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+/// Item 14: a stop while checkpoints queue up (every iteration, slow writes) writes the
+/// checkpoint of the iteration it stops after and skips the older one still waiting, instead
+/// of writing every queued one first.
+#[test]
+fn a_stop_skips_the_checkpoints_still_waiting() {
+    let d = tmp("stop-queue");
+    let (ck, m) = (d.join("ck"), d.join("m.jsonl"));
+    let a = args(&["--checkpoint-dir", &s(&ck), "--checkpoint-every", "1", "--metrics", &s(&m)]);
+    let o = run_env(&a, &[("CROSSBOW_TEST_SLOW_CHECKPOINT_MS", "400"), ("CROSSBOW_TEST_INTERRUPT_AT_ITERATION", "6")]);
+    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
+    let recs = metrics(&m);
+    let written: Vec<u64> =
+        recs.iter().filter(|r| r["event"] == "checkpoint_written").map(|r| r["iteration"].as_u64().unwrap()).collect();
+    let skipped: Vec<u64> =
+        recs.iter().filter(|r| r["event"] == "checkpoint_skipped").map(|r| r["iteration"].as_u64().unwrap()).collect();
+    assert_eq!(written.last(), Some(&6), "{written:?}");
+    assert!(!skipped.is_empty() && skipped.iter().all(|i| *i < 6), "skipped {skipped:?}, written {written:?}");
+    assert!(text(&o).contains("checkpoint written to"), "{}", text(&o));
+    std::fs::remove_dir_all(&d).ok();
+}
+
+/// Item 15: a full disk is said once (then counted), and the end says the final checkpoint
+/// failed, naming the last good one, instead of "final checkpoint: <the last written>".
+#[test]
+fn a_full_disk_is_said_once_and_the_end_says_the_final_write_failed() {
+    let d = tmp("full-disk");
+    let ck = d.join("ck");
+    let a = args(&["--checkpoint-dir", &s(&ck), "--checkpoint-every", "2"]);
+    let o = run_env(&a, &[("CROSSBOW_FAULT_CHECKPOINT_WRITE", "2")]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert_eq!(t.matches("failed: ").count(), 1, "{t}");
+    assert!(t.contains("further failures are counted, not repeated"), "{t}");
+    assert!(!t.contains("final checkpoint: "), "{t}");
+    assert!(t.contains("the final checkpoint (iteration") && t.contains("could not be written ("), "{t}");
+    assert!(t.contains("the last good one is") && t.contains("(iteration 2)"), "{t}");
+    std::fs::remove_dir_all(&d).ok();
+}
+
+/// Item 23: each Ctrl-C is answered at once: the first says the run stops after this
+/// iteration, the second (exiting at once) which checkpoint survives and how to resume it.
+#[test]
+fn a_second_ctrl_c_says_which_checkpoint_survives() {
+    let d = tmp("second-signal");
+    let ck = d.join("ck");
+    let a = sized("40000", "20", &["--checkpoint-dir", &s(&ck), "--checkpoint-every", "20"]);
+    let child = Command::new(BIN)
+        .args(&a)
+        .env("CROSSBOW_TEST_SLOW_CHECKPOINT_MS", "3000")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while checkpoints(&ck).is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(120), "no checkpoint");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let kill = || Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(kill().success());
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(kill().success());
+    let o = child.wait_with_output().unwrap();
+    let t = String::from_utf8_lossy(&o.stderr).to_string();
+    assert_eq!(o.status.code(), Some(130), "{t}");
+    assert!(t.contains("stopping after this iteration, then writing a checkpoint"), "{t}");
+    let survivor = s(&checkpoints(&ck).pop().unwrap());
+    assert!(t.contains("exited at once on a second signal; every checkpoint on disk is whole"), "{t}");
+    assert!(t.contains(&format!("resume with: crossbow train --resume {survivor}")), "{t}");
+    std::fs::remove_dir_all(&d).ok();
+}

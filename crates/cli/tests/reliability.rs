@@ -787,6 +787,8 @@ fn a_failing_metrics_file_follows_the_checkpoint_error_policy() {
     let m = std::fs::read_to_string(d.join("m.jsonl")).unwrap();
     assert_eq!(m.lines().count(), 4, "{m}");
     let _ = std::fs::remove_dir_all(d.join("ckpt"));
+    // (A new run never writes over another run's metrics: a new file for it.)
+    let _ = std::fs::remove_file(d.join("m.jsonl"));
     let mut a = base(&d);
     a.extend(["--checkpoint-errors".into(), "fatal".into()]);
     let o = run(&a, &[("CROSSBOW_FAULT_METRICS_WRITE", "5".into())]);

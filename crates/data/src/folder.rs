@@ -338,6 +338,16 @@ fn first(entries: Vec<Entry>, n: Option<usize>, dir: &Path) -> Result<Vec<Entry>
 
 /// The class sub-folders of a split folder, sorted by name (bytes). Hidden folders (`.name`)
 /// are not classes.
+/// The class names of the folder dataset in `dir` (the sub-folders of `dir/train`, sorted),
+/// without reading any image: what a model for it is built with.
+pub fn folder_classes(dir: &Path) -> Result<Vec<String>, DataError> {
+    let train = dir.join("train");
+    if !train.is_dir() {
+        return Err(DataError::malformed(dir, "no train/ folder: a folder dataset is DIR/train/<class>/*.jpg|png"));
+    }
+    Ok(class_folders(&train)?.iter().map(|c| c.to_string_lossy().into_owned()).collect())
+}
+
 fn class_folders(dir: &Path) -> Result<Vec<OsString>, DataError> {
     let mut classes = Vec::new();
     for entry in fs::read_dir(dir).map_err(|e| DataError::io(dir, e))? {

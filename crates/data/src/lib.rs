@@ -125,7 +125,7 @@ pub use eval::EvalBatches;
 pub use folder::{
     BadImagePolicy, DEFAULT_IMAGE_SIZE, DEFAULT_MAX_IMAGE_PIXELS, DecodeMode, FolderOptions, FolderReport, FolderSplit,
     MAX_BAD_SHARE, MAX_REPLACEMENT_TRIES, MIN_BAD_TO_STOP, NAMED_BAD_IMAGES, STATS_SAMPLE, decode_image, export_folder,
-    load_folder,
+    folder_classes, load_folder,
 };
 pub use idx::{IDX1_MAGIC, IDX3_MAGIC, MIN_IMAGE_SIDE};
 pub use kind::DatasetKind;

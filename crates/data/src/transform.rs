@@ -277,9 +277,19 @@ impl FromStr for NormalizeChoice {
         if let Some(bad) = std.iter().find(|v| **v <= 0.0) {
             return Err(format!("`{s}`: std {bad} must be positive"));
         }
+        // Pixels are in [0, 1]: a std this small scales the inputs past anything a network
+        // trains on (1e-40 overflows to infinity).
+        if let Some(bad) = std.iter().find(|v| **v < MIN_STD) {
+            return Err(format!(
+                "`{s}`: std {bad:e} is below {MIN_STD} (pixels are in [0, 1]; dividing by it blows the inputs up)"
+            ));
+        }
         Ok(NormalizeChoice::Given { mean, std })
     }
 }
+
+/// The smallest standard deviation `--normalize` accepts (pixels in units of `pixel / 255`).
+pub const MIN_STD: f32 = 1e-3;
 
 /// Where a sample lands: translation `(dx, dy)` (source = output + shift) or the source window
 /// of a resized crop, and mirror.

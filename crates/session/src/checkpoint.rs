@@ -10,6 +10,8 @@
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -622,6 +624,12 @@ pub enum Written {
         /// Why.
         error: String,
     },
+    /// The checkpoint of `iteration` was not written: a newer one superseded it while it
+    /// waited (the run was stopping, see [`Checkpointer::supersede`]).
+    Skipped {
+        /// Iterations it would have held.
+        iteration: u64,
+    },
 }
 
 struct Job {
@@ -645,11 +653,20 @@ pub struct Checkpointer {
     last_iteration: u64,
     last_time: Instant,
     last_good: Option<(u64, PathBuf)>,
+    /// Waiting checkpoints of iterations before this are skipped (the run is stopping).
+    skip_before: Arc<AtomicU64>,
+    /// Failed writes since the last good one, and in all.
+    failing: u64,
+    failed: u64,
 }
 
 /// A test hook: `CROSSBOW_FAULT_CHECKPOINT_WRITE=N` makes the N-th and later checkpoint
 /// writes of the process fail as a full disk would (for the tests of `--checkpoint-errors`).
 const FAULT_ENV: &str = "CROSSBOW_FAULT_CHECKPOINT_WRITE";
+
+/// A test hook: `CROSSBOW_TEST_SLOW_CHECKPOINT_MS=N` makes every checkpoint write take N ms
+/// longer (large checkpoints on a slow disk, for the test of a stop while writes queue up).
+const SLOW_ENV: &str = "CROSSBOW_TEST_SLOW_CHECKPOINT_MS";
 
 impl Checkpointer {
     /// Creates the folder if needed, checks that a file can be written in it (before any
@@ -690,13 +707,25 @@ impl Checkpointer {
         let (jobs, rx) = crossbeam_channel::bounded::<Job>(1);
         let (tx, done) = crossbeam_channel::unbounded::<Written>();
         let fault_from: Option<u64> = std::env::var(FAULT_ENV).ok().and_then(|v| v.parse().ok());
+        let slow: Option<u64> = std::env::var(SLOW_ENV).ok().and_then(|v| v.parse().ok());
         let (dir2, keep) = (dir.clone(), policy.keep);
+        let skip_before = Arc::new(AtomicU64::new(0));
+        let skip = Arc::clone(&skip_before);
         let thread = std::thread::Builder::new()
             .name("crossbow-checkpoint".into())
             .spawn(move || {
                 for (n, job) in rx.into_iter().enumerate() {
+                    if job.iteration < skip.load(Ordering::SeqCst) {
+                        if tx.send(Written::Skipped { iteration: job.iteration }).is_err() {
+                            break;
+                        }
+                        continue;
+                    }
                     let count = n as u64 + 1;
                     let t0 = Instant::now();
+                    if let Some(ms) = slow {
+                        std::thread::sleep(Duration::from_millis(ms));
+                    }
                     let path = dir2.join(file_name(job.iteration, &job.tag));
                     let result = if fault_from.is_some_and(|n| count >= n) {
                         Err(format!(
@@ -734,6 +763,9 @@ impl Checkpointer {
             last_iteration: resumed_at,
             last_time: Instant::now(),
             last_good,
+            skip_before,
+            failing: 0,
+            failed: 0,
         })
     }
 
@@ -766,6 +798,31 @@ impl Checkpointer {
     /// The iteration of the last checkpoint this process handed to the writer.
     pub fn submitted(&self) -> Option<u64> {
         self.submitted
+    }
+
+    /// The run is stopping after `iteration`: checkpoints of earlier iterations still waiting
+    /// for the writer are skipped (the one being written finishes), so that a stop is one
+    /// checkpoint write away, not several.
+    pub fn supersede(&self, iteration: u64) {
+        self.skip_before.store(iteration, Ordering::SeqCst);
+    }
+
+    /// Counts a failed write; returns whether it is the first since the last good one (the
+    /// one to say: the others are counted, not repeated).
+    pub fn count_failure(&mut self) -> bool {
+        self.failing += 1;
+        self.failed += 1;
+        self.failing == 1
+    }
+
+    /// Counts a good write; returns how many failed before it since the last good one.
+    pub fn count_success(&mut self) -> u64 {
+        std::mem::take(&mut self.failing)
+    }
+
+    /// Failed writes in all.
+    pub fn failed(&self) -> u64 {
+        self.failed
     }
 
     /// Whether a checkpoint is due after `iteration` iterations.

@@ -173,7 +173,17 @@ impl Origins {
     /// An error of the synchroniser's options, prefixed with the file and the option when it
     /// is about an option of the file's `[sync-options]`.
     fn sync_error(&self, e: CliError) -> CliError {
-        let msg = e.to_string();
+        let mut msg = e.to_string();
+        // A shared setting the synchroniser does not use: named where it was given.
+        if msg.contains(" a setting of --sync ") {
+            for key in ["alpha", "central-momentum", "sma-form", "sync"] {
+                let name = self.name(key);
+                if name != format!("--{key}") {
+                    msg = msg.replace(&format!("--{key} "), &format!("{name} ")).replace(&format!("--{key},"), &format!("{name},"));
+                }
+            }
+            return CliError::usage(printable(&msg));
+        }
         let from_file = self.sync_options.iter().find(|k| {
             msg.contains(&format!("option {k}"))
                 || msg.contains(&format!("'{k}'"))

@@ -215,6 +215,28 @@ pub struct Names {
     pub batch: String,
     /// `--eval-batch-size 500` (or the file and key).
     pub eval_batch: String,
+    /// The batch size per learner (advice depends on whether there is anything to lower).
+    pub batch_size: usize,
+    /// Folder data: images of `--image-size` can be made smaller.
+    pub folder: bool,
+}
+
+impl Names {
+    /// What to lower when `subject` asks for too much with `learners` learners.
+    fn advice(&self, subject: &str, learners: usize) -> String {
+        let images = if self.folder { " or smaller images (--image-size)" } else { "" };
+        if *subject == self.eval_batch {
+            format!("use a smaller {}", self.eval_batch.split(' ').next().unwrap_or("--eval-batch-size"))
+        } else if learners > 1 {
+            format!("use fewer learners, smaller batches{images}")
+        } else if self.batch_size > 1 {
+            format!("use a smaller batch{images}")
+        } else if self.folder {
+            "even one learner at batch 1 does not fit: use smaller images (--image-size) or a smaller model".into()
+        } else {
+            "even one learner at batch 1 does not fit: use a smaller model".into()
+        }
+    }
 }
 
 /// Refuses a run whose memory does not fit: each device's learners, fixed buffers and (on
@@ -254,7 +276,7 @@ pub fn memory_verdict(
             _ => String::new(),
         };
         return Err(format!(
-            "{subject} needs {} on {} ({} learner{} x {}, {} for the central model and synchroniser, {} for evaluation), more than its memory budget of {}{whose}; use fewer learners or smaller batches",
+            "{subject} needs {} on {} ({} learner{} x {}, {} for the central model and synchroniser, {} for evaluation), more than its memory budget of {}{whose}; {}",
             human_bytes(need),
             ask.device,
             ask.learners,
@@ -263,6 +285,7 @@ pub fn memory_verdict(
             human_bytes(needs.fixed_per_device),
             human_bytes(evaluation),
             human_bytes(budget),
+            names.advice(&subject, ask.learners),
         ));
     }
     match available {
@@ -272,10 +295,11 @@ pub fn memory_verdict(
                 _ => names.batch.clone(),
             };
             Err(format!(
-                "{subject} needs {} of this machine's memory ({} of it for prefetched batches), more than the {} it has available; use fewer learners or smaller batches",
+                "{subject} needs {} of this machine's memory ({} of it for prefetched batches), more than the {} it has available; {}",
                 human_bytes(host),
                 human_bytes(needs.pipeline),
-                human_bytes(avail)
+                human_bytes(avail),
+                names.advice(&subject, asks.iter().map(|a| a.learners).max().unwrap_or(1))
             ))
         }
         _ => Ok(()),
@@ -352,6 +376,8 @@ pub fn check_run<B: Backend>(
             .then(|| format!("{} {k}", cfg.name_of("learners-per-device"))),
         batch: format!("{} {}", cfg.name_of("batch-size"), cfg.batch_size),
         eval_batch: format!("{} {}{eval_note}", cfg.name_of("eval-batch-size"), cfg.eval_batch_size),
+        batch_size: cfg.batch_size,
+        folder: cfg.dataset == crossbow_data::DatasetKind::Folder,
     };
     memory_verdict(&needs, &asks, available_memory(), &names).map_err(CliError::usage)?;
     // One iteration (a batch per learner) must not be more than an epoch.
@@ -381,11 +407,34 @@ mod tests {
             learners: learners.map(String::from),
             batch: "--batch-size 32".into(),
             eval_batch: "--eval-batch-size 500".into(),
+            batch_size: 32,
+            folder: false,
         }
     }
 
     const NEEDS: MemoryNeeds =
         MemoryNeeds { per_learner: 1_520_000, fixed_per_device: 500_000, evaluation: 9_000_000, pipeline: 2_000_000 };
+
+    /// Issue 50, item 22: the advice names only what can still be lowered.
+    #[test]
+    fn the_advice_names_what_can_be_lowered() {
+        let asks = [DeviceAsk { device: Device::Cpu(0), learners: 1, budget: Some(1_000_000) }];
+        let big = MemoryNeeds { per_learner: 8_000_000, evaluation: 1_000, ..NEEDS };
+        let one = Names { batch_size: 1, folder: true, batch: "--batch-size 1".into(), ..names(None) };
+        let e = memory_verdict(&big, &asks, None, &one).unwrap_err();
+        assert!(
+            e.ends_with(
+                "even one learner at batch 1 does not fit: use smaller images (--image-size) or a smaller model"
+            ),
+            "{e}"
+        );
+        assert!(!e.contains("fewer learners"), "{e}");
+        let e = memory_verdict(&big, &asks, None, &Names { folder: true, ..names(None) }).unwrap_err();
+        assert!(e.ends_with("use a smaller batch or smaller images (--image-size)"), "{e}");
+        let many = [DeviceAsk { device: Device::Cpu(0), learners: 4, budget: Some(1_000_000) }];
+        let e = memory_verdict(&big, &many, None, &names(Some("--learners-per-device 4"))).unwrap_err();
+        assert!(e.ends_with("use fewer learners, smaller batches"), "{e}");
+    }
 
     #[test]
     fn too_many_learners_are_refused_with_the_numbers() {

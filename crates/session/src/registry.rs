@@ -44,15 +44,17 @@ pub type GpuBackend = crossbow_kernels::cuda::CudaBackend;
 /// `[sync-options]` in a config file) and the shared flags.
 #[derive(Clone, Debug, Default)]
 pub struct SyncOptions {
-    /// `--alpha` (pull towards the central model), when given.
-    pub alpha: Option<f64>,
-    /// `--central-momentum`, when given (`crossbow train` always gives it: default 0.9).
-    pub central_momentum: Option<f64>,
-    /// `--sma-form`, when given.
-    pub sma_form: Option<String>,
+    alpha: Option<f64>,
+    central_momentum: Option<f64>,
+    sma_form: Option<String>,
     options: BTreeMap<String, String>,
     read: RefCell<BTreeSet<String>>,
+    /// The shared flags the factory asked for.
+    shared_read: RefCell<BTreeSet<&'static str>>,
 }
+
+/// The default of `--central-momentum` (a value other than it is a setting given).
+const DEFAULT_CENTRAL_MOMENTUM: f64 = 0.9;
 
 impl SyncOptions {
     /// No options.
@@ -74,7 +76,47 @@ impl SyncOptions {
             sma_form: cfg.sma_form.clone(),
             options: cfg.sync_options.clone(),
             read: RefCell::default(),
+            shared_read: RefCell::default(),
         }
+    }
+
+    /// Sets the shared flags `--alpha`, `--central-momentum` and `--sma-form`.
+    pub fn shared(mut self, alpha: Option<f64>, central_momentum: Option<f64>, sma_form: Option<&str>) -> Self {
+        self.alpha = alpha;
+        self.central_momentum = central_momentum;
+        self.sma_form = sma_form.map(String::from);
+        self
+    }
+
+    /// `--alpha` (pull towards the central model), when given. A synchroniser that does not
+    /// ask for it gets an error when it is given (a setting must not pass silently).
+    pub fn alpha(&self) -> Option<f64> {
+        self.shared_read.borrow_mut().insert("alpha");
+        self.alpha
+    }
+
+    /// `--central-momentum`, when given (`crossbow train` always gives it: default 0.9).
+    pub fn central_momentum(&self) -> Option<f64> {
+        self.shared_read.borrow_mut().insert("central-momentum");
+        self.central_momentum
+    }
+
+    /// `--sma-form`, when given.
+    pub fn sma_form(&self) -> Option<&str> {
+        self.shared_read.borrow_mut().insert("sma-form");
+        self.sma_form.as_deref()
+    }
+
+    /// The shared flags given (central momentum: other than its default) that the factory
+    /// never asked for.
+    fn unread_shared(&self) -> Vec<&'static str> {
+        let read = self.shared_read.borrow();
+        let given = [
+            ("alpha", self.alpha.is_some()),
+            ("central-momentum", self.central_momentum.is_some_and(|m| m != DEFAULT_CENTRAL_MOMENTUM)),
+            ("sma-form", self.sma_form.is_some()),
+        ];
+        given.into_iter().filter(|(k, set)| *set && !read.contains(k)).map(|(k, _)| k).collect()
     }
 
     /// The raw text of option `key`, when given.
@@ -202,17 +244,19 @@ fn normalise(name: &str) -> String {
 /// The builtin whose options are the shared flags, as the `crossbow-sma` enum.
 fn builtin_kind(name: &str, o: &SyncOptions) -> Result<SyncKind, String> {
     // The library's messages name the settings; here they are flags.
-    if let Some(a) = o.alpha
+    if let Some(a) = o.alpha()
         && !(a.is_finite() && a >= 0.0)
     {
         return Err(format!("--alpha must be a finite number >= 0, got {a}"));
     }
-    let cm = o.central_momentum.unwrap_or(0.9);
+    // Only SMA has a central momentum and a form: EA-SGD reads only --alpha.
+    let sma = normalise(name) == "sma";
+    let cm = if sma { o.central_momentum().unwrap_or(DEFAULT_CENTRAL_MOMENTUM) } else { DEFAULT_CENTRAL_MOMENTUM };
     if !(0.0..1.0).contains(&cm) {
         return Err(format!("--central-momentum must be in [0, 1), got {cm}"));
     }
-    let mut kind = SyncKind::parse(name, o.alpha.map(|a| a as f32), cm as f32)?;
-    if let (SyncKind::Sma { form, .. }, Some(f)) = (&mut kind, &o.sma_form) {
+    let mut kind = SyncKind::parse(name, o.alpha().map(|a| a as f32), cm as f32)?;
+    if let (SyncKind::Sma { form, .. }, Some(f)) = (&mut kind, if sma { o.sma_form() } else { None }) {
         *form = SmaForm::parse(f).map_err(|e| format!("--sma-form: {e}"))?;
     }
     Ok(kind)
@@ -236,7 +280,7 @@ impl SyncRegistry {
                 SyncKind::Sma { alpha, central_momentum, form } => {
                     let mut sma = Sma::new(alpha, central_momentum).with_form(form);
                     if let Some(rule) = o.get("alpha-rule") {
-                        if o.alpha.is_some() {
+                        if o.alpha().is_some() {
                             return Err("give either --alpha or the option alpha-rule, not both".into());
                         }
                         sma = sma.with_alpha(AlphaRule::parse(rule).map_err(|e| format!("option alpha-rule: {e}"))?);
@@ -396,11 +440,33 @@ impl SyncRegistry {
         // The shared flags are checked whichever synchroniser reads them.
         builtin_kind("sma", options).map_err(CliError::usage)?;
         options.read.borrow_mut().clear();
+        options.shared_read.borrow_mut().clear();
         let built = (entry.factory)(options).map_err(|e| CliError::usage(format!("--sync {}: {e}", entry.name)))?;
         if let Some(key) = options.unread().first() {
             return Err(CliError::usage(format!(
                 "--sync {}: unknown option '{key}' (--sync-opt / [sync-options]); {}: {}",
                 entry.name, entry.name, entry.help
+            )));
+        }
+        let unread = options.unread_shared();
+        if !unread.is_empty() {
+            let flags: Vec<String> = unread.iter().map(|k| format!("--{k}")).collect();
+            let users: Vec<&str> = self
+                .entries
+                .iter()
+                .filter(|e| unread.iter().any(|k| e.help.contains(&format!("--{k}"))))
+                .map(|e| e.name.as_str())
+                .collect();
+            return Err(CliError::usage(format!(
+                "{} {} not a setting of --sync {} (it would be ignored){}",
+                flags.join(", "),
+                if flags.len() == 1 { "is" } else { "are" },
+                entry.name,
+                match users.as_slice() {
+                    [] => String::new(),
+                    [one] => format!("; {one} uses {}", if flags.len() == 1 { "it" } else { "them" }),
+                    many => format!("; {} use {}", many.join(" and "), if flags.len() == 1 { "it" } else { "them" }),
+                }
             )));
         }
         Ok(built)
@@ -505,15 +571,15 @@ mod tests {
 
     #[test]
     fn sma_reads_the_shared_flags() {
-        let o = SyncOptions { alpha: Some(0.25), central_momentum: Some(0.5), sma_form: None, ..SyncOptions::new() };
+        let o = SyncOptions::new().shared(Some(0.25), Some(0.5), None);
         let s = SyncRegistry::builtin().build("sma", &o).unwrap().cpu();
         let settings = s.settings();
         assert_eq!(settings.get("alpha"), Some(&crossbow_replica::SettingValue::Num(0.25)));
         assert_eq!(settings.get("central_momentum"), Some(&crossbow_replica::SettingValue::Num(0.5)));
         assert_eq!(settings.get("form"), Some(&crossbow_replica::SettingValue::Str("local-momentum".into())));
-        let bad = SyncOptions { sma_form: Some("fancy".into()), ..SyncOptions::new() };
+        let bad = SyncOptions::new().shared(None, None, Some("fancy"));
         assert!(err(SyncRegistry::builtin().build("sma", &bad)).contains("--sma-form"));
-        let bad = SyncOptions { alpha: Some(f64::NAN), ..SyncOptions::new() };
+        let bad = SyncOptions::new().shared(Some(f64::NAN), None, None);
         assert!(err(SyncRegistry::builtin().build("ssgd", &bad)).contains("--alpha"));
     }
 

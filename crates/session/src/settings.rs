@@ -420,11 +420,22 @@ fn lr_check(name: &str, v: &f64) -> Result<(), String> {
 
 fn weight_decay_check(name: &str, v: &f64) -> Result<(), String> {
     non_negative(name, *v)?;
+    // Decay shrinks every weight by lr x decay per step: beyond 1 it is no regulariser but
+    // the whole update (typical values are 1e-5 to 1e-3).
+    if *v > 1.0 {
+        return Err(format!("{name} must be in [0, 1] (typical values are 1e-5 to 1e-3), got {v}"));
+    }
     as_f32(name, *v)
 }
 
 fn alpha_check(name: &str, v: &Option<f64>) -> Result<(), String> {
-    v.map_or(Ok(()), |a| non_negative(name, a).and_then(|_| as_f32(name, a)))
+    let Some(a) = v else { return Ok(()) };
+    non_negative(name, *a)?;
+    // A pull above 1 moves a learner past the central model: it oscillates and diverges.
+    if *a > 1.0 {
+        return Err(format!("{name} (the pull towards the central model) must be in [0, 1], got {a}"));
+    }
+    as_f32(name, *a)
 }
 
 fn epochs_check(name: &str, v: &f64) -> Result<(), String> {
@@ -449,7 +460,9 @@ fn eval_every_check(name: &str, v: &f64) -> Result<(), String> {
 
 fn target_check(name: &str, v: &Option<f64>) -> Result<(), String> {
     match v {
-        Some(t) if !((0.0..=100.0).contains(t)) => Err(format!("{name} must be in (0, 1] or a percentage, got {t}")),
+        Some(t) if !(*t > 0.0 && *t <= 100.0) => {
+            Err(format!("{name} must be in (0, 1] or a percentage in (1, 100], got {t}"))
+        }
         _ => Ok(()),
     }
 }

@@ -1,10 +1,44 @@
 //! Ctrl-C and `kill`: the first SIGINT or SIGTERM asks the run to stop after the current
 //! iteration (it then writes a checkpoint and exits with 130 or 143); a second one exits at
 //! once with the same code. Exiting at once never damages a checkpoint: files are renamed
-//! into place only when whole.
+//! into place only when whole. Each signal is answered at once with a line ([`set_notes`]):
+//! the first says what will happen, the second which checkpoint survives.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+
+/// The lines said when the first and the second signal arrive, as leaked byte strings (a
+/// signal handler may only load a pointer and `write(2)` it; the strings are never freed, so
+/// a handler never reads freed memory).
+static FIRST_NOTE: AtomicPtr<Vec<u8>> = AtomicPtr::new(std::ptr::null_mut());
+static SECOND_NOTE: AtomicPtr<Vec<u8>> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Sets what the first and the second signal say (`None` keeps the current line). Call it
+/// when what survives changes (a checkpoint written); each call leaks the lines it replaces
+/// (a few hundred bytes).
+pub fn set_notes(first: Option<&str>, second: Option<&str>) {
+    for (slot, text) in [(&FIRST_NOTE, first), (&SECOND_NOTE, second)] {
+        if let Some(t) = text {
+            let bytes = Box::new(format!("\n{t}\n").into_bytes());
+            slot.store(Box::into_raw(bytes), Ordering::SeqCst);
+        }
+    }
+}
+
+/// Writes the line in `slot` to standard error; async-signal-safe.
+#[cfg(unix)]
+fn say_note(slot: &AtomicPtr<Vec<u8>>) {
+    let p = slot.load(Ordering::SeqCst);
+    if p.is_null() {
+        return;
+    }
+    // SAFETY: `p` came from `Box::into_raw` in `set_notes` and is never freed; `write(2)` is
+    // async-signal-safe and reads `len` bytes of the vector's buffer.
+    unsafe {
+        let v = &*p;
+        let _ = libc::write(2, v.as_ptr().cast(), v.len());
+    }
+}
 
 use crate::error::CliError;
 
@@ -31,11 +65,19 @@ impl Interrupt {
         {
             let seen = Arc::new(AtomicBool::new(false));
             for sig in [SIGINT, SIGTERM] {
-                // Order matters: the conditional exit checks the flag the second handler sets,
-                // so the first signal only sets it and the second one exits.
-                signal_hook::flag::register_conditional_shutdown(sig, 128 + sig, Arc::clone(&seen))
-                    .and_then(|_| signal_hook::flag::register(sig, Arc::clone(&seen)))
-                    .and_then(|_| signal_hook::flag::register_usize(sig, Arc::clone(&signal), sig as usize))
+                let (seen, signal) = (Arc::clone(&seen), Arc::clone(&signal));
+                let action = move || {
+                    if seen.swap(true, Ordering::SeqCst) {
+                        // The second signal: say what survives, exit at once.
+                        say_note(&SECOND_NOTE);
+                        signal_hook::low_level::exit(128 + sig);
+                    }
+                    signal.store(sig as usize, Ordering::SeqCst);
+                    say_note(&FIRST_NOTE);
+                };
+                // SAFETY: the action only swaps and stores atomics, loads a pointer, and calls
+                // write(2) and _exit(2), which are async-signal-safe.
+                unsafe { signal_hook::low_level::register(sig, action) }
                     .map_err(|e| CliError::run(format!("cannot install the handler of signal {sig}: {e}")))?;
             }
         }

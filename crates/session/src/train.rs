@@ -259,6 +259,9 @@ pub fn train_with_options<B: Backend>(
         _ => None,
     };
     let mut saver = Saver { on: opts.checkpoint.is_some(), submitted: None };
+    if world.rank() == 0 {
+        signal_notes(ckpt.as_ref());
+    }
     announce(cfg, data, &engine, &run, &line.run, reporter)?;
     let mut noted_learners = 0;
     let mut tuner = auto_tuner(cfg, &engine)?;
@@ -297,7 +300,8 @@ pub fn train_with_options<B: Backend>(
     if first {
         write_checkpoint(cfg, data, &engine, &run, tuner.as_ref(), &guard, &opts, ckpt.as_mut(), &mut saver, reporter)?;
         if let Some(c) = ckpt.as_mut() {
-            report_written(c.flush(), c, reporter)?;
+            let done = c.flush();
+            report_written(done, c, reporter)?;
         }
     }
     if !multi {
@@ -434,9 +438,22 @@ pub fn train_with_options<B: Backend>(
         write_checkpoint(cfg, data, &engine, &run, tuner.as_ref(), &guard, &opts, ckpt.as_mut(), &mut saver, reporter)?;
     }
     if let Some(c) = ckpt.as_mut() {
-        report_written(c.flush(), c, reporter)?;
-        if let Some(p) = c.last_good() {
-            reporter.say(&format!("final checkpoint: {}", p.display()));
+        let done = c.flush();
+        report_written(done, c, reporter)?;
+        match (c.last_good(), c.last_good_iteration()) {
+            (Some(p), Some(i)) if i == engine.iteration() => {
+                reporter.say(&format!("final checkpoint: {}", p.display()));
+            }
+            (last, i) => reporter.warn(&format!(
+                "warning: the final checkpoint (iteration {}) could not be written ({} checkpoint write{} failed in this run); {}",
+                engine.iteration(),
+                c.failed(),
+                if c.failed() == 1 { "" } else { "s" },
+                match (last, i) {
+                    (Some(p), Some(i)) => format!("the last good one is {} (iteration {i})", p.display()),
+                    _ => "there is no checkpoint of this run".to_string(),
+                }
+            )),
         }
     }
     // A fingerprint of the final central model: equal on every rank, and equal between runs
@@ -585,14 +602,23 @@ fn agree(world: &dyn ProcessGroup, sig: Option<i32>, due: bool) -> Result<(Optio
 }
 
 /// Reports what the writer finished; a failure stops the run under `--checkpoint-errors fatal`.
-fn report_written(done: Vec<Written>, ckpt: &Checkpointer, reporter: &mut Reporter) -> Result<(), CliError> {
+fn report_written(done: Vec<Written>, ckpt: &mut Checkpointer, reporter: &mut Reporter) -> Result<(), CliError> {
     for w in done {
         match w {
             Written::Ok { iteration, path, seconds, bytes } => {
+                let failed = ckpt.count_success();
+                if failed > 0 {
+                    reporter.warn(&format!(
+                        "checkpoints are written again: {} (iteration {iteration}), after {failed} failed write{}",
+                        path.display(),
+                        if failed == 1 { "" } else { "s" }
+                    ));
+                }
                 reporter.record(
                     "checkpoint_written",
                     json!({ "iteration": iteration, "path": path, "write_seconds": seconds, "bytes": bytes }),
                 )?;
+                signal_notes(Some(ckpt));
             }
             Written::Failed { iteration, error } => {
                 let keep = match ckpt.last_good() {
@@ -605,13 +631,47 @@ fn report_written(done: Vec<Written>, ckpt: &Checkpointer, reporter: &mut Report
                         "checkpoint at iteration {iteration} failed: {error}; {keep} (--checkpoint-errors fatal)"
                     )));
                 }
-                reporter.warn(&format!(
-                    "warning: checkpoint at iteration {iteration} failed: {error}; {keep}; training continues"
-                ));
+                // Said once per streak of failures (a full disk fails every write alike).
+                if ckpt.count_failure() {
+                    reporter.warn(&format!(
+                        "warning: checkpoint at iteration {iteration} failed: {error}; {keep}; training continues (further failures are counted, not repeated)"
+                    ));
+                }
+            }
+            Written::Skipped { iteration } => {
+                reporter.record("checkpoint_skipped", json!({ "iteration": iteration, "why": "superseded" }))?;
             }
         }
     }
     Ok(())
+}
+
+/// What a Ctrl-C (or SIGTERM) says at once: the first, that the run stops after this
+/// iteration and writes a checkpoint; the second, which checkpoint survives.
+fn signal_notes(ckpt: Option<&Checkpointer>) {
+    let Some(c) = ckpt else {
+        signals::set_notes(
+            Some(
+                "crossbow: stopping after this iteration (no --checkpoint-dir: nothing is saved); a second signal exits at once",
+            ),
+            Some("crossbow: exited at once on a second signal; nothing was saved (no --checkpoint-dir)"),
+        );
+        return;
+    };
+    let last = match (c.last_good(), c.last_good_iteration()) {
+        (Some(p), Some(i)) => format!("the last good checkpoint is {} (iteration {i})", p.display()),
+        _ => "this run has written no checkpoint yet".to_string(),
+    };
+    signals::set_notes(
+        Some(&format!(
+            "crossbow: stopping after this iteration, then writing a checkpoint into {}; a second signal exits at once ({last})",
+            c.policy().dir.display()
+        )),
+        Some(&format!(
+            "crossbow: exited at once on a second signal; every checkpoint on disk is whole: {last}{}",
+            c.last_good().map_or(String::new(), |p| format!("; resume with: crossbow train --resume {}", p.display()))
+        )),
+    );
 }
 
 /// One line on standard error in one write, so that lines of several ranks never run together.
@@ -642,6 +702,11 @@ fn interrupted<B: Backend>(
     if !saver.on {
         return CliError::Interrupted { code, msg: format!("{what}; no checkpoint (no --checkpoint-dir given)") };
     }
+    // Checkpoints still waiting for the writer are older than the one this stop writes: they
+    // are skipped, so the stop is one write away (the one being written finishes).
+    if let Some(c) = ckpt.as_deref() {
+        c.supersede(engine.iteration());
+    }
     let written = write_checkpoint(cfg, data, engine, run, tuner, guard, opts, ckpt.as_deref_mut(), saver, reporter);
     let world = engine.world();
     let Some(c) = ckpt else {
@@ -661,7 +726,8 @@ fn interrupted<B: Backend>(
         let _ = world.all_gather_u64(0);
         return CliError::Interrupted { code, msg: String::new() };
     };
-    let written = written.and_then(|_| report_written(c.flush(), c, reporter));
+    let done = c.flush();
+    let written = written.and_then(|_| report_written(done, c, reporter));
     if world.size() > 1 {
         // The other ranks wait for this before they exit; then rank 0 waits until every other
         // rank has said how it stopped.
@@ -748,7 +814,7 @@ fn rollback<B: Backend>(
                         .to_string()
                 }
             };
-            CliError::run(format!("training diverged: {why}{at}{extra}; lower the learning rate"))
+            CliError::run(format!("training diverged: {why}{at}{extra}; {}", likely_cause(cfg, engine)))
         };
         if opts.divergence.action == OnDivergence::Stop {
             return Err(stop(""));
@@ -826,6 +892,42 @@ fn rollback<B: Backend>(
         json!({ "n": rollbacks, "checkpoint": path, "iteration": engine.iteration(), "lr": lr, "why": why }),
     )?;
     Ok(())
+}
+
+/// What most likely made a run diverge, as advice: the settings beyond their usual ranges
+/// first, else the learning rate.
+fn likely_cause<B: Backend>(cfg: &TrainConfig, engine: &Engine<B>) -> String {
+    let mut causes = vec![];
+    if cfg.weight_decay * cfg.lr > 0.1 {
+        causes.push(format!(
+            "{} {} (x lr {} = {:.2} per step: decay alone moves weights that much)",
+            cfg.name_of("weight-decay"),
+            cfg.weight_decay,
+            cfg.lr,
+            cfg.weight_decay * cfg.lr
+        ));
+    }
+    let k = engine.world_learners();
+    if let Some(a) = cfg.alpha
+        && k >= 2
+        && a > 2.0 / (k as f64 + 1.0)
+    {
+        causes.push(format!(
+            "{} {a} (with {k} learners the central model overshoots above {:.2})",
+            cfg.name_of("alpha"),
+            2.0 / (k as f64 + 1.0)
+        ));
+    }
+    if let crossbow_data::NormalizeChoice::Given { std, .. } = &cfg.normalize
+        && std.iter().any(|s| *s < 0.01)
+    {
+        causes.push(format!("{} (a std this small scales the inputs by over 100)", cfg.name_of("normalize")));
+    }
+    if causes.is_empty() {
+        "lower the learning rate".to_string()
+    } else {
+        format!("likely cause: {}; else lower the learning rate", causes.join("; "))
+    }
 }
 
 /// Everything a checkpoint holds: the engine's tensors, and as JSON the settings, the model's

@@ -143,7 +143,9 @@ impl FromStr for DeviceSpec {
                 let n: usize =
                     rest.parse().map_err(|_| format!("devices '{s}': '{rest}' is not a number of CPU devices"))?;
                 if n == 0 {
-                    return Err(format!("devices '{s}': need at least one CPU device"));
+                    return Err(format!(
+                        "devices '{s}': cpu:N is the number of CPU devices, at least 1 (cpu:1 is one device, which the run calls cpu:0)"
+                    ));
                 }
                 Ok(DeviceSpec::Cpu(n))
             }
