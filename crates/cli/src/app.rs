@@ -135,9 +135,10 @@ mod bench_cli {
 
     #[derive(Args)]
     pub struct BenchArgs {
-        /// The synchroniser, by name (the list is filled in from the registry)
-        #[arg(long, default_value = "sma")]
-        pub sync: String,
+        /// The synchroniser, by name (the list is filled in from the registry) [default: each
+        /// model's, as in `crossbow train`]
+        #[arg(long)]
+        pub sync: Option<String>,
         /// A synchroniser option KEY=VALUE (repeatable)
         #[arg(long = "sync-opt", value_name = "KEY=VALUE", value_parser = parse_sync_opt)]
         pub sync_opt: Vec<(String, String)>,
@@ -265,7 +266,7 @@ fn run(cli: Cli, matches: &clap::ArgMatches, registry: &SyncRegistry) -> Result<
             let world = crate::processes::World::start(a.mpi_timeout)?;
             let result = crate::bench::run_cli(
                 registry,
-                &a.sync,
+                a.sync.as_deref(),
                 &a.sync_opt.iter().fold(SyncOptions::new(), |o, (k, v)| o.option(k, v)),
                 &a.model,
                 &a.batch_size,
@@ -317,7 +318,12 @@ fn command(registry: &SyncRegistry) -> clap::Command {
             setting_args(c)
                 .mut_arg("sync", one(" [default: ssgd for batch-normalised models (resnet*, vgg16), sma otherwise]"))
         })
-        .mut_subcommand("bench", |c| c.mut_arg("sync", one("")))
+        .mut_subcommand("bench", |c| {
+            c.mut_arg(
+                "sync",
+                one(" [default: each model's, as crossbow train: ssgd for batch-normalised models, sma otherwise]"),
+            )
+        })
         .mut_subcommand("experiment", |c| c.mut_subcommand("tta", |t| t.mut_arg("sync", many)))
 }
 

@@ -357,7 +357,7 @@ fn check_json_path(p: &std::path::Path) -> Result<(), CliError> {
 #[allow(clippy::too_many_arguments)]
 pub fn run_cli(
     registry: &SyncRegistry,
-    sync: &str,
+    sync: Option<&str>,
     sync_options: &SyncOptions,
     models: &[String],
     batches: &[usize],
@@ -398,8 +398,16 @@ pub fn run_cli(
     }
     let spec: crossbow_tensor::DeviceSpec =
         devices.parse().map_err(|e: String| CliError::usage(format!("--devices: {e}")))?;
-    // Checks the synchroniser and its options before measuring anything.
-    let sync_name = registry.build(sync, sync_options)?.cpu().name().to_string();
+    // Each model's synchroniser: the one given, or the model's default as in `crossbow train`
+    // (S-SGD for batch-normalised models); checked with its options before measuring.
+    let sync_of = |m: ModelKind| sync.unwrap_or(crossbow_session::settings::default_sync(m));
+    let mut sync_names = vec![];
+    for &m in &models {
+        let name = registry.build(sync_of(m), sync_options)?.cpu().name().to_string();
+        if !sync_names.contains(&name) {
+            sync_names.push(name);
+        }
+    }
     let lead = world.rank() == 0;
     if folder.is_some() && ranks > 1 {
         return Err(CliError::usage(format!(
@@ -420,7 +428,13 @@ pub fn run_cli(
     let mut rows = vec![];
     let mut tuned = vec![];
     if lead {
-        eprintln!("sync {sync_name}");
+        match (sync, sync_names.as_slice()) {
+            (_, [one]) => eprintln!("sync {one}"),
+            _ => eprintln!(
+                "sync: each model's default, as crossbow train ({})",
+                models.iter().map(|&m| format!("{m}: {}", sync_of(m))).collect::<Vec<_>>().join(", ")
+            ),
+        }
         if ranks > 1 {
             eprintln!(
                 "{}: each configuration is measured by all {ranks} ranks together, its learners per device \
@@ -457,7 +471,7 @@ pub fn run_cli(
                     loss_read,
                     world: &world,
                 };
-                let mut row = dispatch(&hw, registry.build(sync, sync_options)?, AllReduceChoice::Auto, job)?;
+                let mut row = dispatch(&hw, registry.build(sync_of(model), sync_options)?, AllReduceChoice::Auto, job)?;
                 let b0 = *base.get_or_insert(row.images_per_sec);
                 let mut line = table_line(&row, &hw_name(&hw), b0);
                 if let (Some(train), Some(f)) = (&input, &folder) {
@@ -481,7 +495,7 @@ pub fn run_cli(
             }
             if with_tuner {
                 let job = TuneJob { model, graph: &graph, batch: b, max_learners };
-                let t = dispatch(&hw, registry.build(sync, sync_options)?, AllReduceChoice::Auto, job)?;
+                let t = dispatch(&hw, registry.build(sync_of(model), sync_options)?, AllReduceChoice::Auto, job)?;
                 println!(
                     "| {} | {} | tuner picked {} | {} | {:.1} | settled after {} iterations |",
                     t.model,

@@ -91,8 +91,11 @@ pub fn run(a: &DoctorArgs) -> Result<(), CliError> {
     }
     let status = cuda::driver_status();
     println!("driver:  {}", status.describe());
+    // NVRTC's install advice matters only where there is a driver to run its kernels.
+    let no_driver = matches!(status, DriverStatus::NoDriver { .. } | DriverStatus::NotCompiled);
     match cuda::nvrtc_version() {
         Ok((ma, mi)) => println!("NVRTC:   {ma}.{mi}"),
+        Err(_) if no_driver => println!("NVRTC:   not loaded (not needed without a GPU)"),
         Err(e) => println!("NVRTC:   not usable ({e})"),
     }
     let n = match &status {

@@ -94,7 +94,11 @@ fn bad_values_are_refused_before_training() {
         ("--alpha", "inf", "--alpha must be a number >= 0, got inf"),
         // Issue 50, item 16: values that can only diverge are refused up front.
         ("--alpha", "5", "--alpha (the pull towards the central model) must be in [0, 1], got 5"),
-        ("--weight-decay", "1e10", "--weight-decay must be in [0, 1] (typical values are 1e-5 to 1e-3), got 10000000000"),
+        (
+            "--weight-decay",
+            "1e10",
+            "--weight-decay must be in [0, 1] (typical values are 1e-5 to 1e-3), got 10000000000",
+        ),
         ("--normalize", "0.5/1e-40", "std 1e-40 is below 0.001"),
         // Item 12: a target of 0 is no target.
         ("--target-accuracy", "0", "--target-accuracy must be in (0, 1] or a percentage in (1, 100], got 0"),

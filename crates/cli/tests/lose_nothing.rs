@@ -311,3 +311,59 @@ fn a_second_ctrl_c_says_which_checkpoint_survives() {
     assert!(t.contains(&format!("resume with: crossbow train --resume {survivor}")), "{t}");
     std::fs::remove_dir_all(&d).ok();
 }
+
+/// Items 10, 11, 17, 19, 21 and the cosmetic ones: messages a user can act on, one line each.
+#[test]
+fn messages_a_user_can_act_on() {
+    let d = tmp("messages");
+    let small = |extra: &[&str]| sized("2000", "0.05", extra);
+    // 10: settings a synchroniser does not use are refused, naming who uses them.
+    refused(&small(&["--sync", "ssgd", "--alpha", "0.5"]), "--alpha is not a setting of --sync ssgd");
+    refused(&small(&["--sync", "ssgd", "--sma-form", "paper"]), "sma uses it");
+    refused(&small(&["--sync", "independent", "--central-momentum", "0"]), "--central-momentum is not a setting");
+    // 17: cpu:0 is explained.
+    refused(&["train".into(), "--devices".into(), "cpu:0".into()], "cpu:N is the number of CPU devices, at least 1");
+    // 19: control characters are escaped, the error stays one line.
+    let e = refused(&small(&["--sync", "x\u{1b}[31m\nred"]), "unknown synchroniser");
+    assert!(e.contains("\\u{1b}") && !e.contains('\u{1b}'), "{e}");
+    // 21: bench --json refuses a folder before measuring anything.
+    let t0 = Instant::now();
+    refused(&["bench".into(), "--json".into(), s(&d), "--model".into(), "resnet20".into()], "is a folder");
+    assert!(t0.elapsed() < Duration::from_secs(20));
+    // 21: models: a model that cannot take the size is a row, the rest of the table stays;
+    // --image-size means colour images.
+    let o = run(&["models", "--image-size", "8"].map(String::from));
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("| lenet5 | cannot take [3, 8, 8]") && out.contains("| resnet20 | [3, 8, 8] |"), "{out}");
+    let o = run(&["models", "--image-size", "64", "--model", "lenet5"].map(String::from));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("| lenet5 | [3, 64, 64] |"), "{}", text(&o));
+    // 11: --dry-run builds the model for the folder's classes (3, not 10).
+    for c in ["a", "b", "c"] {
+        std::fs::create_dir_all(d.join("f/train").join(c)).unwrap();
+        std::fs::create_dir_all(d.join("f/val").join(c)).unwrap();
+    }
+    let o = run(&["train", "--dataset", "folder", "--data-dir", &s(&d.join("f")), "--image-size", "32", "--model"]
+        .iter()
+        .chain(["resnet20", "--dry-run"].iter())
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("| resnet20 | [3, 32, 32] | 3 | 272019 "), "{}", text(&o));
+    // Cosmetic: LeNet-5 has no batch norm to describe, no internal names, no "1 learners".
+    let loud: Vec<String> = ["train", "--devices", "cpu", "--learners-per-device", "1", "--train-size", "2000"]
+        .iter()
+        .chain(["--test-size", "300", "--epochs", "0.1"].iter())
+        .map(|x| x.to_string())
+        .collect();
+    let o = run(&loud);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(!t.contains("batch-norm evaluation") && !t.contains("alpha_default_1_over_k"), "{t}");
+    assert!(!t.contains("1 learners") && !t.contains(" 1 iterations"), "{t}");
+    // doctor gives no NVRTC install advice where there is no GPU.
+    let o = run(&["doctor".to_string()]);
+    if text(&o).contains("no CUDA driver found") {
+        assert!(!text(&o).contains("pip wheel"), "{}", text(&o));
+    }
+    std::fs::remove_dir_all(&d).ok();
+}

@@ -132,7 +132,7 @@ fn metrics_file_has_one_json_line_per_evaluation() {
     let settings = &lines[0]["sync"]["settings"];
     assert_eq!(settings["form"], "local-momentum");
     assert_eq!(settings["alpha"], 1.0);
-    assert_eq!(settings["alpha_default_1_over_k"], true);
+    assert_eq!(settings["alpha_rule"], "1/k");
     assert_eq!(settings["central_momentum"], 0.9);
     assert!(lines[1]["test_accuracy"].as_f64().unwrap() > 0.0);
     std::fs::remove_dir_all(&dir).ok();

@@ -92,10 +92,41 @@ impl TrainFile {
                 };
                 format!("line {line_no}, {key}: ")
             });
-            let message = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
+            let mut message = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
+            // An unknown key: the closest known one, not the list of fifty.
+            if let Some(rest) = message.strip_prefix("unknown field `")
+                && let Some((field, _)) = rest.split_once('`')
+            {
+                let keys = crate::settings::SETTINGS.iter().map(|s| s.key).chain(["sync-options"]);
+                message = match closest(field, keys) {
+                    Some(k) => format!("unknown key `{field}`; did you mean `{k}`? (crossbow train --help lists them)"),
+                    None => format!("unknown key `{field}` (crossbow train --help lists the keys)"),
+                };
+            }
             CliError::usage(format!("config file {}: {}{message}", path.display(), at.unwrap_or_default()))
         })
     }
+}
+
+/// The candidate nearest to `word` by edit distance, when it is near enough to be a typo
+/// (at most a third of the word's length, and at least 1).
+pub fn closest<'a>(word: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    fn distance(a: &str, b: &str) -> usize {
+        let b: Vec<char> = b.chars().collect();
+        let mut row: Vec<usize> = (0..=b.len()).collect();
+        for (i, ca) in a.chars().enumerate() {
+            let mut prev = row[0];
+            row[0] = i + 1;
+            for (j, cb) in b.iter().enumerate() {
+                let cur = row[j + 1];
+                row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+                prev = cur;
+            }
+        }
+        row[b.len()]
+    }
+    let limit = (word.chars().count() / 3).max(1);
+    candidates.map(|c| (distance(word, c), c)).filter(|(d, _)| *d <= limit).min().map(|(_, c)| c)
 }
 
 /// The validated settings of a training run: every setting of the table
@@ -179,7 +210,9 @@ impl Origins {
             for key in ["alpha", "central-momentum", "sma-form", "sync"] {
                 let name = self.name(key);
                 if name != format!("--{key}") {
-                    msg = msg.replace(&format!("--{key} "), &format!("{name} ")).replace(&format!("--{key},"), &format!("{name},"));
+                    msg = msg
+                        .replace(&format!("--{key} "), &format!("{name} "))
+                        .replace(&format!("--{key},"), &format!("{name},"));
                 }
             }
             return CliError::usage(printable(&msg));
@@ -463,6 +496,19 @@ impl TrainConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unknown_key_names_the_closest_not_every_key() {
+        let e = TrainFile::parse("learner-per-device = 2\n", Path::new("r.toml")).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "config file r.toml: line 1, key learner-per-device: unknown key `learner-per-device`; did you mean `learners-per-device`? (crossbow train --help lists them)"
+        );
+        let e = TrainFile::parse("colour = 2\n", Path::new("r.toml")).unwrap_err().to_string();
+        assert!(e.ends_with("unknown key `colour` (crossbow train --help lists the keys)"), "{e}");
+        assert_eq!(closest("lr", ["lr", "epochs"].into_iter()), Some("lr"));
+        assert_eq!(closest("xyz", ["lr", "epochs"].into_iter()), None);
+    }
     use crossbow_data::DatasetKind;
     use crossbow_replica::ModelKind;
 

@@ -89,6 +89,12 @@ pub struct Summary {
     pub evaluations: Vec<EvalLine>,
 }
 
+/// `n word` or `n words`: "1 iteration", "2 iterations".
+pub fn plural(n: impl Into<u64>, word: &str) -> String {
+    let n = n.into();
+    format!("{n} {word}{}", if n == 1 { "" } else { "s" })
+}
+
 /// The metrics file: opened (created if missing) when the reporter is made, so that a path
 /// that cannot be written is an error before training; an existing file is emptied only when
 /// the first record is written, and a file created for a run that never started is removed.
@@ -506,14 +512,17 @@ impl Reporter {
         for note in &s.data_notes {
             self.warn(&format!("warning: {note}"));
         }
+        let accuracy = if s.evaluations.is_empty() {
+            "no evaluation ran".to_string()
+        } else {
+            format!("best test accuracy {:.2}% (final {:.2}%)", 100.0 * s.best_accuracy, 100.0 * s.final_accuracy)
+        };
         let line = format!(
-            "{} on {}: best test accuracy {:.2}% (final {:.2}%), {tta}; {:.2} epochs, {} iterations, {:.1} s training ({:.1} s wall), {:.0} images/s; learners {:?} on {}, sync {}",
+            "{} on {}: {accuracy}, {tta}; {:.2} epochs, {}, {:.1} s training ({:.1} s wall), {:.0} images/s; learners {:?} on {}, sync {}",
             s.model,
             s.dataset,
-            100.0 * s.best_accuracy,
-            100.0 * s.final_accuracy,
             s.epochs,
-            s.iterations,
+            plural(s.iterations, "iteration"),
             s.train_seconds,
             s.wall_seconds,
             s.images_per_sec,
@@ -549,10 +558,12 @@ pub fn input_bound_line(s: &Summary) -> Option<String> {
     let share = s.input_wait_seconds / s.train_seconds.max(1e-9);
     (s.train_seconds > 0.0 && share > INPUT_BOUND_SHARE).then(|| {
         format!(
-            "input-bound: the training loop waited {:.1} s of {:.1} s ({:.0}%) for batches; more --workers (or a smaller --image-size) would speed this run up",
+            "input-bound: the training loop waited {:.1} s of {:.1} s ({:.0}%) for batches; more --workers{} would speed this run up",
             s.input_wait_seconds,
             s.train_seconds,
-            100.0 * share
+            100.0 * share,
+            // Only folder images are resized to --image-size.
+            if s.dataset == "folder" { " (or a smaller --image-size)" } else { "" }
         )
     })
 }

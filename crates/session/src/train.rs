@@ -361,6 +361,7 @@ pub fn train_with_options<B: Backend>(
             Ok(rec) => rec,
             Err(StepError::Other(e)) | Err(StepError::Diverged(e)) => return Err(CliError::run(e)),
         };
+        let layout_before = engine.layout();
         if let Some(t) = tuner.as_mut() {
             for ev in t.after_step(&mut engine, &rec)? {
                 reporter.say(&ev.line());
@@ -374,7 +375,11 @@ pub fn train_with_options<B: Backend>(
         // change is said and recorded (the same on every rank: they agree on it).
         let (name, now) = engine.synchroniser();
         if now != sync_settings {
-            reporter.say(&format!("synchroniser {name} now: {now} (from iteration {})", engine.iteration()));
+            // A change that follows a change of the learner count (SMA's alpha = 1/k) is the
+            // tuner's line's consequence: recorded, not said again.
+            if engine.layout() == layout_before {
+                reporter.say(&format!("synchroniser {name} now: {now} (from iteration {})", engine.iteration()));
+            }
             reporter
                 .record("sync", json!({ "iteration": engine.iteration(), "name": name, "settings": now.to_json() }))?;
             sync_settings = now;
@@ -418,7 +423,11 @@ pub fn train_with_options<B: Backend>(
         // Resumed with nothing left to do: write nothing (the last checkpoint stays as it is).
         reporter.say(&format!(
             "nothing left to do: the run had reached {} at iteration {} (give a larger --epochs to continue)",
-            if run.reached.is_some() { "its target accuracy".to_string() } else { format!("{} epochs", cfg.epochs) },
+            if run.reached.is_some() {
+                "its target accuracy".to_string()
+            } else {
+                format!("{} epoch{}", cfg.epochs, if cfg.epochs == 1.0 { "" } else { "s" })
+            },
             engine.iteration()
         ));
         let summary = run.summary(cfg, &engine);
@@ -1301,18 +1310,32 @@ fn announce<B: Backend>(
     ));
     let learners = match cfg.learners_per_device {
         LearnersPerDevice::Auto => format!("auto (starting at 1, tuner picks up to {})", cfg.max_learners),
-        LearnersPerDevice::Fixed(m) => format!("{m} ({} learners in all)", engine.world_learners()),
+        LearnersPerDevice::Fixed(m) => {
+            format!("{m} ({} in all)", crate::report::plural(engine.world_learners() as u64, "learner"))
+        }
+    };
+    // Batch-norm settings only for a model that has batch norm.
+    let bn = if engine.graph().stats_len == 0 {
+        String::new()
+    } else {
+        format!(
+            ", batch-norm evaluation {}{}",
+            cfg.bn_eval,
+            if cfg.bn_group == crossbow_replica::engine::BnGroup::Device {
+                ", batch norm over each device's learners"
+            } else {
+                ""
+            }
+        )
     };
     reporter.say(&format!(
-        "devices {} x learners {learners}, batch {} per learner, sync {sync_line}, lr {} {}, momentum {}, weight decay {}, batch-norm evaluation {}{}",
+        "devices {} x learners {learners}, batch {} per learner, sync {sync_line}, lr {} {}, momentum {}, weight decay {}{bn}",
         dev_names.join(","),
         cfg.batch_size,
         cfg.lr,
         cfg.schedule,
         cfg.momentum,
         cfg.weight_decay,
-        cfg.bn_eval,
-        if cfg.bn_group == crossbow_replica::engine::BnGroup::Device { ", batch norm over each device's learners" } else { "" },
     ));
     let world = engine.world();
     if world.size() > 1 {

@@ -346,12 +346,12 @@ impl<B: Backend> Synchroniser<B> for Sma {
         let mut s = crossbow_replica::Settings::new()
             .str("form", self.form.name())
             .num("alpha", round6(self.alpha()))
-            .bool("alpha_default_1_over_k", self.alpha == AlphaRule::OneOverK)
             .num("central_momentum", round6(self.central_momentum));
         // The options below are shown only when they differ from the default, so the
-        // settings of a default SMA read as before.
-        if !matches!(self.alpha, AlphaRule::OneOverK | AlphaRule::Fixed(_)) {
-            s = s.str("alpha_rule", self.alpha.to_string());
+        // settings of a default SMA read as before. A rule (1/k, 1/sqrt(k), a ramp) is named:
+        // alpha follows the learner count.
+        if self.alpha != AlphaRule::Fixed(self.alpha()) {
+            s = s.with("alpha_rule", crossbow_replica::SettingValue::Str(self.alpha.to_string()));
         }
         if self.central_step != CentralStep::Sum {
             s = s.str("central_step", self.central_step.name());

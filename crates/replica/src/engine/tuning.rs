@@ -103,6 +103,12 @@ impl TuningEvent {
         let r = &self.report;
         let settled = if r.decision == Decision::Settled { ", settled" } else { "" };
         let pct = |x: f64| format!("{:+.1}%", x * 100.0);
+        // The change needed grows with the learners added ((1 + threshold)^k - 1): say so
+        // when it is more than one learner's worth.
+        let needed = |c: Comparison| {
+            let k = c.to_learners.abs_diff(c.from_learners);
+            if k > 1 { format!("{} ({} learners' worth)", pct(c.needed), k) } else { pct(c.needed) }
+        };
         if r.decision == Decision::Settled
             && comparison(&r.reason).is_some()
             && !matches!(r.reason, Reason::Confirmed(_))
@@ -114,44 +120,47 @@ impl TuningEvent {
             Reason::Starting => "waiting for the first measurement".to_string(),
             Reason::WarmingUp { .. } | Reason::Measuring { .. } => "measuring".to_string(),
             Reason::Explore { .. } => "first measurement, trying one more".to_string(),
-            Reason::Improved(c) => format!("{} beats the {} needed", pct(c.change), pct(c.needed)),
-            Reason::NoGainTryingMore(c) => {
-                format!("{} is short of the {} needed; trying one more", pct(c.change), pct(c.needed))
-            }
-            Reason::NoGain(c) => format!(
-                "{} learners: {} where {} was needed; {} is the best",
-                c.to_learners,
+            Reason::Improved(c) => format!("{} beats the {} needed", pct(c.change), needed(c)),
+            Reason::NoGainTryingMore(c) => format!(
+                "{} over {} is short of the {} needed, but one more learner may still pay off: trying it before giving up",
                 pct(c.change),
-                pct(c.needed),
+                learners(c.from_learners),
+                needed(c)
+            ),
+            Reason::NoGain(c) => format!(
+                "{}: {} where {} was needed; {} is the best",
+                learners(c.to_learners),
+                pct(c.change),
+                needed(c),
                 c.from_learners
             ),
             Reason::NotWorthKeeping(c) => format!(
-                "{} learners gained only {} over {} ({} needed); trying fewer",
-                c.to_learners,
+                "{} gained only {} over {} ({} needed); trying fewer",
+                learners(c.to_learners),
                 pct(c.change),
                 c.from_learners,
-                pct(c.needed)
+                needed(c)
             ),
             Reason::WorthKeepingTryingFewer(c) | Reason::WorthKeeping(c) => format!(
-                "{} learners gain {} over {} ({} needed), worth keeping",
-                c.to_learners,
+                "{} gain {} over {} ({} needed), worth keeping",
+                learners(c.to_learners),
                 pct(c.change),
                 c.from_learners,
-                pct(c.needed)
+                needed(c)
             ),
             Reason::CloseCall(c) => format!(
-                "close call, {} learners {} over {} ({} needed); measuring both again",
-                c.to_learners,
+                "close call, {} {} over {} ({} needed); measuring both again",
+                learners(c.to_learners),
                 pct(c.change),
                 c.from_learners,
-                pct(c.needed)
+                needed(c)
             ),
             Reason::Confirmed(c) => format!(
-                "measured twice, {} learners {} over {} ({} needed); {} is the best",
-                c.to_learners,
+                "measured twice, {} {} over {} ({} needed); {} is the best",
+                learners(c.to_learners),
                 pct(c.change),
                 c.from_learners,
-                pct(c.needed),
+                needed(c),
                 if c.change > c.needed { c.to_learners } else { c.from_learners }
             ),
             Reason::MaxLearners { max } => format!("at the maximum of {}", learners(max)),
@@ -406,6 +415,19 @@ mod tests {
         let c = cmp((2, 3000.0), (4, 2400.0), 0.1025);
         let l = event(report(Decision::RemoveLearner, 4, 2, Reason::NoGain(c)), Some(2400.0), Some((2, 3000.0))).line();
         assert!(l.starts_with("tuner device 0: 4 learners: 2400 img/s (-20.0% vs 2) -> remove 2 (to 2): "), "{l}");
+        // The change needed for two more learners is explained (issue 50: it jumped unexplained).
+        assert!(l.ends_with("4 learners: -20.0% where +10.2% (2 learners' worth) was needed; 2 is the best"), "{l}");
+        // Short of the gain, yet one more is tried: the line says why it adds.
+        let short = cmp((1, 3000.0), (2, 2796.0), 0.05);
+        let l =
+            event(report(Decision::AddLearner, 2, 3, Reason::NoGainTryingMore(short)), Some(2796.0), Some((1, 3000.0)))
+                .line();
+        assert!(
+            l.ends_with(
+                "-> add: -6.8% over 1 learner is short of the +5.0% needed, but one more learner may still pay off: trying it before giving up"
+            ),
+            "{l}"
+        );
         let l = event(report(Decision::Settled, 2, 2, Reason::NoGain(c)), Some(3000.0), Some((4, 2400.0))).line();
         assert!(l.starts_with("tuner device 0: 2 learners: 3000 img/s (+25.0% vs 4) -> keep: "), "{l}");
         assert!(l.ends_with("-> keep: the best count, settled"), "{l}");
