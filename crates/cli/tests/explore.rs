@@ -371,3 +371,56 @@ fn a_diverging_configuration_is_dropped_and_the_search_goes_on() {
         assert_eq!(epochs, uniq, "configuration #{id} evaluated twice at one epoch");
     }
 }
+
+/// Issue 50, item 3: a signal stops an exploration cleanly (exit 130): the ranking so far,
+/// its leader as best.toml, and its state; `--resume` continues it to the same evaluations,
+/// rungs and winner as a run never stopped, and appends to the same metrics.
+#[test]
+fn a_stopped_exploration_resumes_to_the_same_result() {
+    let text = format!("{BASE}learners-per-device = 2\n[space]\nlr = [0.001, 0.01, 0.03, 0.1]\n[select]\neta = 2\n")
+        .replace("learners-per-device = 1\n", "");
+    let whole = dir("stop-whole");
+    let (out, full) = explore(&whole, &text, &[]);
+    ok(&out);
+    let d = dir("stop");
+    let cfg = d.join("explore.toml");
+    std::fs::write(&cfg, &text).unwrap();
+    let (o, m) = (d.join("out"), d.join("m.jsonl"));
+    let args =
+        ["explore", "--config", cfg.to_str().unwrap(), "--out", o.to_str().unwrap(), "--metrics", m.to_str().unwrap()];
+    let stopped = Command::new(env!("CARGO_BIN_EXE_crossbow"))
+        .args(args)
+        .env("CROSSBOW_TEST_INTERRUPT_AT_ITERATION", "150")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&stopped.stderr);
+    assert_eq!(stopped.status.code(), Some(130), "{err}");
+    assert!(err.contains("stopped by SIGINT (Ctrl-C) after 150 steps") && err.contains("--resume"), "{err}");
+    assert!(o.join("ranking.txt").exists() && o.join("best.toml").exists() && o.join("state/explore.json").exists());
+    // A new exploration into the same folder is refused while the state is there.
+    let again = crossbow(&args);
+    assert_eq!(again.status.code(), Some(2), "{}", String::from_utf8_lossy(&again.stderr));
+    let mut resume = args.to_vec();
+    resume.push("--resume");
+    let r = crossbow(&resume);
+    ok(&r);
+    assert!(!o.join("state").exists(), "the state of a finished exploration is removed");
+    let records: Vec<Value> =
+        std::fs::read_to_string(&m).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let key = |e: &&Value| (e["id"].as_u64().unwrap(), e["iteration"].as_u64().unwrap());
+    let evals = |rs: &[Value]| {
+        let mut v: Vec<(u64, u64, f64, f64)> = events(rs, "eval")
+            .iter()
+            .map(|e| (key(e).0, key(e).1, e["test_accuracy"].as_f64().unwrap(), e["test_loss"].as_f64().unwrap()))
+            .collect();
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v
+    };
+    assert_eq!(evals(&records), evals(&full), "evaluations differ after a stop and a resume");
+    let rungs = |rs: &[Value]| events(rs, "rung").iter().map(|r| r["results"].clone()).collect::<Vec<_>>();
+    let strip = |v: Vec<Value>| v.into_iter().map(|r| r.to_string()).collect::<Vec<_>>();
+    assert_eq!(strip(rungs(&records)), strip(rungs(&full)));
+    assert_eq!(events(&records, "end")[0]["winner"], events(&full, "end")[0]["winner"]);
+    assert_eq!(events(&records, "interrupted").len(), 1);
+    assert_eq!(events(&records, "resume").len(), 1);
+}

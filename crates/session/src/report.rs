@@ -310,6 +310,13 @@ impl Reporter {
         Self::with_metrics_name(metrics, "--metrics", None, quiet, epochs)
     }
 
+    /// As [`Reporter::new`], appending to the metrics of run `owner` (a resumed job) when the
+    /// file holds them.
+    pub fn new_owned(metrics: Option<&Path>, quiet: bool, epochs: f64, owner: Option<&str>) -> Result<Self, CliError> {
+        let r = Self::with_metrics_name(metrics, "--metrics", owner, quiet, epochs)?;
+        Ok(if owner.is_some() { r.append_to_metrics() } else { r })
+    }
+
     /// As [`Reporter::new`] for a training configuration: an unwritable metrics file is named
     /// as the user gave it (the flag, or the config file and its key). `owner` is the run a
     /// resumed run continues: its own metrics file is appended to; any other existing file is

@@ -14,7 +14,7 @@ use crate::exec::{GroupMember, group_batch_norm, mix};
 use crate::sync::{LearnerRef, StepInfo, Synchroniser};
 
 /// What one iteration did.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct IterationRecord {
     /// Iterations completed, this one included (the first record has 1).
     pub iteration: u64,

@@ -1,0 +1,187 @@
+//! A stopped exploration, saved so that `crossbow explore --resume` continues it exactly: the
+//! loop's position (the rung, the shared stream's first unit, every configuration's counters,
+//! evaluations and status) in `OUT/state/explore.json`, and each live configuration's engine,
+//! tuner and recalibration stream in `OUT/state/group-<id>.safetensors`. Files are written
+//! atomically; the JSON last, so a state folder whose JSON names a group has its file.
+
+use std::path::{Path, PathBuf};
+
+use crossbow_data::Cursor;
+use crossbow_replica::checkpoint::CheckpointFile;
+use crossbow_replica::engine::{EngineSnapshot, IterationRecord};
+use serde::{Deserialize, Serialize};
+
+use super::groups::{Group, SharedStream, Status};
+use crate::error::CliError;
+use crate::report::EvalLine;
+use crate::train::{DivergenceWatch, Window};
+
+/// The format of `explore.json`.
+const VERSION: u32 = 1;
+
+/// One configuration's place in the loop.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(super) struct GroupState {
+    pub(super) id: usize,
+    pub(super) status: Status,
+    pub(super) learners: Vec<usize>,
+    pub(super) next_unit: u64,
+    pub(super) next_eval: f64,
+    pub(super) window: Window,
+    pub(super) train_secs: f64,
+    pub(super) evals: Vec<EvalLine>,
+    pub(super) rungs: Vec<f64>,
+    pub(super) samples: u64,
+    pub(super) iterations: u64,
+    pub(super) calibration_samples: u64,
+    pub(super) watch: DivergenceWatch,
+    /// The record of its last iteration (the rungs evaluate at it).
+    pub(super) last: Option<IterationRecord>,
+    /// Its recalibration stream's position.
+    pub(super) calibration_cursor: Option<Cursor>,
+    /// Its auto-tuner's state.
+    pub(super) tuner: Option<serde_json::Value>,
+}
+
+/// The loop's position.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(super) struct ExploreState {
+    pub(super) version: u32,
+    /// The exploration's id (its metrics file is this run's).
+    pub(super) run: String,
+    /// Each configuration's settings, to check that a resume explores the same space.
+    pub(super) configurations: Vec<Vec<(String, String)>>,
+    pub(super) rung_fractions: Vec<f64>,
+    pub(super) rung: usize,
+    /// Group steps so far (the signal test hook counts them).
+    pub(super) steps: u64,
+    /// The first unit the stream still holds (every live configuration is at or past it).
+    pub(super) first_unit: u64,
+    pub(super) decoded: u64,
+    pub(super) wait_secs: f64,
+    pub(super) copy_secs: f64,
+    pub(super) wall_secs: f64,
+    pub(super) groups: Vec<GroupState>,
+}
+
+/// `OUT/state`.
+pub(super) fn dir(out: &Path) -> PathBuf {
+    out.join("state")
+}
+
+fn group_file(out: &Path, id: usize) -> PathBuf {
+    dir(out).join(format!("group-{id}.safetensors"))
+}
+
+fn io(path: &Path, e: impl std::fmt::Display) -> CliError {
+    CliError::run(format!("{}: {e}", path.display()))
+}
+
+/// Saves the loop's position and every live group's engine into `OUT/state`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn save(
+    out: &Path,
+    run: &str,
+    groups: &[Group],
+    last: &[Option<IterationRecord>],
+    stream: &SharedStream,
+    fractions: &[f64],
+    rung: usize,
+    steps: u64,
+    wall_secs: f64,
+) -> Result<PathBuf, CliError> {
+    let d = dir(out);
+    std::fs::create_dir_all(&d).map_err(|e| io(&d, format!("cannot create: {e}")))?;
+    let mut states = vec![];
+    for (g, rec) in groups.iter().zip(last) {
+        if let Some(engine) = &g.engine {
+            let mut file = CheckpointFile::new(serde_json::json!({ "id": g.conf.id }));
+            engine.snapshot()?.to_checkpoint(&mut file)?;
+            file.write_atomic(&group_file(out, g.conf.id)).map_err(|e| CliError::run(e.to_string()))?;
+        }
+        states.push(GroupState {
+            id: g.conf.id,
+            status: g.status,
+            learners: g.learners.clone(),
+            next_unit: g.next_unit,
+            next_eval: g.next_eval,
+            window: g.window.clone(),
+            train_secs: g.train_secs,
+            evals: g.evals.clone(),
+            rungs: g.rungs.clone(),
+            samples: g.samples,
+            iterations: g.iterations,
+            calibration_samples: g.calibration_samples,
+            watch: g.watch.clone(),
+            last: rec.clone(),
+            calibration_cursor: g.calibration.as_ref().map(|(_, c)| c.pipeline.cursor()),
+            tuner: g.tuner.as_ref().map(|t| t.save()).transpose()?,
+        });
+    }
+    let state = ExploreState {
+        version: VERSION,
+        run: run.to_string(),
+        configurations: groups.iter().map(|g| g.conf.settings.clone()).collect(),
+        rung_fractions: fractions.to_vec(),
+        rung,
+        steps,
+        first_unit: stream.first,
+        decoded: stream.decoded,
+        wait_secs: stream.wait_secs,
+        copy_secs: stream.copy_secs,
+        wall_secs,
+        groups: states,
+    };
+    let path = d.join("explore.json");
+    let text = serde_json::to_string_pretty(&state).map_err(CliError::run)?;
+    let tmp = d.join(".explore.json.tmp");
+    std::fs::write(&tmp, text).map_err(|e| io(&tmp, e))?;
+    std::fs::rename(&tmp, &path).map_err(|e| io(&path, e))?;
+    Ok(path)
+}
+
+/// Reads `OUT/state/explore.json`, checking that it explores `configurations` with `fractions`.
+pub(super) fn load(
+    out: &Path,
+    configurations: &[Vec<(String, String)>],
+    fractions: &[f64],
+) -> Result<ExploreState, CliError> {
+    let path = dir(out).join("explore.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        CliError::usage(format!(
+            "--resume: {}: {e} (no stopped exploration to resume in {})",
+            path.display(),
+            out.display()
+        ))
+    })?;
+    let state: ExploreState = serde_json::from_str(&text)
+        .map_err(|e| CliError::usage(format!("--resume: {}: unreadable: {e}", path.display())))?;
+    if state.version != VERSION {
+        return Err(CliError::usage(format!(
+            "--resume: {} is of format {}, this crossbow reads {VERSION}",
+            path.display(),
+            state.version
+        )));
+    }
+    if state.configurations != configurations || state.rung_fractions != fractions {
+        return Err(CliError::usage(format!(
+            "--resume: {} explored another space or other rungs than this --config ({} configurations then, {} now): resume with the same file",
+            path.display(),
+            state.configurations.len(),
+            configurations.len()
+        )));
+    }
+    Ok(state)
+}
+
+/// The saved engine of configuration `id`.
+pub(super) fn engine_of(out: &Path, id: usize) -> Result<EngineSnapshot, CliError> {
+    let p = group_file(out, id);
+    let f = CheckpointFile::read(&p).map_err(|e| CliError::usage(format!("--resume: {e}")))?;
+    Ok(EngineSnapshot::from_checkpoint(&f, &p)?)
+}
+
+/// Removes the state of a finished exploration (nothing left to resume).
+pub(super) fn clear(out: &Path) {
+    let _ = std::fs::remove_dir_all(dir(out));
+}
