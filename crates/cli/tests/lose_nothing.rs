@@ -360,6 +360,12 @@ fn messages_a_user_can_act_on() {
     assert!(o.status.success(), "{t}");
     assert!(!t.contains("batch-norm evaluation") && !t.contains("alpha_default_1_over_k"), "{t}");
     assert!(!t.contains("1 learners") && !t.contains(" 1 iterations"), "{t}");
+    // 8, with the tuner: it never adds learners past an iteration of one epoch (100 images at
+    // batch 32: 3 learners at most).
+    let o =
+        run(&["train", "--devices", "cpu", "--train-size", "100", "--test-size", "50", "--epochs", "1"]
+            .map(String::from));
+    assert!(text(&o).contains("tuner picks up to 3)"), "{}", text(&o));
     // doctor gives no NVRTC install advice where there is no GPU.
     let o = run(&["doctor".to_string()]);
     if text(&o).contains("no CUDA driver found") {

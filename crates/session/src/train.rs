@@ -264,7 +264,7 @@ pub fn train_with_options<B: Backend>(
     }
     announce(cfg, data, &engine, &run, &line.run, reporter)?;
     let mut noted_learners = 0;
-    let mut tuner = auto_tuner(cfg, &engine)?;
+    let mut tuner = auto_tuner(cfg, &engine, data.train.len())?;
     if tuner.is_none() {
         sync_notes(&engine, &mut noted_learners, reporter)?;
     }
@@ -1213,11 +1213,15 @@ fn continue_from<B: Backend>(
 
 /// The auto-tuner of `cfg` (`--learners-per-device auto`: `--max-learners`,
 /// `--tuner-threshold`) for `engine`, or `None` with a fixed learner count.
-pub fn auto_tuner<B: Backend>(cfg: &TrainConfig, engine: &Engine<B>) -> Result<Option<AutoTuner>, CliError> {
+pub fn auto_tuner<B: Backend>(
+    cfg: &TrainConfig,
+    engine: &Engine<B>,
+    train_len: usize,
+) -> Result<Option<AutoTuner>, CliError> {
     match cfg.learners_per_device {
         LearnersPerDevice::Auto => {
             let tc = TunerConfig {
-                max_learners: cfg.max_learners,
+                max_learners: tuner_cap(cfg, engine, train_len),
                 threshold: cfg.tuner_threshold,
                 ..TunerConfig::default()
             };
@@ -1225,6 +1229,13 @@ pub fn auto_tuner<B: Backend>(cfg: &TrainConfig, engine: &Engine<B>) -> Result<O
         }
         LearnersPerDevice::Fixed(_) => Ok(None),
     }
+}
+
+/// The most learners per device the tuner may use: `--max-learners`, and no more than make an
+/// iteration (a batch per learner on every device) an epoch.
+fn tuner_cap<B: Backend>(cfg: &TrainConfig, engine: &Engine<B>, train_len: usize) -> usize {
+    let devices = (engine.devices().len() * engine.world().size()).max(1);
+    cfg.max_learners.min((train_len / cfg.batch_size.max(1) / devices).max(1))
 }
 
 /// The engine for `cfg` with `layout[d]` learners on device `d`.
@@ -1309,7 +1320,9 @@ fn announce<B: Backend>(
         data.train.num_classes()
     ));
     let learners = match cfg.learners_per_device {
-        LearnersPerDevice::Auto => format!("auto (starting at 1, tuner picks up to {})", cfg.max_learners),
+        LearnersPerDevice::Auto => {
+            format!("auto (starting at 1, tuner picks up to {})", tuner_cap(cfg, engine, data.train.len()))
+        }
         LearnersPerDevice::Fixed(m) => {
             format!("{m} ({} in all)", crate::report::plural(engine.world_learners() as u64, "learner"))
         }

@@ -209,7 +209,7 @@ impl Ctx<'_> {
             (None, LearnersPerDevice::Fixed(m)) => vec![m; self.hw.0],
         };
         let engine = start_engine(cfg, graph, factory, sync, &layout)?;
-        let tuner = auto_tuner(cfg, &engine)?;
+        let tuner = auto_tuner(cfg, &engine, self.data.train.len())?;
         let calibration = match cfg.bn_eval {
             BnEval::Recalibrate(n) if engine.graph().stats_len > 0 => {
                 Some((n, PipelineSource { pipeline: calibration_pipeline(cfg, self.data, n, Cursor::default())? }))
