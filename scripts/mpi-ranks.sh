@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# 1 process against 2 MPI ranks on this machine (BENCHMARKS.md §11): the same 2 learners on
+# 1 process against 2 MPI ranks on this machine (BENCHMARKS.md §10): the same 2 learners on
 # the same 2 cores, either as 2 CPU devices of 1 thread in one process (`--devices cpu:2`) or
 # as 2 ranks of 1 CPU device of 1 thread (`mpirun -np 2 ... --devices cpu:1`). Alternating
 # rounds (the machine is shared and noisy); prints one line per run and the medians.

@@ -1,6 +1,6 @@
 #!/bin/bash
 # crossbow's image-folder input path against PyTorch's DataLoader + ImageFolder on the same
-# files, alternating, ROUNDS times (issue 25; BENCHMARKS.md §13).
+# files, alternating, ROUNDS times (issue 25; BENCHMARKS.md §6).
 #   bash benches/peers/folder_compare.sh [FOLDER] [ROUNDS]
 # FOLDER defaults to /tmp/imgfolder, made first if missing (make_image_folder example);
 # PYTHON defaults to ~/torchenv/bin/python (torch + torchvision, see benches/peers/README.md).

@@ -1,4 +1,5 @@
-//! CLI errors: one clear line, and an exit code.
+//! The errors of a training run (and of every `crossbow` command built on it): one clear
+//! line, and the exit code a command line gives it.
 
 /// An error the `crossbow` command reports on one line before exiting.
 #[derive(Debug, thiserror::Error)]

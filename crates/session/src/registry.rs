@@ -1,7 +1,8 @@
 //! Synchronisers selectable by name: `--sync NAME` in every `crossbow` command.
 //!
 //! A [`SyncRegistry`] maps names to factories. [`SyncRegistry::builtin`] holds `sma` (the
-//! default), `ssgd`, `easgd` and `independent`; a researcher adds their own with
+//! default for models without batch norm), `ssgd` (the default for batch-normalised ones),
+//! `easgd` and `independent`; a researcher adds their own with
 //! [`SyncRegistry::register`] and trains with it through a [`crate::Session`] (or runs the
 //! whole command line with it: `crossbow_cli::main_with(registry)`):
 //!

@@ -533,7 +533,7 @@ pub fn default_normalize(dataset: DatasetKind) -> NormalizeChoice {
 
 /// The synchroniser a model trains with by default: S-SGD for batch-normalised models (every
 /// ResNet, VGG-16), SMA otherwise. On ResNet-20 with real images SMA needed more epochs than
-/// S-SGD at 4 and 8 learners and no variant of it closed the gap (BENCHMARKS §5).
+/// S-SGD at 4 and 8 learners and no variant of it closed the gap (BENCHMARKS.md §4).
 pub fn default_sync(model: ModelKind) -> &'static str {
     if model.has_batch_norm() { "ssgd" } else { "sma" }
 }

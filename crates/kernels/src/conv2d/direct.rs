@@ -310,9 +310,9 @@ impl Direct {
     ///
     /// An AVX-512 CPU takes the AVX2 forms where its own do not apply: LeNet-5's second layer
     /// ran its backward-data pass (14-pixel rows) 1.5× faster through the ragged AVX2 kernel
-    /// than through the masked AVX-512 one on a Zen 4 (BENCHMARKS §10.6). Its ragged rows take
+    /// than through the masked AVX-512 one on a Zen 4 (docs/results/benchmarks-history.md §10.6). Its ragged rows take
     /// [`Rows::Ragged16`] where rounding to 16 wastes no more than three eighths: on a core
-    /// with two 512-bit FMA units the AVX2 kernel ran at half its peak (BENCHMARKS §10.13).
+    /// with two 512-bit FMA units the AVX2 kernel ran at half its peak (docs/results/benchmarks-history.md §10.13).
     /// All add in the same order, so the bits do not change.
     pub(crate) fn padded_rows(&self) -> Option<Rows> {
         let (ow, p) = (self.ow(), self.oh() * self.ow());
@@ -1722,7 +1722,7 @@ impl ParamsDirect {
     pub(crate) fn of(g: &Conv2dGeom) -> Option<ParamsDirect> {
         // Vectors of 16 output channels where AVX-512 pads no more of them than AVX2's 8
         // would: LeNet-5's first layer (6 channels) wastes 10 of 16 lanes but 2 of 8, and its
-        // weight gradient ran 2.1× faster through the AVX2 kernel on a Zen 4 (BENCHMARKS §10.6).
+        // weight gradient ran 2.1× faster through the AVX2 kernel on a Zen 4 (docs/results/benchmarks-history.md §10.6).
         let co = g.out_channels;
         let lanes = if has_avx512() && co.next_multiple_of(16) == co.next_multiple_of(8) {
             16

@@ -57,7 +57,7 @@ impl ModelKind {
 
     /// Whether the model normalises with batch norm (every ResNet and VGG-16 here; not
     /// LeNet-5). Such models train with S-SGD by default: on them SMA needed more epochs
-    /// than S-SGD (BENCHMARKS §5).
+    /// than S-SGD (BENCHMARKS.md §4).
     pub fn has_batch_norm(&self) -> bool {
         match self {
             ModelKind::LeNet5 => false,
