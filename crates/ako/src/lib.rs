@@ -124,7 +124,9 @@ use std::time::Instant;
 
 use crossbow_kernels::{Backend, View, ViewMut};
 use crossbow_replica::Result;
-use crossbow_replica::sync::{Central, LearnerBuffers, LearnerRef, Settings, StepInfo, Synchroniser, sgd, sum_into};
+use crossbow_replica::sync::{
+    Central, LearnerBuffers, LearnerRef, Settings, StepInfo, Synchroniser, momentum_step, sum_into,
+};
 
 pub use partition::{AUTO_MAX_PARTITIONS, auto_partitions, effective_partitions, partition_range, partition_sent};
 
@@ -475,11 +477,7 @@ impl<B: Backend> Synchroniser<B> for Ako {
         self.observe(info, len);
         be.scale(1.0 / info.learners.max(1) as f32, ViewMut::new(total, 0..len)?)?;
         let (z, v) = (&mut central.z, &mut central.sync_state[0]);
-        sgd(be, &info.sgd, z, total, v, len)?;
-        if info.lr_dropped {
-            be.fill(ViewMut::new(v, 0..len)?, 0.0)?;
-        }
-        Ok(())
+        momentum_step(be, info, z, total, v, len)
     }
 
     /// The sent partition is emptied (`a_j[P] = d_j[P] = 0`) and the replica becomes `z` plus

@@ -466,12 +466,7 @@ impl<B: Backend> Synchroniser<B> for Independent {
         _z: &B::Buffer,
         len: usize,
     ) -> Result<()> {
-        sgd(be, &info.sgd, l.params, l.grads, l.velocity, len)?;
-        if info.lr_dropped {
-            // Momentum built at the old rate is dropped, as every built-in synchroniser does.
-            be.fill(ViewMut::new(l.velocity, 0..len)?, 0.0)?;
-        }
-        Ok(())
+        momentum_step(be, info, l.params, l.grads, l.velocity, len)
     }
 
     /// `out = sum_j (w_j - z)`: differences, so that replicas equal to `z` leave it exactly
@@ -522,6 +517,36 @@ pub fn sgd<B: Backend>(
 ) -> Result<()> {
     be.sgd_step(cfg, ViewMut::new(params, 0..len)?, View::new(grads, 0..len)?, ViewMut::new(velocity, 0..len)?)?;
     Ok(())
+}
+
+/// The rule every built-in synchroniser follows when the schedule steps the learning rate
+/// down: momentum built at the old rate is dropped. Zeroes `velocity` in the iteration whose
+/// [`StepInfo::lr_dropped`] is set (after the step that used it); nothing otherwise.
+pub fn drop_momentum_on_rate_drop<B: Backend>(
+    be: &B,
+    info: &StepInfo,
+    velocity: &mut B::Buffer,
+    len: usize,
+) -> Result<()> {
+    if info.lr_dropped {
+        be.fill(ViewMut::new(velocity, 0..len)?, 0.0)?;
+    }
+    Ok(())
+}
+
+/// One momentum-SGD step with this iteration's optimiser ([`StepInfo::sgd`]), then
+/// [`drop_momentum_on_rate_drop`]: what a learner of independent training, or the central
+/// model of S-SGD, takes each iteration.
+pub fn momentum_step<B: Backend>(
+    be: &B,
+    info: &StepInfo,
+    params: &mut B::Buffer,
+    grads: &B::Buffer,
+    velocity: &mut B::Buffer,
+    len: usize,
+) -> Result<()> {
+    sgd(be, &info.sgd, params, grads, velocity, len)?;
+    drop_momentum_on_rate_drop(be, info, velocity, len)
 }
 
 /// `out = sum of parts` over the first `len` elements (`out = 0` when there are none).

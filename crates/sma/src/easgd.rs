@@ -1,6 +1,8 @@
 use crossbow_kernels::{Backend, View, ViewMut};
 use crossbow_replica::Result;
-use crossbow_replica::sync::{Central, LearnerBuffers, LearnerRef, StepInfo, Synchroniser, sum_into};
+use crossbow_replica::sync::{
+    Central, LearnerBuffers, LearnerRef, StepInfo, Synchroniser, drop_momentum_on_rate_drop, sum_into,
+};
 
 /// Synchronous elastic averaging SGD (Zhang, Choromanska, LeCun 2015) with communication
 /// period τ = 1:
@@ -62,7 +64,10 @@ impl<B: Backend> Synchroniser<B> for EaSgd {
     fn learner_step(&self, be: &B, info: &StepInfo, l: LearnerBuffers<'_, B>, z: &B::Buffer, len: usize) -> Result<()> {
         // Momentum built at the old rate is dropped on a learning-rate drop (as every built-in
         // synchroniser does); the replica is not reset to z.
-        crate::sma::corrected_step(be, &info.sgd, l, z, self.alpha_at(info), info.lr_dropped, len)
+        let LearnerBuffers { index, params, grads, velocity, sync_state } = l;
+        let l = LearnerBuffers { index, params, grads, velocity: &mut *velocity, sync_state };
+        crate::sma::corrected_step(be, &info.sgd, l, z, self.alpha_at(info), len)?;
+        drop_momentum_on_rate_drop(be, info, velocity, len)
     }
 
     fn reduce_device(

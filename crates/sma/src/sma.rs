@@ -1,7 +1,10 @@
 use crossbow_kernels::optim::SgdConfig;
 use crossbow_kernels::{Backend, View, ViewMut};
 use crossbow_replica::Result;
-use crossbow_replica::sync::{Central, LearnerBuffers, LearnerRef, ParamKind, StepInfo, Synchroniser, sgd, sum_into};
+use crossbow_replica::sync::{
+    Central, LearnerBuffers, LearnerRef, ParamKind, StepInfo, Synchroniser, drop_momentum_on_rate_drop, momentum_step,
+    sgd, sum_into,
+};
 
 /// Which learner update SMA uses (see the crate documentation for the equations).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -423,7 +426,7 @@ impl<B: Backend> Synchroniser<B> for Sma {
         let segments = self.segments(alpha, len);
         match segments.as_slice() {
             [(r, pull, share)] if r.end == len && pull == share => {
-                corrected_step(be, &self.learner_sgd(info), l, z, alpha, false, len)
+                corrected_step(be, &self.learner_sgd(info), l, z, alpha, len)
             }
             _ => split_step(be, &self.learner_sgd(info), l, z, &segments, len),
         }
@@ -459,10 +462,7 @@ impl<B: Backend> Synchroniser<B> for Sma {
             let [zprev, v] = &mut central.sync_state[..] else {
                 return Err(crossbow_replica::ReplicaError::Config("post-local SGD needs 2 device buffers".into()));
             };
-            sgd(be, &info.sgd, &mut central.z, total, v, len)?;
-            if info.lr_dropped {
-                be.fill(ViewMut::new(v, 0..len)?, 0.0)?;
-            }
+            momentum_step(be, info, &mut central.z, total, v, len)?;
             be.copy(View::new(&central.z, 0..len)?, ViewMut::new(zprev, 0..len)?)?;
             return Ok(());
         }
@@ -507,9 +507,8 @@ impl<B: Backend> Synchroniser<B> for Sma {
         }
         if info.lr_dropped {
             be.copy(View::new(z, 0..len)?, ViewMut::new(l.params, 0..len)?)?;
-            be.fill(ViewMut::new(l.velocity, 0..len)?, 0.0)?;
         }
-        Ok(())
+        drop_momentum_on_rate_drop(be, info, l.velocity, len)
     }
 }
 
@@ -568,14 +567,13 @@ fn stability_notes(sma: &Sma, sgd: &SgdConfig) -> Vec<crossbow_replica::SyncNote
 
 /// The learner side of SMA and EA-SGD: `c = alpha (w - z)` from the replica before its step
 /// (kept in the learner's first sync_state buffer for the device reduction), the local SGD step
-/// with `cfg`, then `w -= c`; the momentum is zeroed after the step when `drop_momentum`.
+/// with `cfg`, then `w -= c`.
 pub(crate) fn corrected_step<B: Backend>(
     be: &B,
     cfg: &SgdConfig,
     l: LearnerBuffers<'_, B>,
     z: &B::Buffer,
     alpha: f32,
-    drop_momentum: bool,
     len: usize,
 ) -> Result<()> {
     // One fused pass (kernels' sma_step): c = alpha (w - z), the SGD step, w -= c; the same
@@ -589,9 +587,6 @@ pub(crate) fn corrected_step<B: Backend>(
         View::new(z, 0..len)?,
         ViewMut::new(&mut l.sync_state[0], 0..len)?,
     )?;
-    if drop_momentum {
-        be.fill(ViewMut::new(l.velocity, 0..len)?, 0.0)?;
-    }
     Ok(())
 }
 

@@ -1,6 +1,6 @@
 use crossbow_kernels::{Backend, View, ViewMut};
 use crossbow_replica::Result;
-use crossbow_replica::sync::{Central, LearnerBuffers, LearnerRef, StepInfo, Synchroniser, sgd, sum_into};
+use crossbow_replica::sync::{Central, LearnerBuffers, LearnerRef, StepInfo, Synchroniser, momentum_step, sum_into};
 
 /// Synchronous SGD (PyTorch DDP, Horovod, TensorFlow's mirrored strategy): the k learners'
 /// gradients are averaged, one momentum-SGD step is taken on `z` (weight decay applied to
@@ -62,12 +62,7 @@ impl<B: Backend> Synchroniser<B> for SSgd {
     ) -> Result<()> {
         be.scale(1.0 / info.learners.max(1) as f32, ViewMut::new(total, 0..len)?)?;
         let (z, v) = (&mut central.z, &mut central.sync_state[0]);
-        sgd(be, &info.sgd, z, total, v, len)?;
-        if info.lr_dropped {
-            // As SMA does on a drop: the momentum built at the old rate is dropped.
-            be.fill(ViewMut::new(v, 0..len)?, 0.0)?;
-        }
-        Ok(())
+        momentum_step(be, info, z, total, v, len)
     }
 
     fn after_apply(&self, be: &B, _info: &StepInfo, l: LearnerBuffers<'_, B>, z: &B::Buffer, len: usize) -> Result<()> {

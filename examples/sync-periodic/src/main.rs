@@ -20,7 +20,7 @@ use std::process::ExitCode;
 use crossbow_cli::{SyncOptions, SyncRegistry};
 use crossbow_kernels::{Backend, View, ViewMut};
 use crossbow_replica::Result;
-use crossbow_replica::sync::{Central, LearnerBuffers, LearnerRef, Settings, StepInfo, Synchroniser, sgd};
+use crossbow_replica::sync::{Central, LearnerBuffers, LearnerRef, Settings, StepInfo, Synchroniser, momentum_step};
 
 /// Periodic model averaging every `period` iterations.
 struct PeriodicAveraging {
@@ -60,12 +60,9 @@ impl<B: Backend> Synchroniser<B> for PeriodicAveraging {
         _z: &B::Buffer,
         len: usize,
     ) -> Result<()> {
-        sgd(be, &info.sgd, l.params, l.grads, l.velocity, len)?;
-        if info.lr_dropped {
-            // Momentum built at the old rate is dropped, as the built-in synchronisers do.
-            be.fill(ViewMut::new(l.velocity, 0..len)?, 0.0)?;
-        }
-        Ok(())
+        // A momentum-SGD step that drops its momentum when the rate drops, as the built-in
+        // synchronisers do.
+        momentum_step(be, info, l.params, l.grads, l.velocity, len)
     }
 
     /// Each device contributes the sum of its learners' differences from `z` (only when
