@@ -1,0 +1,144 @@
+//! `crossbow train`: data, engine, synchroniser and tuner wired together.
+//!
+//! The run itself is a `Trainer` (`trainer.rs`) taking one iteration at a time; each policy
+//! it applies lives in its own module: the data streams and the evaluation schedule
+//! (`run.rs`), the divergence guard (`guard.rs`) and the rollback (`rollback.rs`),
+//! checkpoints, signals and the ranks' agreement (`saving.rs`), resuming (`restore.rs`),
+//! starting the engine and the tuner (`start.rs`), loading the data (`data.rs`).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crossbow_kernels::Backend;
+use crossbow_replica::checkpoint::CheckpointFile;
+use crossbow_replica::engine::DeviceFactory;
+use crossbow_replica::{Graph, ProcessGroup, Solo, Synchroniser};
+
+use crate::checkpoint::{CheckpointPolicy, DivergencePolicy, Line, OnDivergence};
+use crate::config::TrainConfig;
+use crate::error::CliError;
+use crate::registry::SyncRegistry;
+use crate::report::{Reporter, Summary};
+use crate::signals::Interrupt;
+
+mod data;
+mod guard;
+mod restore;
+mod rollback;
+mod run;
+mod saving;
+mod start;
+#[cfg(test)]
+mod tests;
+mod trainer;
+
+pub use data::{Data, build_graph, calibration_pipeline, load_data, normalize_for};
+pub use guard::{DivergenceWatch, EXPLODED_LOSS_FACTOR};
+pub use run::{Evaluation, Window, evaluate_central};
+pub use start::{auto_tuner, start_engine, start_engine_in};
+
+pub use crate::dispatch::{Hardware, cores, resolve_hardware};
+
+/// Trains as configured, with the synchroniser `cfg.sync_name` of `registry` (for the
+/// built-in ones: [`SyncRegistry::builtin`]), printing progress through `reporter`.
+pub fn train(cfg: &TrainConfig, registry: &SyncRegistry, reporter: &mut Reporter) -> Result<Summary, CliError> {
+    train_with_opts(cfg, registry, reporter, RunOptions::default())
+}
+
+/// [`train`] with checkpoints, resume, divergence handling and signals ([`RunOptions`]).
+pub fn train_with_opts(
+    cfg: &TrainConfig,
+    registry: &SyncRegistry,
+    reporter: &mut Reporter,
+    opts: RunOptions,
+) -> Result<Summary, CliError> {
+    let sync = registry.build_for(cfg)?;
+    let data = load_data(cfg)?;
+    for note in data.train.notes().iter().chain(data.test.notes()) {
+        reporter.warn(&format!("warning: {}: {note}", cfg.data_dir.display()));
+    }
+    opts.interrupt.during_startup("loading the data")?;
+    normalize_for(cfg, &data.train)?;
+    let graph = build_graph(cfg, &data)?;
+    let hw = resolve_hardware(&cfg.devices, cfg.threads, &mut |l| reporter.say(&l))?;
+    struct TrainJob<'a> {
+        cfg: &'a TrainConfig,
+        data: &'a Data,
+        graph: Graph,
+        reporter: &'a mut Reporter,
+        opts: RunOptions,
+    }
+    impl crate::dispatch::Job for TrainJob<'_> {
+        type Output = Summary;
+        fn run<B: Backend>(
+            self,
+            factory: Box<dyn DeviceFactory<B>>,
+            sync: Box<dyn Synchroniser<B>>,
+            about: Vec<String>,
+        ) -> Result<Summary, CliError> {
+            for line in &about {
+                self.reporter.say(line);
+            }
+            train_with_options(self.cfg, self.data, self.graph, factory, sync, self.reporter, self.opts)
+        }
+    }
+    crate::dispatch::dispatch(&hw, sync, cfg.all_reduce, TrainJob { cfg, data: &data, graph, reporter, opts })
+}
+
+/// Trains `graph` on `data` with any backend and synchroniser: what `crossbow train` runs, and
+/// the library entry point for a backend of your own (for a synchroniser of your own, a
+/// [`SyncRegistry`] and `crossbow_cli::main_with` give you the whole command line instead). No
+/// checkpoints, no signal handling: see [`train_with_options`].
+pub fn train_with<B: Backend>(
+    cfg: &TrainConfig,
+    data: &Data,
+    graph: Graph,
+    factory: Box<dyn DeviceFactory<B>>,
+    sync: Box<dyn Synchroniser<B>>,
+    reporter: &mut Reporter,
+) -> Result<Summary, CliError> {
+    train_with_options(cfg, data, graph, factory, sync, reporter, RunOptions::default())
+}
+
+/// What a run does besides training: resume from a checkpoint, write checkpoints, handle a
+/// divergence, stop cleanly on a signal.
+pub struct RunOptions {
+    /// The checkpoint to continue from, and its file name.
+    pub resume: Option<(PathBuf, CheckpointFile)>,
+    /// Where and how often to write checkpoints (none: no checkpoints).
+    pub checkpoint: Option<CheckpointPolicy>,
+    /// What a diverged run does.
+    pub divergence: DivergencePolicy,
+    /// Signals asking the run to stop.
+    pub interrupt: Interrupt,
+    /// The processes (ranks) this run is one of ([`Solo`] alone; see [`crate::processes`]).
+    pub world: Arc<dyn ProcessGroup>,
+    /// The run and line of checkpoints this process writes (rank 0; `None`: a new run).
+    pub line: Option<Line>,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            resume: None,
+            checkpoint: None,
+            divergence: DivergencePolicy { action: OnDivergence::Stop, max_rollbacks: 0 },
+            interrupt: Interrupt::none(),
+            world: Arc::new(Solo),
+            line: None,
+        }
+    }
+}
+
+/// [`train_with`] with checkpoints, resume, divergence handling and signals.
+pub fn train_with_options<B: Backend>(
+    cfg: &TrainConfig,
+    data: &Data,
+    graph: Graph,
+    factory: Box<dyn DeviceFactory<B>>,
+    sync: Box<dyn Synchroniser<B>>,
+    reporter: &mut Reporter,
+    opts: RunOptions,
+) -> Result<Summary, CliError> {
+    trainer::Trainer::start(cfg, data, graph, factory, sync, reporter, opts)?.run()
+}
