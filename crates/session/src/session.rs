@@ -8,6 +8,7 @@ use crate::error::CliError;
 use crate::registry::SyncRegistry;
 use crate::report::{Reporter, Summary};
 use crate::signals::Interrupt;
+use crate::trainer::Trainer;
 use crate::{paths, resume, train};
 
 /// One training run: settings in, a [`Summary`] out (see the crate documentation).
@@ -30,7 +31,11 @@ impl Session {
     /// A run with `settings` (unset ones take their defaults) and the built-in
     /// synchronisers. Nothing is checked or loaded until [`Session::run`].
     pub fn new(settings: TrainFile) -> Result<Self, CliError> {
-        Ok(Session {
+        Ok(Session::from_settings(settings))
+    }
+
+    pub(crate) fn from_settings(settings: TrainFile) -> Self {
+        Session {
             file: None,
             settings,
             registry: SyncRegistry::builtin(),
@@ -38,7 +43,13 @@ impl Session {
             quiet: false,
             progress: None,
             signals: false,
-        })
+        }
+    }
+
+    /// These settings instead of the ones given so far.
+    pub(crate) fn with_settings(mut self, settings: TrainFile) -> Self {
+        self.settings = settings;
+        self
     }
 
     /// A run with the settings of a config file (if any) overridden by `flags`; errors about
@@ -141,6 +152,12 @@ impl Session {
     /// summary. Under `mpirun`/`srun` this process is one rank of the job (with the `mpi`
     /// feature); every rank calls `run`.
     pub fn run(self) -> Result<Summary, CliError> {
+        self.start()?.run()
+    }
+
+    /// The run started, ready for its first iteration: a [`Trainer`] to take one iteration
+    /// at a time ([`Session::run`] is `start()?.run()`).
+    pub fn start(self) -> Result<Trainer, CliError> {
         // Signals are honoured from the start: a Ctrl-C while the data load or the engine
         // starts stops the run before its first iteration (nothing to save yet).
         let interrupt = if self.signals { Interrupt::install()? } else { Interrupt::none() };
@@ -152,18 +169,24 @@ impl Session {
         }
         // With several ranks, rank 0 reads the checkpoint and broadcasts it.
         let world = crate::processes::World::start(given.mpi_timeout)?;
-        let result = self.run_in(&world, interrupt);
-        // Every rank stops on a signal after the same iteration (they agree on it), and
-        // exits by itself once rank 0's checkpoint is on disk.
-        if let Err(e) = &result
-            && !matches!(e, CliError::Interrupted { .. })
-        {
-            world.stop_all(&format!("error: {e}"), e.exit_code() as u8);
+        match self.start_in(&world, interrupt) {
+            Ok(steps) => Ok(Trainer::started(steps, world)),
+            Err(e) => {
+                // Every rank stops on a signal after the same iteration (they agree on it),
+                // and exits by itself once rank 0's checkpoint is on disk.
+                if !matches!(e, CliError::Interrupted { .. }) {
+                    world.stop_all(&format!("error: {e}"), e.exit_code() as u8);
+                }
+                Err(e)
+            }
         }
-        result
     }
 
-    fn run_in(mut self, world: &crate::processes::World, interrupt: Interrupt) -> Result<Summary, CliError> {
+    fn start_in(
+        mut self,
+        world: &crate::processes::World,
+        interrupt: Interrupt,
+    ) -> Result<Box<dyn crate::train::Steps>, CliError> {
         let Plan { mut cfg, resumed, policy, divergence, changes, metrics_given } = self.plan(&*world.group)?;
         // A resumed run's saved metrics file is relative to its checkpoint folder; a copied or
         // moved folder whose metrics lay outside it writes its own, inside it (never into the
@@ -232,7 +255,7 @@ impl Session {
             world: std::sync::Arc::clone(&world.group),
             line,
         };
-        train::train_with_opts(&cfg, &self.registry, &mut reporter, opts)
+        train::start(&cfg, &self.registry, reporter, opts)
     }
 }
 

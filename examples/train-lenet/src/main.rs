@@ -1,39 +1,27 @@
-//! A whole training run in a program of your own: LeNet-5 on the built-in synthetic digits,
-//! two learners kept consistent by SMA, through `crossbow-session` (`cargo run --release -p
-//! crossbow-train-lenet`). Everything `crossbow train` takes is a field of [`TrainFile`].
+//! A training run in a program of its own, on the typed API of `crossbow-session`: LeNet-5
+//! on the built-in synthetic digits, two learners kept consistent by SMA, an evaluation of
+//! the central model every 200 iterations, then the summary (`cargo run --release -p
+//! crossbow-train-lenet`).
 
-use crossbow_session::{CliError, Session, Summary, TrainFile};
-
-/// Trains LeNet-5 for `epochs` epochs of `images` built-in digits; every progress line goes
-/// to `progress`.
-fn train(epochs: f64, images: usize, progress: impl FnMut(&str) + Send + 'static) -> Result<Summary, CliError> {
-    let settings = TrainFile {
-        model: Some("lenet5".into()),
-        epochs: Some(epochs),
-        train_size: Some(images),
-        learners_per_device: Some("2".into()),
-        batch_size: Some(16),
-        lr: Some(0.02),
-        devices: Some("cpu".into()),
-        ..TrainFile::default()
-    };
-    Session::new(settings)?.on_progress(progress).handle_signals(true).run()
-}
+use crossbow_session::{CliError, Config, Learners, ModelKind, Schedule, Trainer};
 
 fn main() -> Result<(), CliError> {
-    let s = train(2.0, 20_000, |line| println!("{line}"))?;
-    println!("{:.2}% after {} iterations ({:.1} s)", 100.0 * s.final_accuracy, s.iterations, s.train_seconds);
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn a_short_run_learns_the_digits() {
-        let lines = std::sync::Arc::new(std::sync::Mutex::new(vec![]));
-        let sink = std::sync::Arc::clone(&lines);
-        let s = super::train(2.0, 3000, move |l| sink.lock().unwrap().push(l.to_string())).unwrap();
-        assert!(s.final_accuracy > 0.5, "{:.3}", s.final_accuracy);
-        assert!(lines.lock().unwrap().iter().any(|l| l.contains("test acc")), "no progress line");
+    let config = Config::new(ModelKind::LeNet5)
+        .sizes(20_000, 2_000)
+        .learners(Learners::Fixed(2))
+        .sync("sma")
+        .batch_size(16)
+        .lr(0.02, Schedule::Constant)
+        .epochs(2.0)
+        .quiet(true)
+        .handle_signals(true);
+    let mut trainer = Trainer::new(config)?;
+    while let Some(step) = trainer.step()? {
+        if step.iteration % 200 == 0 {
+            let eval = trainer.evaluate()?;
+            println!("epoch {:.2}: test accuracy {:.2}%", step.epoch, 100.0 * eval.test_accuracy);
+        }
     }
+    trainer.finish()?; // quiet: the summary line only
+    Ok(())
 }

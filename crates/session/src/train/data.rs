@@ -13,6 +13,7 @@ use crate::config::{AugmentChoice, TrainConfig};
 use crate::error::CliError;
 
 /// The loaded training and test sets.
+#[derive(Clone)]
 pub struct Data {
     /// The training set (augmented by the pipeline).
     pub train: Arc<Dataset>,

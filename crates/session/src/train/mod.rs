@@ -11,14 +11,14 @@ use std::sync::Arc;
 
 use crossbow_kernels::Backend;
 use crossbow_replica::checkpoint::CheckpointFile;
-use crossbow_replica::engine::DeviceFactory;
+use crossbow_replica::engine::{DeviceFactory, IterationRecord};
 use crossbow_replica::{Graph, ProcessGroup, Solo, Synchroniser};
 
 use crate::checkpoint::{CheckpointPolicy, DivergencePolicy, Line, OnDivergence};
 use crate::config::TrainConfig;
 use crate::error::CliError;
 use crate::registry::SyncRegistry;
-use crate::report::{Reporter, Summary};
+use crate::report::{EvalLine, Reporter, Summary};
 use crate::signals::Interrupt;
 
 mod data;
@@ -52,15 +52,7 @@ pub fn train_with_opts(
     reporter: &mut Reporter,
     opts: RunOptions,
 ) -> Result<Summary, CliError> {
-    let sync = registry.build_for(cfg)?;
-    let data = load_data(cfg)?;
-    for note in data.train.notes().iter().chain(data.test.notes()) {
-        reporter.warn(&format!("warning: {}: {note}", cfg.data_dir.display()));
-    }
-    opts.interrupt.during_startup("loading the data")?;
-    normalize_for(cfg, &data.train)?;
-    let graph = build_graph(cfg, &data)?;
-    let hw = resolve_hardware(&cfg.devices, cfg.threads, &mut |l| reporter.say(&l))?;
+    let (sync, data, graph, hw) = prepare(cfg, registry, reporter, &opts)?;
     struct TrainJob<'a> {
         cfg: &'a TrainConfig,
         data: &'a Data,
@@ -83,6 +75,101 @@ pub fn train_with_opts(
         }
     }
     crate::dispatch::dispatch(&hw, sync, cfg.all_reduce, TrainJob { cfg, data: &data, graph, reporter, opts })
+}
+
+/// [`train_with_opts`] started and handed back before its first iteration: a run that owns
+/// its reporter, for a caller that takes it one iteration at a time ([`crate::Trainer`]).
+pub(crate) fn start(
+    cfg: &TrainConfig,
+    registry: &SyncRegistry,
+    mut reporter: Reporter,
+    opts: RunOptions,
+) -> Result<Box<dyn Steps>, CliError> {
+    let (sync, data, graph, hw) = prepare(cfg, registry, &mut reporter, &opts)?;
+    struct StartJob {
+        cfg: Arc<TrainConfig>,
+        data: Arc<Data>,
+        graph: Graph,
+        reporter: Reporter,
+        opts: RunOptions,
+    }
+    impl crate::dispatch::Job for StartJob {
+        type Output = Box<dyn Steps>;
+        fn run<B: Backend>(
+            self,
+            factory: Box<dyn DeviceFactory<B>>,
+            sync: Box<dyn Synchroniser<B>>,
+            about: Vec<String>,
+        ) -> Result<Box<dyn Steps>, CliError> {
+            for line in &about {
+                self.reporter.say(line);
+            }
+            let rep = Rep::Owned(Box::new(self.reporter));
+            Ok(Box::new(trainer::Trainer::start(self.cfg, self.data, self.graph, factory, sync, rep, self.opts)?))
+        }
+    }
+    let job = StartJob { cfg: Arc::new(cfg.clone()), data: Arc::new(data), graph, reporter, opts };
+    crate::dispatch::dispatch(&hw, sync, cfg.all_reduce, job)
+}
+
+/// What every run needs before its engine starts: the synchroniser, the data (their notes
+/// said), the model and the hardware.
+fn prepare(
+    cfg: &TrainConfig,
+    registry: &SyncRegistry,
+    reporter: &mut Reporter,
+    opts: &RunOptions,
+) -> Result<(crate::registry::BuiltSynchroniser, Data, Graph, Hardware), CliError> {
+    let sync = registry.build_for(cfg)?;
+    let data = load_data(cfg)?;
+    for note in data.train.notes().iter().chain(data.test.notes()) {
+        reporter.warn(&format!("warning: {}: {note}", cfg.data_dir.display()));
+    }
+    opts.interrupt.during_startup("loading the data")?;
+    normalize_for(cfg, &data.train)?;
+    let graph = build_graph(cfg, &data)?;
+    let hw = resolve_hardware(&cfg.devices, cfg.threads, &mut |l| reporter.say(&l))?;
+    Ok((sync, data, graph, hw))
+}
+
+/// The reporter a run writes to: its caller's, or its own (a run handed back to its caller
+/// between iterations, [`start`]).
+pub(crate) enum Rep<'a> {
+    Borrowed(&'a mut Reporter),
+    Owned(Box<Reporter>),
+}
+
+impl std::ops::Deref for Rep<'_> {
+    type Target = Reporter;
+    fn deref(&self) -> &Reporter {
+        match self {
+            Rep::Borrowed(r) => r,
+            Rep::Owned(r) => r,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Rep<'_> {
+    fn deref_mut(&mut self) -> &mut Reporter {
+        match self {
+            Rep::Borrowed(r) => r,
+            Rep::Owned(r) => r,
+        }
+    }
+}
+
+/// A started run, whatever its backend (what [`crate::Trainer`] drives).
+pub(crate) trait Steps {
+    /// The epoch limit or the target is reached.
+    fn finished(&self) -> bool;
+    /// One iteration and the policies after it; `None` when a divergence was rolled back.
+    fn step(&mut self) -> Result<Option<IterationRecord>, CliError>;
+    /// Evaluates the central model after `rec` (reported and recorded like a scheduled one).
+    fn evaluate(&mut self, rec: &IterationRecord) -> Result<EvalLine, CliError>;
+    /// Writes a checkpoint of the run now and waits until it is on disk.
+    fn save(&mut self) -> Result<std::path::PathBuf, CliError>;
+    /// The final evaluation and checkpoint, and the summary.
+    fn finish(self: Box<Self>, last: Option<IterationRecord>) -> Result<Summary, CliError>;
 }
 
 /// Trains `graph` on `data` with any backend and synchroniser: what `crossbow train` runs, and
@@ -140,5 +227,6 @@ pub fn train_with_options<B: Backend>(
     reporter: &mut Reporter,
     opts: RunOptions,
 ) -> Result<Summary, CliError> {
-    trainer::Trainer::start(cfg, data, graph, factory, sync, reporter, opts)?.run()
+    let (cfg, data) = (Arc::new(cfg.clone()), Arc::new(data.clone()));
+    trainer::Trainer::start(cfg, data, graph, factory, sync, Rep::Borrowed(reporter), opts)?.run()
 }

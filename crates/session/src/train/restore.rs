@@ -138,7 +138,8 @@ impl<B: Backend> Trainer<'_, B> {
         snap: &EngineSnapshot,
         tuner_state: &Value,
     ) -> Result<Vec<String>, CliError> {
-        let (cfg, data, engine, run, guard) = (self.cfg, self.data, &mut self.engine, &mut self.run, &mut self.guard);
+        let (cfg, data, engine, run, guard) =
+            (&*self.cfg, &*self.data, &mut self.engine, &mut self.run, &mut self.guard);
         let tuner = self.tuner.as_mut();
         // Match the checkpoint's learners where the settings allow, so the state carries over
         // exactly (with several ranks each started with its slice's learners already).

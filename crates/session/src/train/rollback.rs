@@ -26,7 +26,8 @@ impl<B: Backend> Trainer<'_, B> {
         let world = Arc::clone(self.engine.world());
         let at = self.engine.iteration() + 1;
         let g = self.guard.clone();
-        let (cfg, opts, engine, reporter) = (self.cfg, &self.opts, &self.engine, &mut *self.reporter);
+        let config = Arc::clone(&self.cfg);
+        let (cfg, opts, engine, reporter) = (&*config, &self.opts, &self.engine, &mut *self.reporter);
         let k = engine.world_learners();
         if let Some(d) = self.run.diagnostics.as_mut() {
             d.forget();

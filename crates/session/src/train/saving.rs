@@ -169,7 +169,7 @@ impl<B: Backend> Trainer<'_, B> {
     /// input, the data streams' positions, the run's counters and evaluations, the tuner.
     fn checkpoint_file(&self) -> Result<Option<CheckpointFile>, CliError> {
         let (cfg, data, engine, run, tuner, guard, opts) =
-            (self.cfg, self.data, &self.engine, &self.run, self.tuner.as_ref(), &self.guard, &self.opts);
+            (&*self.cfg, &*self.data, &self.engine, &self.run, self.tuner.as_ref(), &self.guard, &self.opts);
         let world = engine.world();
         // A collective with several ranks (the mean over every rank's learners).
         let central_stats = engine.central_stats()?;

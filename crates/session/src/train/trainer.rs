@@ -1,6 +1,7 @@
 //! The training loop: a [`Trainer`] holds what a run is made of (engine, data streams,
 //! tuner, divergence guard, checkpoint writer) and takes it one iteration at a time.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use crossbow_kernels::Backend;
@@ -13,17 +14,17 @@ use super::restore::{RankState, check_data, rank_slice, saved_layout, saved_tune
 use super::run::{Run, StepError};
 use super::saving::{Saver, agree, report_written, signal_notes};
 use super::start::{announce, auto_tuner, start_engine_planned, sync_notes};
-use super::{Data, RunOptions};
+use super::{Data, Rep, RunOptions};
 use crate::checkpoint::{Checkpointer, Line, OnDivergence};
 use crate::config::{LearnersPerDevice, TrainConfig};
 use crate::error::CliError;
-use crate::report::{Reporter, Summary};
+use crate::report::{EvalLine, Summary};
 
 /// One training run between its start and its end: everything the policies (evaluation,
 /// checkpoints, divergence and rollback, signals, the tuner, rank agreement) act on.
-pub(super) struct Trainer<'a, B: Backend> {
-    pub(super) cfg: &'a TrainConfig,
-    pub(super) data: &'a Data,
+pub(crate) struct Trainer<'a, B: Backend> {
+    pub(super) cfg: Arc<TrainConfig>,
+    pub(super) data: Arc<Data>,
     pub(super) opts: RunOptions,
     pub(super) engine: Engine<B>,
     pub(super) run: Run,
@@ -32,7 +33,7 @@ pub(super) struct Trainer<'a, B: Backend> {
     /// The checkpoint writer (rank 0 with `--checkpoint-dir` only).
     pub(super) ckpt: Option<Checkpointer>,
     pub(super) saver: Saver,
-    pub(super) reporter: &'a mut Reporter,
+    pub(super) reporter: Rep<'a>,
     /// The learner count the synchroniser's notes were last said for.
     noted_learners: usize,
     /// The synchroniser's settings as last said (Ako's partitions change as it runs).
@@ -43,14 +44,15 @@ impl<'a, B: Backend> Trainer<'a, B> {
     /// Starts the engine, restores `opts.resume` when given, says the banner and writes the
     /// metrics file's `start` (and `resume`) records: a run ready for its first iteration.
     pub(super) fn start(
-        cfg: &'a TrainConfig,
-        data: &'a Data,
+        config: Arc<TrainConfig>,
+        dataset: Arc<Data>,
         graph: Graph,
         factory: Box<dyn DeviceFactory<B>>,
         sync: Box<dyn Synchroniser<B>>,
-        reporter: &'a mut Reporter,
+        mut reporter: Rep<'a>,
         opts: RunOptions,
     ) -> Result<Self, CliError> {
+        let (cfg, data): (&TrainConfig, &Data) = (&Arc::clone(&config), &Arc::clone(&dataset));
         let n_dev = factory.devices().len();
         let world = Arc::clone(&opts.world);
         let multi = world.size() > 1;
@@ -115,12 +117,12 @@ impl<'a, B: Backend> Trainer<'a, B> {
         if world.rank() == 0 {
             signal_notes(ckpt.as_ref());
         }
-        announce(cfg, data, &engine, &run, &line.run, reporter)?;
+        announce(cfg, data, &engine, &run, &line.run, &mut reporter)?;
         let tuner = auto_tuner(cfg, &engine, data.train.len())?;
         let sync_settings = engine.synchroniser().1;
         let mut t = Trainer {
-            cfg,
-            data,
+            cfg: config,
+            data: dataset,
             opts,
             engine,
             run,
@@ -133,7 +135,7 @@ impl<'a, B: Backend> Trainer<'a, B> {
             sync_settings,
         };
         if t.tuner.is_none() {
-            sync_notes(&t.engine, &mut t.noted_learners, t.reporter)?;
+            sync_notes(&t.engine, &mut t.noted_learners, &mut t.reporter)?;
         }
         if let Some((path, snap)) = &resumed {
             t.resume(path, snap, &saved_ranks, &line.run)?;
@@ -151,7 +153,7 @@ impl<'a, B: Backend> Trainer<'a, B> {
             t.save()?;
             if let Some(c) = t.ckpt.as_mut() {
                 let done = c.flush();
-                report_written(done, c, t.reporter)?;
+                report_written(done, c, &mut t.reporter)?;
             }
         }
         if !multi {
@@ -210,7 +212,7 @@ impl<'a, B: Backend> Trainer<'a, B> {
     /// One iteration and what follows it: the divergence guard (a rollback returns `None`),
     /// the tuner, an evaluation, a stop on a signal, a checkpoint.
     fn iteration(&mut self) -> Result<Option<IterationRecord>, CliError> {
-        let mut stepped = self.run.step(&mut self.engine, self.reporter);
+        let mut stepped = self.run.step(&mut self.engine, &mut self.reporter);
         // What happens after this iteration: an evaluation, a checkpoint, a signal, the end.
         // Each looks at the run, so the losses still being read (`LossRead::Lagged`) are
         // read first and counted with this iteration.
@@ -219,7 +221,7 @@ impl<'a, B: Backend> Trainer<'a, B> {
             let eval_due = self.run.evaluation_due(rec);
             if let Some(c) = self.ckpt.as_mut() {
                 let done = c.poll();
-                report_written(done, c, self.reporter)?;
+                report_written(done, c, &mut self.reporter)?;
             }
             let due_here = self.ckpt.as_ref().is_some_and(|c| c.due(self.engine.iteration()));
             let world = Arc::clone(self.engine.world());
@@ -257,7 +259,7 @@ impl<'a, B: Backend> Trainer<'a, B> {
                 self.reporter.record("tuner", json!(ev))?;
             }
             if t.settled() {
-                sync_notes(&self.engine, &mut self.noted_learners, self.reporter)?;
+                sync_notes(&self.engine, &mut self.noted_learners, &mut self.reporter)?;
             }
         }
         // A synchroniser that decides something as it runs (Ako's automatic partitions): each
@@ -278,7 +280,7 @@ impl<'a, B: Backend> Trainer<'a, B> {
         }
         let (eval_due, sig, due) = after.unwrap_or((false, None, false));
         if eval_due {
-            self.run.evaluate(&mut self.engine, &rec, self.reporter)?;
+            self.run.evaluate(&mut self.engine, &rec, &mut self.reporter)?;
         }
         if let Some(sig) = sig {
             return Err(self.interrupted(sig));
@@ -292,7 +294,8 @@ impl<'a, B: Backend> Trainer<'a, B> {
     /// The end of the run: the final evaluation, the final checkpoint, the central model's
     /// fingerprint and the summary.
     fn finish(mut self, last: Option<IterationRecord>) -> Result<Summary, CliError> {
-        let (cfg, engine) = (self.cfg, &self.engine);
+        let config = Arc::clone(&self.cfg);
+        let (cfg, engine) = (&*config, &self.engine);
         if last.is_none() && self.opts.resume.is_some() {
             // Resumed with nothing left to do: write nothing (the last checkpoint stays as it is).
             self.reporter.say(&format!(
@@ -311,7 +314,7 @@ impl<'a, B: Backend> Trainer<'a, B> {
         // The final accuracy is the model's at the end of the run.
         let mut evaluated_at_end = false;
         if let Some(rec) = last.filter(|r| self.run.evals.last().is_none_or(|e| e.iteration != r.iteration)) {
-            self.run.evaluate(&mut self.engine, &rec, self.reporter)?;
+            self.run.evaluate(&mut self.engine, &rec, &mut self.reporter)?;
             evaluated_at_end = true;
         }
         let engine = &self.engine;
@@ -326,7 +329,7 @@ impl<'a, B: Backend> Trainer<'a, B> {
         let engine = &self.engine;
         if let Some(c) = self.ckpt.as_mut() {
             let done = c.flush();
-            report_written(done, c, self.reporter)?;
+            report_written(done, c, &mut self.reporter)?;
             match (c.last_good(), c.last_good_iteration()) {
                 (Some(p), Some(i)) if i == engine.iteration() => {
                     self.reporter.say(&format!("final checkpoint: {}", p.display()));
@@ -387,5 +390,49 @@ impl<'a, B: Backend> Trainer<'a, B> {
             t.len()
         ));
         Ok(())
+    }
+}
+
+impl<B: Backend> super::Steps for Trainer<'static, B> {
+    fn finished(&self) -> bool {
+        self.run.finished(&self.engine)
+    }
+
+    fn step(&mut self) -> Result<Option<IterationRecord>, CliError> {
+        self.iteration()
+    }
+
+    fn evaluate(&mut self, rec: &IterationRecord) -> Result<EvalLine, CliError> {
+        // An iteration already evaluated (by the schedule) is not evaluated twice.
+        if let Some(e) = self.run.evals.last().filter(|e| e.iteration == rec.iteration) {
+            return Ok(e.clone());
+        }
+        self.run.evaluate(&mut self.engine, rec, &mut self.reporter)?;
+        self.run.evals.last().cloned().ok_or_else(|| CliError::run("the evaluation recorded nothing"))
+    }
+
+    fn save(&mut self) -> Result<PathBuf, CliError> {
+        if !self.saver.on {
+            return Err(CliError::usage(
+                "this run writes no checkpoints: give it a checkpoint folder (Config::checkpoint_dir, --checkpoint-dir)",
+            ));
+        }
+        Trainer::save(self)?;
+        let now = self.engine.iteration();
+        let Some(c) = self.ckpt.as_mut() else {
+            return Err(CliError::usage("only rank 0 writes the checkpoints of a run of several ranks"));
+        };
+        let done = c.flush();
+        report_written(done, c, &mut self.reporter)?;
+        match (c.last_good(), c.last_good_iteration()) {
+            (Some(p), Some(i)) if i == now => Ok(p.to_path_buf()),
+            _ => {
+                Err(CliError::run(format!("the checkpoint of iteration {now} could not be written (see the warning)")))
+            }
+        }
+    }
+
+    fn finish(self: Box<Self>, last: Option<IterationRecord>) -> Result<Summary, CliError> {
+        Trainer::finish(*self, last)
     }
 }
