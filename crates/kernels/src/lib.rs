@@ -85,6 +85,31 @@ pub use conv2d::winograd::{WINOGRAD_ENV, winograd_setting, winograd_setting_with
 pub use cpu::{CPU_ISA_ENV, CpuBackend, CpuIsa, cpu_isa, cpu_isa_with};
 pub use error::{KernelError, Result};
 
+/// An op of a backend trait, declared once: `fn NAME(&self, ARGS) { CHECKS }` becomes the
+/// provided method (its checks, then the kernel) and the unsafe kernel `NAME_unchecked` with
+/// the same arguments, which each backend implements and which may assume the checks hold.
+/// An op's signature is so written once here and once per backend. (Attributes before `fn`
+/// apply to the checked method; the kernel takes as many arguments, so it may take many.)
+macro_rules! checked_op {
+    (
+        $(#[$meta:meta])*
+        fn $name:ident(&$self:ident, $($arg:ident: $ty:ty),* $(,)?) $check:block
+        $(#[doc = $kdoc:expr])*
+        unsafe fn $unchecked:ident;
+    ) => {
+        $(#[$meta])*
+        fn $name(&$self, $($arg: $ty),*) -> $crate::error::Result<()> {
+            $check
+            // SAFETY: the checks above are the kernel's preconditions.
+            unsafe { $self.$unchecked($($arg),*) }
+        }
+
+        $(#[doc = $kdoc])*
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn $unchecked(&$self, $($arg: $ty),*) -> $crate::error::Result<()>;
+    };
+}
+
 /// The op list: `folder => OpTrait` for every op. For each entry it declares the module,
 /// makes the trait a supertrait of [`Ops`] (so of [`Backend`]), re-exports it from the
 /// [`prelude`], and registers the `.cu` sources of the folder's `cuda.rs` (`SOURCES`) with

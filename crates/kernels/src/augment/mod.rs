@@ -32,32 +32,20 @@ use crate::error::{KernelError, Result, check_len};
 /// [`Augment::crop_flip_unchecked`] (what a backend implements; a backend without a device
 /// kernel can call [`crop_flip_via_host`]).
 pub trait Augment: Storage {
-    /// Random crop with zero padding and horizontal flip of a batch of images (see the
-    /// [module docs](self)): `params` holds 3 `f32`s per image (`dy`, `dx`, `flip`), drawn
-    /// on the host.
-    fn crop_flip(
-        &self,
-        g: &CropFlipGeom,
-        x: View<'_, Self>,
-        params: View<'_, Self>,
-        y: ViewMut<'_, Self>,
-    ) -> Result<()> {
-        g.check("crop_flip", x.len(), params.len(), y.len())?;
-        // SAFETY: the geometry and the lengths were checked.
-        unsafe { self.crop_flip_unchecked(g, x, params, y) }
-    }
+    checked_op! {
+        /// Random crop with zero padding and horizontal flip of a batch of images (see the
+        /// [module docs](self)): `params` holds 3 `f32`s per image (`dy`, `dx`, `flip`), drawn
+        /// on the host.
+        fn crop_flip(&self, g: &CropFlipGeom, x: View<'_, Self>, params: View<'_, Self>, y: ViewMut<'_, Self>) {
+            g.check("crop_flip", x.len(), params.len(), y.len())?;
+        }
 
-    /// The kernel of [`Augment::crop_flip`].
-    ///
-    /// # Safety
-    /// `g` is valid and every view has the length it implies.
-    unsafe fn crop_flip_unchecked(
-        &self,
-        g: &CropFlipGeom,
-        x: View<'_, Self>,
-        params: View<'_, Self>,
-        y: ViewMut<'_, Self>,
-    ) -> Result<()>;
+        /// The kernel of [`Augment::crop_flip`].
+        ///
+        /// # Safety
+        /// `g` is valid and every view has the length it implies.
+        unsafe fn crop_flip_unchecked;
+    }
 }
 
 /// [`Augment::crop_flip`] through host memory, for any backend: downloads `x` and `params`,

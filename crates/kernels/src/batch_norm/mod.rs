@@ -142,59 +142,51 @@ pub trait BatchNorm: Storage {
         unsafe { self.batch_norm_forward_infer_unchecked(g, x, ep, params, running, y) }
     }
 
-    /// Gradients of training-mode batch norm: `dx`, and `dparams = [dgamma, dbeta]`.
-    #[allow(clippy::too_many_arguments)]
-    fn batch_norm_backward(
-        &self,
-        g: &BatchNormGeom,
-        x: View<'_, Self>,
-        dy: View<'_, Self>,
-        params: View<'_, Self>,
-        saved: View<'_, Self>,
-        dx: ViewMut<'_, Self>,
-        dparams: ViewMut<'_, Self>,
-    ) -> Result<()> {
-        let op = "batch_norm_backward";
-        g.check(op, x.len(), params.len(), dy.len())?;
-        check_len(op, "saved", g.stats_len(), saved.len())?;
-        check_len(op, "dx", g.len(), dx.len())?;
-        check_len(op, "dparams", g.stats_len(), dparams.len())?;
-        // SAFETY: the geometry and the lengths were checked.
-        unsafe { self.batch_norm_backward_unchecked(g, x, dy, params, saved, dx, dparams) }
+    checked_op! {
+        /// Gradients of training-mode batch norm: `dx`, and `dparams = [dgamma, dbeta]`.
+        #[allow(clippy::too_many_arguments)]
+        fn batch_norm_backward(&self, g: &BatchNormGeom, x: View<'_, Self>, dy: View<'_, Self>, params: View<'_, Self>, saved: View<'_, Self>, dx: ViewMut<'_, Self>, dparams: ViewMut<'_, Self>) {
+            let op = "batch_norm_backward";
+            g.check(op, x.len(), params.len(), dy.len())?;
+            check_len(op, "saved", g.stats_len(), saved.len())?;
+            check_len(op, "dx", g.len(), dx.len())?;
+            check_len(op, "dparams", g.stats_len(), dparams.len())?;
+        }
+
+        /// The kernel of [`BatchNorm::batch_norm_backward`].
+        ///
+        /// # Safety
+        /// `g` is valid and every view has the length it implies.
+        unsafe fn batch_norm_backward_unchecked;
     }
 
-    /// Gradients of a fused forward call ([`BatchNorm::batch_norm_forward_train_fused`]).
-    /// `y` is that call's output when it rectified (`None` when it did not): the ReLU's mask.
-    /// `dy` is the gradient of `y`; some backends overwrite it with the gradient of the sum
-    /// (`dy` where `y > 0`, else 0), so its contents afterwards are unspecified. Writes `dx`,
-    /// `dparams = [dgamma, dbeta]` and, when given, `dres`: the gradient of the residual
-    /// (the masked `dy`).
-    #[allow(clippy::too_many_arguments)]
-    fn batch_norm_backward_fused(
-        &self,
-        g: &BatchNormGeom,
-        x: View<'_, Self>,
-        y: Option<View<'_, Self>>,
-        dy: ViewMut<'_, Self>,
-        params: View<'_, Self>,
-        saved: View<'_, Self>,
-        dx: ViewMut<'_, Self>,
-        dres: Option<ViewMut<'_, Self>>,
-        dparams: ViewMut<'_, Self>,
-    ) -> Result<()> {
-        let op = "batch_norm_backward_fused";
-        g.check(op, x.len(), params.len(), dy.len())?;
-        if let Some(y) = &y {
-            check_len(op, "y", g.len(), y.len())?;
+    checked_op! {
+        /// Gradients of a fused forward call ([`BatchNorm::batch_norm_forward_train_fused`]).
+        /// `y` is that call's output when it rectified (`None` when it did not): the ReLU's mask.
+        /// `dy` is the gradient of `y`; some backends overwrite it with the gradient of the sum
+        /// (`dy` where `y > 0`, else 0), so its contents afterwards are unspecified. Writes `dx`,
+        /// `dparams = [dgamma, dbeta]` and, when given, `dres`: the gradient of the residual
+        /// (the masked `dy`).
+        #[allow(clippy::too_many_arguments)]
+        fn batch_norm_backward_fused(&self, g: &BatchNormGeom, x: View<'_, Self>, y: Option<View<'_, Self>>, dy: ViewMut<'_, Self>, params: View<'_, Self>, saved: View<'_, Self>, dx: ViewMut<'_, Self>, dres: Option<ViewMut<'_, Self>>, dparams: ViewMut<'_, Self>) {
+            let op = "batch_norm_backward_fused";
+            g.check(op, x.len(), params.len(), dy.len())?;
+            if let Some(y) = &y {
+                check_len(op, "y", g.len(), y.len())?;
+            }
+            if let Some(d) = &dres {
+                check_len(op, "dres", g.len(), d.len())?;
+            }
+            check_len(op, "saved", g.stats_len(), saved.len())?;
+            check_len(op, "dx", g.len(), dx.len())?;
+            check_len(op, "dparams", g.stats_len(), dparams.len())?;
         }
-        if let Some(d) = &dres {
-            check_len(op, "dres", g.len(), d.len())?;
-        }
-        check_len(op, "saved", g.stats_len(), saved.len())?;
-        check_len(op, "dx", g.len(), dx.len())?;
-        check_len(op, "dparams", g.stats_len(), dparams.len())?;
-        // SAFETY: the geometry and the lengths were checked.
-        unsafe { self.batch_norm_backward_fused_unchecked(g, x, y, dy, params, saved, dx, dres, dparams) }
+
+        /// The kernel of [`BatchNorm::batch_norm_backward_fused`].
+        ///
+        /// # Safety
+        /// `g` is valid and every view has the length it implies.
+        unsafe fn batch_norm_backward_fused_unchecked;
     }
 
     /// The kernel of [`BatchNorm::batch_norm_forward_train`].
@@ -225,40 +217,6 @@ pub trait BatchNorm: Storage {
         params: View<'_, Self>,
         running: View<'_, Self>,
         y: ViewMut<'_, Self>,
-    ) -> Result<()>;
-
-    /// The kernel of [`BatchNorm::batch_norm_backward`].
-    ///
-    /// # Safety
-    /// `g` is valid and every view has the length it implies.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn batch_norm_backward_unchecked(
-        &self,
-        g: &BatchNormGeom,
-        x: View<'_, Self>,
-        dy: View<'_, Self>,
-        params: View<'_, Self>,
-        saved: View<'_, Self>,
-        dx: ViewMut<'_, Self>,
-        dparams: ViewMut<'_, Self>,
-    ) -> Result<()>;
-
-    /// The kernel of [`BatchNorm::batch_norm_backward_fused`].
-    ///
-    /// # Safety
-    /// `g` is valid and every view has the length it implies.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn batch_norm_backward_fused_unchecked(
-        &self,
-        g: &BatchNormGeom,
-        x: View<'_, Self>,
-        y: Option<View<'_, Self>>,
-        dy: ViewMut<'_, Self>,
-        params: View<'_, Self>,
-        saved: View<'_, Self>,
-        dx: ViewMut<'_, Self>,
-        dres: Option<ViewMut<'_, Self>>,
-        dparams: ViewMut<'_, Self>,
     ) -> Result<()>;
 }
 

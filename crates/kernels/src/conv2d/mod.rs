@@ -49,91 +49,49 @@ pub trait Conv2d: Storage {
     /// Scratch `f32`s the conv2d calls need for this geometry (0 when none).
     fn conv2d_workspace_len(&self, g: &Conv2dGeom) -> usize;
 
-    /// `y = conv(x, w) + b`; `params` = weights `[c_out, c_in, kh, kw]` then bias `[c_out]` if
-    /// the geometry has one.
-    fn conv2d_forward(
-        &self,
-        g: &Conv2dGeom,
-        x: View<'_, Self>,
-        params: View<'_, Self>,
-        y: ViewMut<'_, Self>,
-        workspace: ViewMut<'_, Self>,
-    ) -> Result<()> {
-        let ws = self.conv2d_workspace_len(g);
-        g.check_pass("conv2d_forward", x.len(), params.len(), y.len(), workspace.len(), ws)?;
-        // SAFETY: the geometry and the lengths were checked.
-        unsafe { self.conv2d_forward_unchecked(g, x, params, y, workspace) }
+    checked_op! {
+        /// `y = conv(x, w) + b`; `params` = weights `[c_out, c_in, kh, kw]` then bias `[c_out]` if
+        /// the geometry has one.
+        fn conv2d_forward(&self, g: &Conv2dGeom, x: View<'_, Self>, params: View<'_, Self>, y: ViewMut<'_, Self>, workspace: ViewMut<'_, Self>) {
+            let ws = self.conv2d_workspace_len(g);
+            g.check_pass("conv2d_forward", x.len(), params.len(), y.len(), workspace.len(), ws)?;
+        }
+
+        /// The kernel of [`Conv2d::conv2d_forward`].
+        ///
+        /// # Safety
+        /// `g` is valid, every view has the length it implies, and the workspace holds at least
+        /// [`Conv2d::conv2d_workspace_len`] elements.
+        unsafe fn conv2d_forward_unchecked;
     }
 
-    /// `dx` from `dy` and the weights.
-    fn conv2d_backward_data(
-        &self,
-        g: &Conv2dGeom,
-        dy: View<'_, Self>,
-        params: View<'_, Self>,
-        dx: ViewMut<'_, Self>,
-        workspace: ViewMut<'_, Self>,
-    ) -> Result<()> {
-        let ws = self.conv2d_workspace_len(g);
-        g.check_pass("conv2d_backward_data", dx.len(), params.len(), dy.len(), workspace.len(), ws)?;
-        // SAFETY: the geometry and the lengths were checked.
-        unsafe { self.conv2d_backward_data_unchecked(g, dy, params, dx, workspace) }
+    checked_op! {
+        /// `dx` from `dy` and the weights.
+        fn conv2d_backward_data(&self, g: &Conv2dGeom, dy: View<'_, Self>, params: View<'_, Self>, dx: ViewMut<'_, Self>, workspace: ViewMut<'_, Self>) {
+            let ws = self.conv2d_workspace_len(g);
+            g.check_pass("conv2d_backward_data", dx.len(), params.len(), dy.len(), workspace.len(), ws)?;
+        }
+
+        /// The kernel of [`Conv2d::conv2d_backward_data`].
+        ///
+        /// # Safety
+        /// As for [`Conv2d::conv2d_forward_unchecked`].
+        unsafe fn conv2d_backward_data_unchecked;
     }
 
-    /// Weight (and bias) gradients, laid out like `params`.
-    fn conv2d_backward_params(
-        &self,
-        g: &Conv2dGeom,
-        x: View<'_, Self>,
-        dy: View<'_, Self>,
-        dparams: ViewMut<'_, Self>,
-        workspace: ViewMut<'_, Self>,
-    ) -> Result<()> {
-        let ws = self.conv2d_workspace_len(g);
-        g.check_pass("conv2d_backward_params", x.len(), dparams.len(), dy.len(), workspace.len(), ws)?;
-        // SAFETY: the geometry and the lengths were checked.
-        unsafe { self.conv2d_backward_params_unchecked(g, x, dy, dparams, workspace) }
+    checked_op! {
+        /// Weight (and bias) gradients, laid out like `params`.
+        fn conv2d_backward_params(&self, g: &Conv2dGeom, x: View<'_, Self>, dy: View<'_, Self>, dparams: ViewMut<'_, Self>, workspace: ViewMut<'_, Self>) {
+            let ws = self.conv2d_workspace_len(g);
+            g.check_pass("conv2d_backward_params", x.len(), dparams.len(), dy.len(), workspace.len(), ws)?;
+        }
+
+        /// The kernel of [`Conv2d::conv2d_backward_params`].
+        ///
+        /// # Safety
+        /// As for [`Conv2d::conv2d_forward_unchecked`].
+        unsafe fn conv2d_backward_params_unchecked;
     }
-
-    /// The kernel of [`Conv2d::conv2d_forward`].
-    ///
-    /// # Safety
-    /// `g` is valid, every view has the length it implies, and the workspace holds at least
-    /// [`Conv2d::conv2d_workspace_len`] elements.
-    unsafe fn conv2d_forward_unchecked(
-        &self,
-        g: &Conv2dGeom,
-        x: View<'_, Self>,
-        params: View<'_, Self>,
-        y: ViewMut<'_, Self>,
-        workspace: ViewMut<'_, Self>,
-    ) -> Result<()>;
-
-    /// The kernel of [`Conv2d::conv2d_backward_data`].
-    ///
-    /// # Safety
-    /// As for [`Conv2d::conv2d_forward_unchecked`].
-    unsafe fn conv2d_backward_data_unchecked(
-        &self,
-        g: &Conv2dGeom,
-        dy: View<'_, Self>,
-        params: View<'_, Self>,
-        dx: ViewMut<'_, Self>,
-        workspace: ViewMut<'_, Self>,
-    ) -> Result<()>;
-
-    /// The kernel of [`Conv2d::conv2d_backward_params`].
-    ///
-    /// # Safety
-    /// As for [`Conv2d::conv2d_forward_unchecked`].
-    unsafe fn conv2d_backward_params_unchecked(
-        &self,
-        g: &Conv2dGeom,
-        x: View<'_, Self>,
-        dy: View<'_, Self>,
-        dparams: ViewMut<'_, Self>,
-        workspace: ViewMut<'_, Self>,
-    ) -> Result<()>;
 }
 
 /// The geometry of a conv2d call.

@@ -17,33 +17,21 @@ use crate::error::{KernelError, Result, same_len};
 /// Dropout. The provided method checks the arguments, then runs the backend's
 /// [`Dropout::dropout_forward_unchecked`] (what a backend implements).
 pub trait Dropout: Storage {
-    /// Inverted dropout: `mask[i] = keep(i) ? 1/(1-p) : 0`, `y = x * mask`, where `keep(i)`
-    /// comes from a counter-based hash of `(seed, i)` ([`keep`]), so every backend draws the
-    /// same mask. The backward pass is `dx = dy * mask` ([`crate::vector::Vector::mul`]).
-    fn dropout_forward(
-        &self,
-        cfg: &DropoutConfig,
-        x: View<'_, Self>,
-        y: ViewMut<'_, Self>,
-        mask: ViewMut<'_, Self>,
-    ) -> Result<()> {
-        cfg.validate()?;
-        same_len("dropout_forward", x.len(), &[("y", y.len()), ("mask", mask.len())])?;
-        // SAFETY: the configuration and the lengths were checked.
-        unsafe { self.dropout_forward_unchecked(cfg, x, y, mask) }
-    }
+    checked_op! {
+        /// Inverted dropout: `mask[i] = keep(i) ? 1/(1-p) : 0`, `y = x * mask`, where `keep(i)`
+        /// comes from a counter-based hash of `(seed, i)` ([`keep`]), so every backend draws the
+        /// same mask. The backward pass is `dx = dy * mask` ([`crate::vector::Vector::mul`]).
+        fn dropout_forward(&self, cfg: &DropoutConfig, x: View<'_, Self>, y: ViewMut<'_, Self>, mask: ViewMut<'_, Self>) {
+            cfg.validate()?;
+            same_len("dropout_forward", x.len(), &[("y", y.len()), ("mask", mask.len())])?;
+        }
 
-    /// The kernel of [`Dropout::dropout_forward`].
-    ///
-    /// # Safety
-    /// `cfg` is valid; `x`, `y` and `mask` have the same length.
-    unsafe fn dropout_forward_unchecked(
-        &self,
-        cfg: &DropoutConfig,
-        x: View<'_, Self>,
-        y: ViewMut<'_, Self>,
-        mask: ViewMut<'_, Self>,
-    ) -> Result<()>;
+        /// The kernel of [`Dropout::dropout_forward`].
+        ///
+        /// # Safety
+        /// `cfg` is valid; `x`, `y` and `mask` have the same length.
+        unsafe fn dropout_forward_unchecked;
+    }
 }
 
 /// Dropout probability and the seed of this call's mask.

@@ -23,24 +23,18 @@ use crate::error::{KernelError, Result, check_len};
 /// GEMM. The provided method checks the arguments, then runs the backend's
 /// [`Gemm::gemm_unchecked`] (what a backend implements).
 pub trait Gemm: Storage {
-    /// Row-major `C = alpha * op(A) * op(B) + beta * C` (see [`GemmConfig`]).
-    fn gemm(&self, cfg: &GemmConfig, a: View<'_, Self>, b: View<'_, Self>, c: ViewMut<'_, Self>) -> Result<()> {
-        cfg.check(a.len(), b.len(), c.len())?;
-        // SAFETY: the lengths were checked.
-        unsafe { self.gemm_unchecked(cfg, a, b, c) }
-    }
+    checked_op! {
+        /// Row-major `C = alpha * op(A) * op(B) + beta * C` (see [`GemmConfig`]).
+        fn gemm(&self, cfg: &GemmConfig, a: View<'_, Self>, b: View<'_, Self>, c: ViewMut<'_, Self>) {
+            cfg.check(a.len(), b.len(), c.len())?;
+        }
 
-    /// The kernel of [`Gemm::gemm`].
-    ///
-    /// # Safety
-    /// `a`, `b` and `c` have the lengths [`GemmConfig::lens`] gives.
-    unsafe fn gemm_unchecked(
-        &self,
-        cfg: &GemmConfig,
-        a: View<'_, Self>,
-        b: View<'_, Self>,
-        c: ViewMut<'_, Self>,
-    ) -> Result<()>;
+        /// The kernel of [`Gemm::gemm`].
+        ///
+        /// # Safety
+        /// `a`, `b` and `c` have the lengths [`GemmConfig::lens`] gives.
+        unsafe fn gemm_unchecked;
+    }
 }
 
 /// Row-major `C[m, n] = alpha * op(A)[m, k] * op(B)[k, n] + beta * C`.

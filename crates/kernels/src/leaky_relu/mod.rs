@@ -21,43 +21,31 @@ fn check_slope(slope: f32) -> Result<()> {
 /// Leaky ReLU. The provided methods check the arguments, then run the backend's
 /// `*_unchecked` kernels (what a backend implements).
 pub trait LeakyRelu: Storage {
-    /// `y = x > 0 ? x : slope * x`.
-    fn leaky_relu_forward(&self, slope: f32, x: View<'_, Self>, y: ViewMut<'_, Self>) -> Result<()> {
-        check_slope(slope)?;
-        same_len("leaky_relu_forward", x.len(), &[("y", y.len())])?;
-        // SAFETY: the slope and the lengths were checked.
-        unsafe { self.leaky_relu_forward_unchecked(slope, x, y) }
+    checked_op! {
+        /// `y = x > 0 ? x : slope * x`.
+        fn leaky_relu_forward(&self, slope: f32, x: View<'_, Self>, y: ViewMut<'_, Self>) {
+            check_slope(slope)?;
+            same_len("leaky_relu_forward", x.len(), &[("y", y.len())])?;
+        }
+
+        /// The kernel of [`LeakyRelu::leaky_relu_forward`].
+        ///
+        /// # Safety
+        /// `slope` is finite and `>= 0`; `x` and `y` have the same length.
+        unsafe fn leaky_relu_forward_unchecked;
     }
 
-    /// `dx = y > 0 ? dy : slope * dy`, from the forward output `y`.
-    fn leaky_relu_backward(
-        &self,
-        slope: f32,
-        y: View<'_, Self>,
-        dy: View<'_, Self>,
-        dx: ViewMut<'_, Self>,
-    ) -> Result<()> {
-        check_slope(slope)?;
-        same_len("leaky_relu_backward", y.len(), &[("dy", dy.len()), ("dx", dx.len())])?;
-        // SAFETY: the slope and the lengths were checked.
-        unsafe { self.leaky_relu_backward_unchecked(slope, y, dy, dx) }
+    checked_op! {
+        /// `dx = y > 0 ? dy : slope * dy`, from the forward output `y`.
+        fn leaky_relu_backward(&self, slope: f32, y: View<'_, Self>, dy: View<'_, Self>, dx: ViewMut<'_, Self>) {
+            check_slope(slope)?;
+            same_len("leaky_relu_backward", y.len(), &[("dy", dy.len()), ("dx", dx.len())])?;
+        }
+
+        /// The kernel of [`LeakyRelu::leaky_relu_backward`].
+        ///
+        /// # Safety
+        /// `slope` is finite and `>= 0`; `y`, `dy` and `dx` have the same length.
+        unsafe fn leaky_relu_backward_unchecked;
     }
-
-    /// The kernel of [`LeakyRelu::leaky_relu_forward`].
-    ///
-    /// # Safety
-    /// `slope` is finite and `>= 0`; `x` and `y` have the same length.
-    unsafe fn leaky_relu_forward_unchecked(&self, slope: f32, x: View<'_, Self>, y: ViewMut<'_, Self>) -> Result<()>;
-
-    /// The kernel of [`LeakyRelu::leaky_relu_backward`].
-    ///
-    /// # Safety
-    /// `slope` is finite and `>= 0`; `y`, `dy` and `dx` have the same length.
-    unsafe fn leaky_relu_backward_unchecked(
-        &self,
-        slope: f32,
-        y: View<'_, Self>,
-        dy: View<'_, Self>,
-        dx: ViewMut<'_, Self>,
-    ) -> Result<()>;
 }

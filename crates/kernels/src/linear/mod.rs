@@ -16,80 +16,44 @@ use crate::error::{KernelError, Result, check_len};
 /// The fully connected layer. The provided methods check the arguments, then run the
 /// backend's `*_unchecked` kernels (what a backend implements).
 pub trait Linear: Storage {
-    /// `y = x W^T + b`; `params` = `W [out, in]` then `b [out]` if the geometry has one.
-    fn linear_forward(
-        &self,
-        g: &LinearGeom,
-        x: View<'_, Self>,
-        params: View<'_, Self>,
-        y: ViewMut<'_, Self>,
-    ) -> Result<()> {
-        g.check_lens("linear_forward", x.len(), params.len(), y.len())?;
-        // SAFETY: the geometry and the lengths were checked.
-        unsafe { self.linear_forward_unchecked(g, x, params, y) }
+    checked_op! {
+        /// `y = x W^T + b`; `params` = `W [out, in]` then `b [out]` if the geometry has one.
+        fn linear_forward(&self, g: &LinearGeom, x: View<'_, Self>, params: View<'_, Self>, y: ViewMut<'_, Self>) {
+            g.check_lens("linear_forward", x.len(), params.len(), y.len())?;
+        }
+
+        /// The kernel of [`Linear::linear_forward`].
+        ///
+        /// # Safety
+        /// `g` is valid and every view has the length it implies.
+        unsafe fn linear_forward_unchecked;
     }
 
-    /// `dx = dy W`.
-    fn linear_backward_data(
-        &self,
-        g: &LinearGeom,
-        dy: View<'_, Self>,
-        params: View<'_, Self>,
-        dx: ViewMut<'_, Self>,
-    ) -> Result<()> {
-        g.check_lens("linear_backward_data", dx.len(), params.len(), dy.len())?;
-        // SAFETY: the geometry and the lengths were checked.
-        unsafe { self.linear_backward_data_unchecked(g, dy, params, dx) }
+    checked_op! {
+        /// `dx = dy W`.
+        fn linear_backward_data(&self, g: &LinearGeom, dy: View<'_, Self>, params: View<'_, Self>, dx: ViewMut<'_, Self>) {
+            g.check_lens("linear_backward_data", dx.len(), params.len(), dy.len())?;
+        }
+
+        /// The kernel of [`Linear::linear_backward_data`].
+        ///
+        /// # Safety
+        /// `g` is valid and every view has the length it implies.
+        unsafe fn linear_backward_data_unchecked;
     }
 
-    /// `dW = dy^T x`, `db = sum_n dy`, laid out like `params`.
-    fn linear_backward_params(
-        &self,
-        g: &LinearGeom,
-        x: View<'_, Self>,
-        dy: View<'_, Self>,
-        dparams: ViewMut<'_, Self>,
-    ) -> Result<()> {
-        g.check_lens("linear_backward_params", x.len(), dparams.len(), dy.len())?;
-        // SAFETY: the geometry and the lengths were checked.
-        unsafe { self.linear_backward_params_unchecked(g, x, dy, dparams) }
+    checked_op! {
+        /// `dW = dy^T x`, `db = sum_n dy`, laid out like `params`.
+        fn linear_backward_params(&self, g: &LinearGeom, x: View<'_, Self>, dy: View<'_, Self>, dparams: ViewMut<'_, Self>) {
+            g.check_lens("linear_backward_params", x.len(), dparams.len(), dy.len())?;
+        }
+
+        /// The kernel of [`Linear::linear_backward_params`].
+        ///
+        /// # Safety
+        /// `g` is valid and every view has the length it implies.
+        unsafe fn linear_backward_params_unchecked;
     }
-
-    /// The kernel of [`Linear::linear_forward`].
-    ///
-    /// # Safety
-    /// `g` is valid and every view has the length it implies.
-    unsafe fn linear_forward_unchecked(
-        &self,
-        g: &LinearGeom,
-        x: View<'_, Self>,
-        params: View<'_, Self>,
-        y: ViewMut<'_, Self>,
-    ) -> Result<()>;
-
-    /// The kernel of [`Linear::linear_backward_data`].
-    ///
-    /// # Safety
-    /// `g` is valid and every view has the length it implies.
-    unsafe fn linear_backward_data_unchecked(
-        &self,
-        g: &LinearGeom,
-        dy: View<'_, Self>,
-        params: View<'_, Self>,
-        dx: ViewMut<'_, Self>,
-    ) -> Result<()>;
-
-    /// The kernel of [`Linear::linear_backward_params`].
-    ///
-    /// # Safety
-    /// `g` is valid and every view has the length it implies.
-    unsafe fn linear_backward_params_unchecked(
-        &self,
-        g: &LinearGeom,
-        x: View<'_, Self>,
-        dy: View<'_, Self>,
-        dparams: ViewMut<'_, Self>,
-    ) -> Result<()>;
 }
 
 /// The geometry of a linear layer call.

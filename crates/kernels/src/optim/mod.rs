@@ -26,33 +26,21 @@ use crate::error::{KernelError, Result, same_len};
 /// The optimiser step. The provided method checks the arguments, then runs the backend's
 /// [`Optim::sgd_step_unchecked`] (what a backend implements).
 pub trait Optim: Storage {
-    /// One SGD step with weight decay and (optionally Nesterov) momentum, the learning rate
-    /// folded into the velocity (see the [module docs](self)):
-    /// `g = grad + wd*p; v = mu*v - lr*g; p += nesterov ? mu*v - lr*g : v`.
-    fn sgd_step(
-        &self,
-        cfg: &SgdConfig,
-        param: ViewMut<'_, Self>,
-        grad: View<'_, Self>,
-        velocity: ViewMut<'_, Self>,
-    ) -> Result<()> {
-        cfg.validate()?;
-        same_len("sgd_step", param.len(), &[("grad", grad.len()), ("velocity", velocity.len())])?;
-        // SAFETY: the configuration and the lengths were checked.
-        unsafe { self.sgd_step_unchecked(cfg, param, grad, velocity) }
-    }
+    checked_op! {
+        /// One SGD step with weight decay and (optionally Nesterov) momentum, the learning rate
+        /// folded into the velocity (see the [module docs](self)):
+        /// `g = grad + wd*p; v = mu*v - lr*g; p += nesterov ? mu*v - lr*g : v`.
+        fn sgd_step(&self, cfg: &SgdConfig, param: ViewMut<'_, Self>, grad: View<'_, Self>, velocity: ViewMut<'_, Self>) {
+            cfg.validate()?;
+            same_len("sgd_step", param.len(), &[("grad", grad.len()), ("velocity", velocity.len())])?;
+        }
 
-    /// The kernel of [`Optim::sgd_step`].
-    ///
-    /// # Safety
-    /// `cfg` is valid; `param`, `grad` and `velocity` have the same length.
-    unsafe fn sgd_step_unchecked(
-        &self,
-        cfg: &SgdConfig,
-        param: ViewMut<'_, Self>,
-        grad: View<'_, Self>,
-        velocity: ViewMut<'_, Self>,
-    ) -> Result<()>;
+        /// The kernel of [`Optim::sgd_step`].
+        ///
+        /// # Safety
+        /// `cfg` is valid; `param`, `grad` and `velocity` have the same length.
+        unsafe fn sgd_step_unchecked;
+    }
 }
 
 /// Hyper-parameters of one SGD step.

@@ -15,80 +15,61 @@ use crate::error::{KernelError, Result, check_len};
 /// Pooling. The provided methods check the arguments, then run the backend's `*_unchecked`
 /// kernels (what a backend implements).
 pub trait Pool2d: Storage {
-    /// Max pooling (padding never wins; ties go to the first element in row-major order).
-    fn max_pool_forward(&self, g: &Pool2dGeom, x: View<'_, Self>, y: ViewMut<'_, Self>) -> Result<()> {
-        g.check("max_pool_forward", x.len(), y.len())?;
-        // SAFETY: the geometry and the lengths were checked.
-        unsafe { self.max_pool_forward_unchecked(g, x, y) }
+    checked_op! {
+        /// Max pooling (padding never wins; ties go to the first element in row-major order).
+        fn max_pool_forward(&self, g: &Pool2dGeom, x: View<'_, Self>, y: ViewMut<'_, Self>) {
+            g.check("max_pool_forward", x.len(), y.len())?;
+        }
+
+        /// The kernel of [`Pool2d::max_pool_forward`].
+        ///
+        /// # Safety
+        /// `g` is valid and every view has the length it implies.
+        unsafe fn max_pool_forward_unchecked;
     }
 
-    /// Routes `dy` to the arg-max of each window (recomputed from `x` and `y`).
-    fn max_pool_backward(
-        &self,
-        g: &Pool2dGeom,
-        x: View<'_, Self>,
-        y: View<'_, Self>,
-        dy: View<'_, Self>,
-        dx: ViewMut<'_, Self>,
-    ) -> Result<()> {
-        let op = "max_pool_backward";
-        g.check(op, x.len(), y.len())?;
-        check_len(op, "dy", g.output_len(), dy.len())?;
-        check_len(op, "dx", g.input_len(), dx.len())?;
-        // SAFETY: the geometry and the lengths were checked.
-        unsafe { self.max_pool_backward_unchecked(g, x, y, dy, dx) }
+    checked_op! {
+        /// Routes `dy` to the arg-max of each window (recomputed from `x` and `y`).
+        fn max_pool_backward(&self, g: &Pool2dGeom, x: View<'_, Self>, y: View<'_, Self>, dy: View<'_, Self>, dx: ViewMut<'_, Self>) {
+            let op = "max_pool_backward";
+            g.check(op, x.len(), y.len())?;
+            check_len(op, "dy", g.output_len(), dy.len())?;
+            check_len(op, "dx", g.input_len(), dx.len())?;
+        }
+
+        /// The kernel of [`Pool2d::max_pool_backward`].
+        ///
+        /// # Safety
+        /// `g` is valid and every view has the length it implies.
+        unsafe fn max_pool_backward_unchecked;
     }
 
-    /// Average pooling; each window is divided by its number of in-bounds (non-padding)
-    /// elements (PyTorch's `count_include_pad=False`).
-    fn avg_pool_forward(&self, g: &Pool2dGeom, x: View<'_, Self>, y: ViewMut<'_, Self>) -> Result<()> {
-        g.check("avg_pool_forward", x.len(), y.len())?;
-        // SAFETY: the geometry and the lengths were checked.
-        unsafe { self.avg_pool_forward_unchecked(g, x, y) }
+    checked_op! {
+        /// Average pooling; each window is divided by its number of in-bounds (non-padding)
+        /// elements (PyTorch's `count_include_pad=False`).
+        fn avg_pool_forward(&self, g: &Pool2dGeom, x: View<'_, Self>, y: ViewMut<'_, Self>) {
+            g.check("avg_pool_forward", x.len(), y.len())?;
+        }
+
+        /// The kernel of [`Pool2d::avg_pool_forward`].
+        ///
+        /// # Safety
+        /// `g` is valid and every view has the length it implies.
+        unsafe fn avg_pool_forward_unchecked;
     }
 
-    /// Gradient of [`Pool2d::avg_pool_forward`].
-    fn avg_pool_backward(&self, g: &Pool2dGeom, dy: View<'_, Self>, dx: ViewMut<'_, Self>) -> Result<()> {
-        g.check("avg_pool_backward", dx.len(), dy.len())?;
-        // SAFETY: the geometry and the lengths were checked.
-        unsafe { self.avg_pool_backward_unchecked(g, dy, dx) }
+    checked_op! {
+        /// Gradient of [`Pool2d::avg_pool_forward`].
+        fn avg_pool_backward(&self, g: &Pool2dGeom, dy: View<'_, Self>, dx: ViewMut<'_, Self>) {
+            g.check("avg_pool_backward", dx.len(), dy.len())?;
+        }
+
+        /// The kernel of [`Pool2d::avg_pool_backward`].
+        ///
+        /// # Safety
+        /// `g` is valid and every view has the length it implies.
+        unsafe fn avg_pool_backward_unchecked;
     }
-
-    /// The kernel of [`Pool2d::max_pool_forward`].
-    ///
-    /// # Safety
-    /// `g` is valid and every view has the length it implies.
-    unsafe fn max_pool_forward_unchecked(&self, g: &Pool2dGeom, x: View<'_, Self>, y: ViewMut<'_, Self>) -> Result<()>;
-
-    /// The kernel of [`Pool2d::max_pool_backward`].
-    ///
-    /// # Safety
-    /// `g` is valid and every view has the length it implies.
-    unsafe fn max_pool_backward_unchecked(
-        &self,
-        g: &Pool2dGeom,
-        x: View<'_, Self>,
-        y: View<'_, Self>,
-        dy: View<'_, Self>,
-        dx: ViewMut<'_, Self>,
-    ) -> Result<()>;
-
-    /// The kernel of [`Pool2d::avg_pool_forward`].
-    ///
-    /// # Safety
-    /// `g` is valid and every view has the length it implies.
-    unsafe fn avg_pool_forward_unchecked(&self, g: &Pool2dGeom, x: View<'_, Self>, y: ViewMut<'_, Self>) -> Result<()>;
-
-    /// The kernel of [`Pool2d::avg_pool_backward`].
-    ///
-    /// # Safety
-    /// `g` is valid and every view has the length it implies.
-    unsafe fn avg_pool_backward_unchecked(
-        &self,
-        g: &Pool2dGeom,
-        dy: View<'_, Self>,
-        dx: ViewMut<'_, Self>,
-    ) -> Result<()>;
 }
 
 /// The geometry of a pooling call.

@@ -30,75 +30,42 @@ fn check_finite(op: &'static str, what: &str, v: f32) -> Result<()> {
 /// SMA's fused updates. The provided methods check the arguments, then run the backend's
 /// `*_unchecked` kernels (what a backend implements).
 pub trait SmaStep: Storage {
-    /// A learner's SMA step: `c = alpha (w - z)` from the parameters before the step, one
-    /// SGD step of `cfg` on `w` and `v`, then `w -= c`; writes `c` to `correction` (for the
-    /// device's reduction).
-    #[allow(clippy::too_many_arguments)]
-    fn sma_learner_step(
-        &self,
-        cfg: &SgdConfig,
-        alpha: f32,
-        param: ViewMut<'_, Self>,
-        grad: View<'_, Self>,
-        velocity: ViewMut<'_, Self>,
-        z: View<'_, Self>,
-        correction: ViewMut<'_, Self>,
-    ) -> Result<()> {
-        cfg.validate()?;
-        check_finite("sma_learner_step", "alpha", alpha)?;
-        same_len(
-            "sma_learner_step",
-            param.len(),
-            &[("grad", grad.len()), ("velocity", velocity.len()), ("z", z.len()), ("correction", correction.len())],
-        )?;
-        // SAFETY: the configuration, alpha and the lengths were checked.
-        unsafe { self.sma_learner_step_unchecked(cfg, alpha, param, grad, velocity, z, correction) }
+    checked_op! {
+        /// A learner's SMA step: `c = alpha (w - z)` from the parameters before the step, one
+        /// SGD step of `cfg` on `w` and `v`, then `w -= c`; writes `c` to `correction` (for the
+        /// device's reduction).
+        #[allow(clippy::too_many_arguments)]
+        fn sma_learner_step(&self, cfg: &SgdConfig, alpha: f32, param: ViewMut<'_, Self>, grad: View<'_, Self>, velocity: ViewMut<'_, Self>, z: View<'_, Self>, correction: ViewMut<'_, Self>) {
+            cfg.validate()?;
+            check_finite("sma_learner_step", "alpha", alpha)?;
+            same_len(
+                "sma_learner_step",
+                param.len(),
+                &[("grad", grad.len()), ("velocity", velocity.len()), ("z", z.len()), ("correction", correction.len())],
+            )?;
+        }
+
+        /// The kernel of [`SmaStep::sma_learner_step`].
+        ///
+        /// # Safety
+        /// `cfg` is valid, `alpha` finite, and every view has `param`'s length.
+        unsafe fn sma_learner_step_unchecked;
     }
 
-    /// The kernel of [`SmaStep::sma_learner_step`].
-    ///
-    /// # Safety
-    /// `cfg` is valid, `alpha` finite, and every view has `param`'s length.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn sma_learner_step_unchecked(
-        &self,
-        cfg: &SgdConfig,
-        alpha: f32,
-        param: ViewMut<'_, Self>,
-        grad: View<'_, Self>,
-        velocity: ViewMut<'_, Self>,
-        z: View<'_, Self>,
-        correction: ViewMut<'_, Self>,
-    ) -> Result<()>;
+    checked_op! {
+        /// The central model's SMA step from the all-reduced corrections `total`:
+        /// `t = total - decay z` (when `decay != 0`), `t += mu z - mu z_prev` (when `mu != 0`, in
+        /// that order), then `z_prev = z`, `z += t`, and `total = t`.
+        fn sma_central_step(&self, momentum: f32, decay: f32, total: ViewMut<'_, Self>, z: ViewMut<'_, Self>, z_prev: ViewMut<'_, Self>) {
+            check_finite("sma_central_step", "central momentum", momentum)?;
+            check_finite("sma_central_step", "decay", decay)?;
+            same_len("sma_central_step", total.len(), &[("z", z.len()), ("z_prev", z_prev.len())])?;
+        }
 
-    /// The central model's SMA step from the all-reduced corrections `total`:
-    /// `t = total - decay z` (when `decay != 0`), `t += mu z - mu z_prev` (when `mu != 0`, in
-    /// that order), then `z_prev = z`, `z += t`, and `total = t`.
-    fn sma_central_step(
-        &self,
-        momentum: f32,
-        decay: f32,
-        total: ViewMut<'_, Self>,
-        z: ViewMut<'_, Self>,
-        z_prev: ViewMut<'_, Self>,
-    ) -> Result<()> {
-        check_finite("sma_central_step", "central momentum", momentum)?;
-        check_finite("sma_central_step", "decay", decay)?;
-        same_len("sma_central_step", total.len(), &[("z", z.len()), ("z_prev", z_prev.len())])?;
-        // SAFETY: the constants and the lengths were checked.
-        unsafe { self.sma_central_step_unchecked(momentum, decay, total, z, z_prev) }
+        /// The kernel of [`SmaStep::sma_central_step`].
+        ///
+        /// # Safety
+        /// The constants are finite and the three views have the same length.
+        unsafe fn sma_central_step_unchecked;
     }
-
-    /// The kernel of [`SmaStep::sma_central_step`].
-    ///
-    /// # Safety
-    /// The constants are finite and the three views have the same length.
-    unsafe fn sma_central_step_unchecked(
-        &self,
-        momentum: f32,
-        decay: f32,
-        total: ViewMut<'_, Self>,
-        z: ViewMut<'_, Self>,
-        z_prev: ViewMut<'_, Self>,
-    ) -> Result<()>;
 }

@@ -14,36 +14,22 @@ use crate::error::{KernelError, Result, check_len};
 /// The loss. The provided method checks the arguments, then runs the backend's
 /// [`SoftmaxXent::softmax_xent_unchecked`] (what a backend implements).
 pub trait SoftmaxXent: Storage {
-    /// Fused softmax + cross-entropy over `logits [batch, classes]` with class-index `labels`.
-    /// Writes `stats = [sum of per-sample losses, number of correct arg-max predictions]` and,
-    /// when `dlogits` is given, `dlogits = grad_scale * (softmax(logits) - onehot(labels))`
-    /// (with `grad_scale = 1/batch` this is the gradient of the mean loss). A label outside
-    /// `0..classes` is an error on the CPU; on a GPU it yields a NaN loss.
-    fn softmax_xent(
-        &self,
-        g: &SoftmaxXentGeom,
-        logits: View<'_, Self>,
-        labels: View<'_, Self>,
-        dlogits: Option<ViewMut<'_, Self>>,
-        stats: ViewMut<'_, Self>,
-    ) -> Result<()> {
-        g.check(logits.len(), labels.len(), dlogits.as_ref().map(|d| d.len()), stats.len())?;
-        // SAFETY: the geometry and the lengths were checked.
-        unsafe { self.softmax_xent_unchecked(g, logits, labels, dlogits, stats) }
-    }
+    checked_op! {
+        /// Fused softmax + cross-entropy over `logits [batch, classes]` with class-index `labels`.
+        /// Writes `stats = [sum of per-sample losses, number of correct arg-max predictions]` and,
+        /// when `dlogits` is given, `dlogits = grad_scale * (softmax(logits) - onehot(labels))`
+        /// (with `grad_scale = 1/batch` this is the gradient of the mean loss). A label outside
+        /// `0..classes` is an error on the CPU; on a GPU it yields a NaN loss.
+        fn softmax_xent(&self, g: &SoftmaxXentGeom, logits: View<'_, Self>, labels: View<'_, Self>, dlogits: Option<ViewMut<'_, Self>>, stats: ViewMut<'_, Self>) {
+            g.check(logits.len(), labels.len(), dlogits.as_ref().map(|d| d.len()), stats.len())?;
+        }
 
-    /// The kernel of [`SoftmaxXent::softmax_xent`].
-    ///
-    /// # Safety
-    /// `g` is valid and every view has the length it implies.
-    unsafe fn softmax_xent_unchecked(
-        &self,
-        g: &SoftmaxXentGeom,
-        logits: View<'_, Self>,
-        labels: View<'_, Self>,
-        dlogits: Option<ViewMut<'_, Self>>,
-        stats: ViewMut<'_, Self>,
-    ) -> Result<()>;
+        /// The kernel of [`SoftmaxXent::softmax_xent`].
+        ///
+        /// # Safety
+        /// `g` is valid and every view has the length it implies.
+        unsafe fn softmax_xent_unchecked;
+    }
 }
 
 /// The geometry of a softmax-cross-entropy call.

@@ -33,28 +33,46 @@ pub trait Vector: Storage {
         unsafe { self.binary_unchecked(BinaryOp::Mul, a, b, y) }
     }
 
-    /// `y += alpha * x`.
-    fn axpy(&self, alpha: f32, x: View<'_, Self>, y: ViewMut<'_, Self>) -> Result<()> {
-        same_len("axpy", x.len(), &[("y", y.len())])?;
-        // SAFETY: the lengths were checked.
-        unsafe { self.axpy_unchecked(alpha, x, y) }
+    checked_op! {
+        /// `y += alpha * x`.
+        fn axpy(&self, alpha: f32, x: View<'_, Self>, y: ViewMut<'_, Self>) {
+            same_len("axpy", x.len(), &[("y", y.len())])?;
+        }
+
+        /// The kernel of [`Vector::axpy`].
+        ///
+        /// # Safety
+        /// `x` and `y` have the same length.
+        unsafe fn axpy_unchecked;
     }
 
-    /// `y = alpha * x + beta * y` (a weighted sum; `beta = 0` ignores the old `y`, NaNs included).
-    fn axpby(&self, alpha: f32, x: View<'_, Self>, beta: f32, y: ViewMut<'_, Self>) -> Result<()> {
-        same_len("axpby", x.len(), &[("y", y.len())])?;
-        // SAFETY: the lengths were checked.
-        unsafe { self.axpby_unchecked(alpha, x, beta, y) }
+    checked_op! {
+        /// `y = alpha * x + beta * y` (a weighted sum; `beta = 0` ignores the old `y`, NaNs included).
+        fn axpby(&self, alpha: f32, x: View<'_, Self>, beta: f32, y: ViewMut<'_, Self>) {
+            same_len("axpby", x.len(), &[("y", y.len())])?;
+        }
+
+        /// The kernel of [`Vector::axpby`].
+        ///
+        /// # Safety
+        /// `x` and `y` have the same length.
+        unsafe fn axpby_unchecked;
     }
 
     /// `y *= alpha`.
     fn scale(&self, alpha: f32, y: ViewMut<'_, Self>) -> Result<()>;
 
-    /// `out[0] = sum(x^2)` (a norm, and a cheap NaN/Inf detector).
-    fn sum_squares(&self, x: View<'_, Self>, out: ViewMut<'_, Self>) -> Result<()> {
-        check_len("sum_squares", "out", 1, out.len())?;
-        // SAFETY: the length was checked.
-        unsafe { self.sum_squares_unchecked(x, out) }
+    checked_op! {
+        /// `out[0] = sum(x^2)` (a norm, and a cheap NaN/Inf detector).
+        fn sum_squares(&self, x: View<'_, Self>, out: ViewMut<'_, Self>) {
+            check_len("sum_squares", "out", 1, out.len())?;
+        }
+
+        /// The kernel of [`Vector::sum_squares`].
+        ///
+        /// # Safety
+        /// `out` has length 1.
+        unsafe fn sum_squares_unchecked;
     }
 
     /// The kernel of [`Vector::add`], [`Vector::sub`] and [`Vector::mul`].
@@ -68,24 +86,6 @@ pub trait Vector: Storage {
         b: View<'_, Self>,
         y: ViewMut<'_, Self>,
     ) -> Result<()>;
-
-    /// The kernel of [`Vector::axpy`].
-    ///
-    /// # Safety
-    /// `x` and `y` have the same length.
-    unsafe fn axpy_unchecked(&self, alpha: f32, x: View<'_, Self>, y: ViewMut<'_, Self>) -> Result<()>;
-
-    /// The kernel of [`Vector::axpby`].
-    ///
-    /// # Safety
-    /// `x` and `y` have the same length.
-    unsafe fn axpby_unchecked(&self, alpha: f32, x: View<'_, Self>, beta: f32, y: ViewMut<'_, Self>) -> Result<()>;
-
-    /// The kernel of [`Vector::sum_squares`].
-    ///
-    /// # Safety
-    /// `out` has length 1.
-    unsafe fn sum_squares_unchecked(&self, x: View<'_, Self>, out: ViewMut<'_, Self>) -> Result<()>;
 }
 
 /// The element-wise binary ops of [`Vector`].
