@@ -139,8 +139,23 @@ pub const DEFAULT_BANDWIDTH_GB_S: f64 = 10.0;
 pub const AUTO_WARMUP_ITERATIONS: usize = 5;
 
 /// The help line of `--sync ako`, for the registry.
-pub const HELP: &str = "decentralised partial gradient exchange (Ako): each learner sends 1/p of its accumulated gradient per iteration; \
-                        options: partitions=P|auto [auto], bandwidth=GB/s [10, for auto]";
+pub const HELP: &str =
+    "decentralised partial gradient exchange (Ako): each learner sends 1/p of its accumulated gradient per iteration";
+
+/// Ako as a registry entry: `--sync ako`, with its options `partitions` (flag
+/// `--ako-partitions`) and `bandwidth` (flag `--ako-bandwidth`).
+pub fn entry() -> crossbow_replica::catalog::SyncEntry {
+    use crossbow_replica::catalog::{OptionSpec, SyncEntry, SyncOptions};
+    SyncEntry::new("ako", HELP, |o: &SyncOptions| Ako::from_options(o.get("partitions"), o.get("bandwidth")))
+        .option(
+            OptionSpec::new("partitions", "auto", "P >= 1 partitions of the gradient, or auto (from the bandwidth)")
+                .with_flag_named("ako-partitions"),
+        )
+        .option(
+            OptionSpec::new("bandwidth", "10", "GB/s between learners, for partitions=auto")
+                .with_flag_named("ako-bandwidth"),
+        )
+}
 
 /// How many partitions the gradient is split into.
 #[derive(Clone, Copy, Debug, PartialEq)]

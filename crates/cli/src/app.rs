@@ -200,7 +200,7 @@ fn run(cli: Cli, matches: &clap::ArgMatches, registry: &SyncRegistry) -> Result<
     match cli.command {
         Command::Train(a) => {
             let file = match &a.config {
-                Some(p) => Some((p.clone(), TrainFile::read(p)?)),
+                Some(p) => Some((p.clone(), TrainFile::read_with(p, registry)?)),
                 None => None,
             };
             let flags = settings_from_flags(

@@ -101,7 +101,7 @@ fn bad_options_are_one_line_naming_the_option() {
 fn every_command_knows_the_name() {
     let (code, out) = run(&["train", "--help"]);
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("ako") && out.contains("partitions=P|auto"), "{out}");
+    assert!(out.contains("ako") && out.contains("--ako-partitions [auto]"), "{out}");
     let (code, out) = run(&["experiment", "tta", "--help"]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("| ako"), "{out}");

@@ -5,10 +5,10 @@
 //! match the CPU run closely. Skips (saying so) when there is no C++ compiler.
 #![cfg(feature = "cuda")]
 
+use crossbow_cli::SyncOptions;
 use crossbow_cli::config::{TrainConfig, TrainFile};
 use crossbow_cli::report::Reporter;
 use crossbow_cli::train::{build_graph, load_data, train_with};
-use crossbow_kernels::CpuBackend;
 use crossbow_kernels::cuda::emu::{EmuBackend, emu_backend};
 use crossbow_replica::ReplicaError;
 use crossbow_replica::engine::{CpuDevices, DeviceFactory};
@@ -55,7 +55,7 @@ fn sma_training_on_the_emulated_gpu_matches_the_cpu() {
         &data,
         build_graph(&cfg, &data).unwrap(),
         Box::new(EmuDevices(emu)),
-        cfg.builtin_sync().expect("sma is built in").build(),
+        Box::new(crossbow_sma::catalog::sma_from(&SyncOptions::from_map(cfg.sync_options.clone())).unwrap()),
         &mut Reporter::silent(),
     )
     .expect("training on the emulated GPU backend");
@@ -64,7 +64,7 @@ fn sma_training_on_the_emulated_gpu_matches_the_cpu() {
         &data,
         build_graph(&cfg, &data).unwrap(),
         Box::new(CpuDevices { count: 1, threads: 1 }),
-        cfg.builtin_sync().expect("sma is built in").build::<CpuBackend>(),
+        Box::new(crossbow_sma::catalog::sma_from(&SyncOptions::from_map(cfg.sync_options.clone())).unwrap()),
         &mut Reporter::silent(),
     )
     .unwrap();

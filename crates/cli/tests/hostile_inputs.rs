@@ -91,7 +91,7 @@ fn bad_values_are_refused_before_training() {
         ("--weight-decay", "NaN", "--weight-decay must be a number >= 0, got NaN"),
         ("--weight-decay", "inf", "--weight-decay must be a number >= 0, got inf"),
         ("--central-momentum", "NaN", "--central-momentum must be in [0, 1), got NaN"),
-        ("--alpha", "inf", "--alpha must be a number >= 0, got inf"),
+        ("--alpha", "inf", "--alpha must be a finite number in [0, 1], got inf"),
         // Issue 50, item 16: values that can only diverge are refused up front.
         ("--alpha", "5", "--alpha (the pull towards the central model) must be in [0, 1], got 5"),
         (

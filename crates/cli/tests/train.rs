@@ -168,7 +168,7 @@ fn bad_input_is_one_line_and_exit_code_2() {
         (vec!["train", "--sma-form", "fancy"], "--sma-form"),
         (
             vec!["train", "--model", "resnet20", "--dataset", "synthetic-shapes", "--alpha", "0.5"],
-            "--alpha set SMA, but resnet20 trains with ssgd by default (it has batch norm) and no synchroniser is given; add --sync sma",
+            "--alpha set sma or easgd, but resnet20 trains with ssgd by default (it has batch norm) and no synchroniser is given; add --sync sma",
         ),
         (vec!["bench", "--sync", "hogwild"], "unknown synchroniser 'hogwild'"),
         (vec!["bench", "--loss-read", "later"], "--loss-read"),

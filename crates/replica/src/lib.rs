@@ -18,6 +18,7 @@
 //! * [`engine`] — the [`engine::Engine`]: k learners over D devices, one batch each per
 //!   iteration, learners added and removed between iterations.
 
+pub mod catalog;
 pub mod checkpoint;
 pub mod comm;
 pub mod engine;

@@ -334,6 +334,13 @@ pub trait Synchroniser<B: Backend>: Send + Sync {
         vec![]
     }
 
+    /// When training diverged: settings of this synchroniser that likely caused it, each
+    /// as `--FLAG VALUE (why)` (SMA: a pull beyond what its learner count keeps stable).
+    /// Default: none.
+    fn divergence_causes(&self) -> Vec<String> {
+        vec![]
+    }
+
     /// Number of extra `len`-sized buffers per learner.
     fn learner_buffers(&self) -> usize {
         0

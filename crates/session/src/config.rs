@@ -19,7 +19,6 @@ use std::str::FromStr;
 
 use crossbow_replica::Schedule;
 use crossbow_replica::engine::AllReduceChoice;
-use crossbow_sma::{SmaForm, SyncKind};
 use crossbow_tensor::DeviceSpec;
 use serde::Serialize;
 
@@ -73,39 +72,66 @@ impl Serialize for LearnersPerDevice {
 impl TrainFile {
     /// Reads a TOML config file; errors name the file (and the line and key, for bad values).
     pub fn read(path: &Path) -> Result<Self, CliError> {
+        Self::read_with(path, &SyncRegistry::builtin())
+    }
+
+    /// Reads a TOML config file whose top-level keys may also be the option flags of
+    /// `registry`'s synchronisers (`alpha = 0.1`: SMA's option `alpha`).
+    pub fn read_with(path: &Path, registry: &SyncRegistry) -> Result<Self, CliError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| CliError::usage(format!("config file {}: {e}", path.display())))?;
-        Self::parse(&text, path)
+        Self::parse_with(&text, path, registry)
     }
 
     /// Parses the text of a TOML config file read from `path` (named in errors). An error is
     /// one line: the file, the line number and the key (or the text) there, and what is wrong.
+    /// The built-in synchronisers' option flags are keys too ([`TrainFile::parse_with`]).
     pub fn parse(text: &str, path: &Path) -> Result<Self, CliError> {
-        toml::from_str(text).map_err(|e| {
-            let at = e.span().map(|span| {
-                let start = span.start.min(text.len());
-                let line_no = text.as_bytes()[..start].iter().filter(|&&b| b == b'\n').count() + 1;
-                let line = text.lines().nth(line_no - 1).unwrap_or("").trim();
-                let key = match line.split_once('=') {
-                    Some((k, _)) => format!("key {}", k.trim()),
-                    None => format!("'{}'", line.chars().take(60).collect::<String>()),
-                };
-                format!("line {line_no}, {key}: ")
-            });
-            let mut message = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
-            // An unknown key: the closest known one, not the list of fifty.
-            if let Some(rest) = message.strip_prefix("unknown field `")
-                && let Some((field, _)) = rest.split_once('`')
-            {
-                let keys = crate::settings::SETTINGS.iter().map(|s| s.key).chain(["sync-options"]);
-                message = match closest(field, keys) {
-                    Some(k) => format!("unknown key `{field}`; did you mean `{k}`? (crossbow train --help lists them)"),
-                    None => format!("unknown key `{field}` (crossbow train --help lists the keys)"),
-                };
-            }
-            CliError::usage(format!("config file {}: {}{message}", path.display(), at.unwrap_or_default()))
-        })
+        Self::parse_with(text, path, &SyncRegistry::builtin())
     }
+
+    /// [`TrainFile::parse`], with the option flags of `registry`'s synchronisers as keys: they
+    /// are moved into `[sync-options]` (`alpha = 0.1` is `[sync-options] alpha = 0.1`).
+    pub fn parse_with(text: &str, path: &Path, registry: &SyncRegistry) -> Result<Self, CliError> {
+        let flags = registry.option_flags();
+        // Only a file that uses option keys takes this path (its errors carry no line numbers).
+        if let Ok(mut table) = toml::from_str::<toml::Table>(text)
+            && flags.iter().any(|(f, _)| table.contains_key(f))
+        {
+            registry
+                .lift_option_keys(&mut table, false)
+                .map_err(|e| CliError::usage(format!("config file {}: {e}", path.display())))?;
+            return toml::Value::Table(table).try_into().map_err(|e| toml_error(&e, text, path, false));
+        }
+        toml::from_str(text).map_err(|e| toml_error(&e, text, path, true))
+    }
+}
+
+/// A TOML error as one line: the file, the line number and the key (or the text) there when
+/// `spans` (the error's positions are in `text`), and what is wrong.
+fn toml_error(e: &toml::de::Error, text: &str, path: &Path, spans: bool) -> CliError {
+    let at = e.span().filter(|_| spans).map(|span| {
+        let start = span.start.min(text.len());
+        let line_no = text.as_bytes()[..start].iter().filter(|&&b| b == b'\n').count() + 1;
+        let line = text.lines().nth(line_no - 1).unwrap_or("").trim();
+        let key = match line.split_once('=') {
+            Some((k, _)) => format!("key {}", k.trim()),
+            None => format!("'{}'", line.chars().take(60).collect::<String>()),
+        };
+        format!("line {line_no}, {key}: ")
+    });
+    let mut message = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
+    // An unknown key: the closest known one, not the list of fifty.
+    if let Some(rest) = message.strip_prefix("unknown field `")
+        && let Some((field, _)) = rest.split_once('`')
+    {
+        let keys = crate::settings::SETTINGS.iter().map(|s| s.key).chain(["sync-options"]);
+        message = match closest(field, keys) {
+            Some(k) => format!("unknown key `{field}`; did you mean `{k}`? (crossbow train --help lists them)"),
+            None => format!("unknown key `{field}` (crossbow train --help lists the keys)"),
+        };
+    }
+    CliError::usage(format!("config file {}: {}{message}", path.display(), at.unwrap_or_default()))
 }
 
 /// The candidate nearest to `word` by edit distance, when it is near enough to be a typo
@@ -201,28 +227,46 @@ impl Origins {
         }
     }
 
+    /// How the user gave synchroniser option `key`: `config file F: alpha` (a top-level
+    /// option key) or `config file F: [sync-options] key` from the file, else its flag
+    /// (`--alpha`) or `--sync-opt key`.
+    fn option_name(&self, key: &str, registry: &SyncRegistry) -> String {
+        let flag = registry.option_flags().into_iter().find(|(_, o)| o == key).map(|(f, _)| f);
+        match (&self.file, flag) {
+            (Some(f), Some(flag)) if self.sync_options.contains(key) => format!("config file {}: {flag}", f.display()),
+            (Some(f), None) if self.sync_options.contains(key) => {
+                format!("config file {}: [sync-options] {key}", f.display())
+            }
+            (_, Some(flag)) => format!("--{flag}"),
+            (_, None) => format!("--sync-opt {key}"),
+        }
+    }
+
     /// An error of the synchroniser's options, prefixed with the file and the option when it
     /// is about an option of the file's `[sync-options]`.
-    fn sync_error(&self, e: CliError) -> CliError {
+    fn sync_error(&self, e: CliError, registry: &SyncRegistry) -> CliError {
         let mut msg = e.to_string();
-        // A shared setting the synchroniser does not use: named where it was given.
+        let flags = registry.option_flags();
+        // An option the synchroniser does not use: named where it was given.
         if msg.contains(" a setting of --sync ") {
-            for key in ["alpha", "central-momentum", "sma-form", "sync"] {
-                let name = self.name(key);
-                if name != format!("--{key}") {
+            for (flag, key) in &flags {
+                let name = self.option_name(key, registry);
+                if name != format!("--{flag}") {
                     msg = msg
-                        .replace(&format!("--{key} "), &format!("{name} "))
-                        .replace(&format!("--{key},"), &format!("{name},"));
+                        .replace(&format!("--{flag} "), &format!("{name} "))
+                        .replace(&format!("--{flag},"), &format!("{name},"));
                 }
             }
             return CliError::usage(printable(&msg));
         }
+        let flag_of = |k: &str| flags.iter().find(|(_, o)| o == k).map(|(f, _)| f.clone());
         let from_file = self.sync_options.iter().find(|k| {
             msg.contains(&format!("option {k}"))
                 || msg.contains(&format!("'{k}'"))
                 || msg.contains(&format!("{k}="))
                 || msg.contains(&format!("[sync-options] {k}:"))
                 || (k.is_empty() && msg.contains("empty name"))
+                || flag_of(k).is_some_and(|f| msg.contains(&format!("--{f} ")) || msg.contains(&format!("--{f}:")))
         });
         // Keys and values are quoted as given: escaped, so that the message stays one line.
         let (one, key) = (printable(&msg), from_file.map(|k| printable(k)));
@@ -230,7 +274,11 @@ impl Origins {
             (Some(f), Some(_)) if msg.starts_with("[sync-options]") => {
                 CliError::usage(format!("config file {}: {one}", f.display()))
             }
-            (Some(f), Some(k)) => CliError::usage(format!("config file {}: [sync-options] {k}: {one}", f.display())),
+            // An option with a flag of its own is a top-level key of the file too.
+            (Some(f), Some(k)) => match flag_of(&k) {
+                Some(flag) => CliError::usage(format!("config file {}: {flag}: {one}", f.display())),
+                None => CliError::usage(format!("config file {}: [sync-options] {k}: {one}", f.display())),
+            },
             _ => match e {
                 CliError::Usage(_) => CliError::usage(one),
                 other => other,
@@ -406,37 +454,31 @@ impl TrainConfig {
         let names = crate::preflight::DeviceNames { devices: &devices_name, threads: &threads_name };
         crate::preflight::check_cpu_devices(cpu_devices, v.threads, crate::train::cores(), &names)
             .map_err(CliError::usage)?;
-        if let Some(form) = &v.sma_form {
-            SmaForm::parse(form).map_err(|e| CliError::usage(format!("{}: {e}", o.name("sma-form"))))?;
-        }
         v.sync =
             registry.resolve(&v.sync).map_err(|e| CliError::usage(format!("{}: {e}", o.name("sync"))))?.to_string();
-        let sync_options = sync_option_texts(f.sync_options.as_ref()).map_err(|e| o.sync_error(e))?;
-        if f.sync.is_none() && v.sync != "sma" {
-            // SMA's settings given without --sync on a model whose default is S-SGD: say so
-            // rather than train with a synchroniser that ignores them.
-            let given = [
-                ("alpha", f.alpha.is_some()),
-                ("central-momentum", f.central_momentum.is_some()),
-                ("sma-form", f.sma_form.is_some()),
-            ];
-            let mut named: Vec<String> = given.iter().filter(|(_, set)| *set).map(|(k, _)| o.name(k)).collect();
-            if f.sync_options.as_ref().is_some_and(|m| !m.is_empty()) {
-                named.push(match &o.file {
-                    Some(file) if !o.sync_options.is_empty() => {
-                        format!("config file {}: [sync-options]", file.display())
-                    }
-                    _ => "--sync-opt".to_string(),
-                });
-            }
-            if !named.is_empty() {
+        let sync_options = sync_option_texts(f.sync_options.as_ref()).map_err(|e| o.sync_error(e, registry))?;
+        if f.sync.is_none()
+            && let Some(entry) = registry.entry(&v.sync)
+        {
+            // Options of another synchroniser given without --sync, on a model whose default
+            // does not read them: say so rather than train with one that ignores them.
+            let foreign: Vec<&String> = sync_options.keys().filter(|k| !entry.reads(k)).collect();
+            let readers: Vec<&str> = match foreign.first() {
+                Some(k) => registry.readers_of(k),
+                None => vec![],
+            };
+            if let Some(reader) = readers.first() {
+                let named: Vec<String> = foreign.iter().map(|k| o.option_name(k, registry)).collect();
                 let from_file = named.iter().any(|n| n.starts_with("config file"));
-                let fix = if from_file { "sync = \"sma\" to the file" } else { "--sync sma" };
+                let fix =
+                    if from_file { format!("sync = \"{reader}\" to the file") } else { format!("--sync {reader}") };
                 return Err(CliError::usage(format!(
-                    "{} set SMA, but {} trains with {} by default (it has batch norm) and no synchroniser is given; add {fix}, or leave {} out",
+                    "{} set {}, but {} trains with {} by default{} and no synchroniser is given; add {fix}, or leave {} out",
                     named.join(", "),
+                    readers.join(" or "),
                     v.model,
                     v.sync,
+                    if v.model.has_batch_norm() { " (it has batch norm)" } else { "" },
                     if named.len() == 1 { "it" } else { "them" }
                 )));
             }
@@ -468,7 +510,7 @@ impl TrainConfig {
             )));
         }
         let cfg = TrainConfig { values: v, sync_options, origins: Origins::default() };
-        registry.build_for(&cfg).map_err(|e| o.sync_error(e))?;
+        registry.build_for(&cfg).map_err(|e| o.sync_error(e, registry))?;
         Ok(TrainConfig { origins: o, ..cfg })
     }
 
@@ -479,17 +521,6 @@ impl TrainConfig {
         f.sync_options = (!self.sync_options.is_empty())
             .then(|| self.sync_options.iter().map(|(k, v)| (k.clone(), toml::Value::String(v.clone()))).collect());
         f
-    }
-
-    /// The synchroniser as the `crossbow-sma` enum, for the built-in names `sma`, `ssgd` and
-    /// `easgd` (`None` for any other): for running a built-in on a backend of your own with
-    /// [`SyncKind::build`].
-    pub fn builtin_sync(&self) -> Option<SyncKind> {
-        let mut kind = SyncKind::parse(&self.sync, self.alpha.map(|a| a as f32), self.central_momentum as f32).ok()?;
-        if let (SyncKind::Sma { form, .. }, Some(f)) = (&mut kind, &self.sma_form) {
-            *form = SmaForm::parse(f).ok()?;
-        }
-        Some(kind)
     }
 }
 
@@ -657,6 +688,23 @@ mod tests {
         std::fs::remove_dir_all(p.parent().unwrap()).ok();
     }
 
+    /// A synchroniser's option with a flag of its own is a top-level key of a config file.
+    #[test]
+    fn option_flags_are_config_keys() {
+        let p = temp_file("option-keys", "");
+        let cfg = from_text(&p, "sync = \"sma\"\nalpha = 0.1\ncentral-momentum = 0\n", TrainFile::default()).unwrap();
+        assert_eq!(cfg.sync_options.get("alpha").map(String::as_str), Some("0.1"));
+        assert_eq!(cfg.sync_options.get("central-momentum").map(String::as_str), Some("0"));
+        let e = from_text(&p, "sync = \"ssgd\"\nalpha = 0.1\n", TrainFile::default()).unwrap_err().to_string();
+        let file = p.display().to_string();
+        assert!(e.starts_with(&format!("config file {file}: alpha is not a setting of --sync ssgd")), "{e}");
+        let e = from_text(&p, "sync = \"sma\"\nalpha = 0.1\n[sync-options]\nalpha = 0.2\n", TrainFile::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("given twice"), "{e}");
+        std::fs::remove_dir_all(p.parent().unwrap()).ok();
+    }
+
     /// Issue 22, item 4: batch-normalised models default to S-SGD, the others to SMA; SMA's
     /// settings without `--sync` on such a model are an error naming them, not ignored.
     #[test]
@@ -670,19 +718,21 @@ mod tests {
             assert_eq!(cfg(model, TrainFile::default()).unwrap().sync, sync, "{model}");
         }
         // Given explicitly, either synchroniser is taken as written.
-        let sma = TrainFile { sync: Some("sma".into()), alpha: Some(0.5), ..TrainFile::default() };
+        let opt = |k: &str, v: &str| Some(BTreeMap::from([(k.to_string(), toml::Value::String(v.into()))]));
+        let sma = TrainFile { sync: Some("sma".into()), sync_options: opt("alpha", "0.5"), ..TrainFile::default() };
         assert_eq!(cfg("resnet20", sma).unwrap().sync, "sma");
         let ssgd = TrainFile { sync: Some("ssgd".into()), ..TrainFile::default() };
         assert_eq!(cfg("lenet5", ssgd).unwrap().sync, "ssgd");
         // SMA's settings on LeNet-5 (default SMA) are fine.
-        assert!(cfg("lenet5", TrainFile { alpha: Some(0.5), ..TrainFile::default() }).is_ok());
-        let mut opts = BTreeMap::new();
-        opts.insert("alpha-rule".to_string(), toml::Value::String("1/sqrt(k)".into()));
+        assert!(cfg("lenet5", TrainFile { sync_options: opt("alpha", "0.5"), ..TrainFile::default() }).is_ok());
         for (more, named) in [
-            (TrainFile { alpha: Some(0.5), ..TrainFile::default() }, "--alpha"),
-            (TrainFile { central_momentum: Some(0.0), ..TrainFile::default() }, "--central-momentum"),
-            (TrainFile { sma_form: Some("paper".into()), ..TrainFile::default() }, "--sma-form"),
-            (TrainFile { sync_options: Some(opts.clone()), ..TrainFile::default() }, "--sync-opt"),
+            (TrainFile { sync_options: opt("alpha", "0.5"), ..TrainFile::default() }, "--alpha"),
+            (TrainFile { sync_options: opt("central-momentum", "0"), ..TrainFile::default() }, "--central-momentum"),
+            (TrainFile { sync_options: opt("sma-form", "paper"), ..TrainFile::default() }, "--sma-form"),
+            (
+                TrainFile { sync_options: opt("alpha-rule", "1/sqrt(k)"), ..TrainFile::default() },
+                "--sync-opt alpha-rule",
+            ),
         ] {
             let e = cfg("resnet20", more).unwrap_err().to_string();
             assert!(
@@ -701,7 +751,7 @@ mod tests {
         .to_string();
         let file = p.display().to_string();
         assert!(
-            e.contains(&format!("config file {file}: alpha, config file {file}: [sync-options] set SMA"))
+            e.contains(&format!("config file {file}: alpha, config file {file}: [sync-options] central-step set sma"))
                 && e.contains("add sync = \"sma\" to the file"),
             "{e}"
         );

@@ -1,10 +1,12 @@
 //! Synchronisers selectable by name: `--sync NAME` in every `crossbow` command.
 //!
-//! A [`SyncRegistry`] maps names to factories. [`SyncRegistry::builtin`] holds `sma` (the
-//! default for models without batch norm), `ssgd` (the default for batch-normalised ones),
-//! `easgd` and `independent`; a researcher adds their own with
-//! [`SyncRegistry::register`] and trains with it through a [`crate::Session`] (or runs the
-//! whole command line with it: `crossbow_cli::main_with(registry)`):
+//! A [`SyncRegistry`] collects the [`SyncEntry`]s each synchroniser crate declares (its name,
+//! help, options with their flags and defaults, and a factory). [`SyncRegistry::builtin`]
+//! holds `crossbow_sma::entries()` (`sma`, the default for models without batch norm; `ssgd`,
+//! the default for batch-normalised ones; `easgd`) and `independent`; a researcher adds their
+//! own with [`SyncRegistry::register`] (a factory) or [`SyncRegistry::add`] (an entry with
+//! declared options) and trains with it through a [`crate::Session`] (or runs the whole
+//! command line with it: `crossbow_cli::main_with(registry)`):
 //!
 //! ```no_run
 //! use crossbow_replica::sync::Independent;
@@ -19,151 +21,20 @@
 //! # Ok::<(), crossbow_session::CliError>(())
 //! ```
 //!
-//! A factory receives the parsed [`SyncOptions`]: the generic `--sync-opt KEY=VALUE` options
-//! (or the `[sync-options]` table of a config file), read with [`SyncOptions::get`] /
-//! [`SyncOptions::parse_or`], and the shared flags `--alpha`, `--central-momentum` and
-//! `--sma-form`, which a synchroniser may use or ignore. An option the factory never reads is
-//! an error (a typo must not pass silently), as is an unknown name.
-
-use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet};
-use std::fmt::Display;
-use std::str::FromStr;
+//! A factory receives the run's [`SyncOptions`]: `--sync-opt KEY=VALUE`, the `[sync-options]`
+//! table of a config file, and each declared flag (`--alpha 0.1` is SMA's option `alpha`; in a
+//! config file the top-level key `alpha = 0.1`). An option the factory never reads is an
+//! error naming the synchronisers that do read it (a typo or a setting of another
+//! synchroniser must not pass silently), as is an unknown name. The session knows no
+//! synchroniser's settings by name: the entries declare them.
 
 use crossbow_kernels::CpuBackend;
 use crossbow_replica::Synchroniser;
-use crossbow_replica::sync::Independent;
-use crossbow_sma::{AlphaRule, BnParams, CentralStep, DecayOn, EaSgd, SSgd, Sma, SmaForm, SyncKind};
+use crossbow_replica::catalog::independent_entry;
+pub use crossbow_replica::catalog::{BuiltSynchroniser, GpuBackend, OptionSpec, SyncEntry, SyncOptions};
 
 use crate::config::TrainConfig;
 use crate::error::CliError;
-
-/// The backend of GPU devices (CUDA; without the `cuda` feature, a stub that reports it).
-pub type GpuBackend = crossbow_kernels::cuda::CudaBackend;
-
-/// What a synchroniser factory is built from: the generic options (`--sync-opt KEY=VALUE`,
-/// `[sync-options]` in a config file) and the shared flags.
-#[derive(Clone, Debug, Default)]
-pub struct SyncOptions {
-    alpha: Option<f64>,
-    central_momentum: Option<f64>,
-    sma_form: Option<String>,
-    options: BTreeMap<String, String>,
-    read: RefCell<BTreeSet<String>>,
-    /// The shared flags the factory asked for.
-    shared_read: RefCell<BTreeSet<&'static str>>,
-}
-
-/// The default of `--central-momentum` (a value other than it is a setting given).
-const DEFAULT_CENTRAL_MOMENTUM: f64 = 0.9;
-
-impl SyncOptions {
-    /// No options.
-    pub fn new() -> Self {
-        SyncOptions::default()
-    }
-
-    /// Sets the generic option `key` to `value` (replacing an earlier value).
-    pub fn option(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.options.insert(key.into(), value.into());
-        self
-    }
-
-    /// The options of a training configuration.
-    pub fn from_config(cfg: &TrainConfig) -> Self {
-        SyncOptions {
-            alpha: cfg.alpha,
-            central_momentum: Some(cfg.central_momentum),
-            sma_form: cfg.sma_form.clone(),
-            options: cfg.sync_options.clone(),
-            read: RefCell::default(),
-            shared_read: RefCell::default(),
-        }
-    }
-
-    /// Sets the shared flags `--alpha`, `--central-momentum` and `--sma-form`.
-    pub fn shared(mut self, alpha: Option<f64>, central_momentum: Option<f64>, sma_form: Option<&str>) -> Self {
-        self.alpha = alpha;
-        self.central_momentum = central_momentum;
-        self.sma_form = sma_form.map(String::from);
-        self
-    }
-
-    /// `--alpha` (pull towards the central model), when given. A synchroniser that does not
-    /// ask for it gets an error when it is given (a setting must not pass silently).
-    pub fn alpha(&self) -> Option<f64> {
-        self.shared_read.borrow_mut().insert("alpha");
-        self.alpha
-    }
-
-    /// `--central-momentum`, when given (`crossbow train` always gives it: default 0.9).
-    pub fn central_momentum(&self) -> Option<f64> {
-        self.shared_read.borrow_mut().insert("central-momentum");
-        self.central_momentum
-    }
-
-    /// `--sma-form`, when given.
-    pub fn sma_form(&self) -> Option<&str> {
-        self.shared_read.borrow_mut().insert("sma-form");
-        self.sma_form.as_deref()
-    }
-
-    /// The shared flags given (central momentum: other than its default) that the factory
-    /// never asked for.
-    fn unread_shared(&self) -> Vec<&'static str> {
-        let read = self.shared_read.borrow();
-        let given = [
-            ("alpha", self.alpha.is_some()),
-            ("central-momentum", self.central_momentum.is_some_and(|m| m != DEFAULT_CENTRAL_MOMENTUM)),
-            ("sma-form", self.sma_form.is_some()),
-        ];
-        given.into_iter().filter(|(k, set)| *set && !read.contains(k)).map(|(k, _)| k).collect()
-    }
-
-    /// The raw text of option `key`, when given.
-    pub fn get(&self, key: &str) -> Option<&str> {
-        self.read.borrow_mut().insert(key.to_string());
-        self.options.get(key).map(String::as_str)
-    }
-
-    /// Option `key` parsed as a `T`, when given; the error names the option and its value.
-    pub fn parse<T>(&self, key: &str) -> Result<Option<T>, String>
-    where
-        T: FromStr,
-        T::Err: Display,
-    {
-        let Some(text) = self.get(key) else { return Ok(None) };
-        text.trim().parse::<T>().map(Some).map_err(|e| {
-            let ty = std::any::type_name::<T>().rsplit("::").next().unwrap_or("value");
-            format!("option {key}={text}: not a valid {ty} ({e})")
-        })
-    }
-
-    /// Option `key` parsed as a `T`, or `default` when not given.
-    pub fn parse_or<T>(&self, key: &str, default: T) -> Result<T, String>
-    where
-        T: FromStr,
-        T::Err: Display,
-    {
-        Ok(self.parse(key)?.unwrap_or(default))
-    }
-
-    /// Every generic option, by key.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.options.iter().map(|(k, v)| (k.as_str(), v.as_str()))
-    }
-
-    /// True when no generic option is given.
-    pub fn is_empty(&self) -> bool {
-        self.options.is_empty()
-    }
-
-    /// Generic options no one asked for.
-    fn unread(&self) -> Vec<&str> {
-        let read = self.read.borrow();
-        self.options.keys().filter(|k| !read.contains(*k)).map(String::as_str).collect()
-    }
-}
 
 /// Parses one `--sync-opt KEY=VALUE` (the value may be empty and may contain `=`).
 pub fn parse_sync_opt(s: &str) -> Result<(String, String), String> {
@@ -177,58 +48,12 @@ pub fn parse_sync_opt(s: &str) -> Result<(String, String), String> {
     Ok((key.to_string(), value.trim().to_string()))
 }
 
-/// The object-safe face of a type that synchronises on both backends.
-trait BothBackends: Send + Sync {
-    fn cpu(self: Box<Self>) -> Box<dyn Synchroniser<CpuBackend>>;
-    fn gpu(self: Box<Self>) -> Box<dyn Synchroniser<GpuBackend>>;
-}
-
-impl<T> BothBackends for T
-where
-    T: Synchroniser<CpuBackend> + Synchroniser<GpuBackend> + 'static,
-{
-    fn cpu(self: Box<Self>) -> Box<dyn Synchroniser<CpuBackend>> {
-        self
-    }
-
-    fn gpu(self: Box<Self>) -> Box<dyn Synchroniser<GpuBackend>> {
-        self
-    }
-}
-
-/// A synchroniser made by a [`SyncRegistry`], ready for either kind of device.
-pub struct BuiltSynchroniser {
-    inner: Box<dyn BothBackends>,
-}
-
-impl BuiltSynchroniser {
-    /// For CPU devices.
-    pub fn cpu(self) -> Box<dyn Synchroniser<CpuBackend>> {
-        self.inner.cpu()
-    }
-
-    /// For GPU devices.
-    pub fn gpu(self) -> Box<dyn Synchroniser<GpuBackend>> {
-        self.inner.gpu()
-    }
-}
-
-type Factory = std::sync::Arc<dyn Fn(&SyncOptions) -> Result<BuiltSynchroniser, String> + Send + Sync>;
-
-#[derive(Clone)]
-struct Entry {
-    name: String,
-    help: String,
-    aliases: &'static [&'static str],
-    factory: Factory,
-}
-
-/// Synchronisers by name, each with a one-line help and a factory.
+/// Synchronisers by name, each with its help, options and factory.
 #[derive(Clone, Default)]
 pub struct SyncRegistry {
-    entries: Vec<Entry>,
-    /// Flags of their own for synchroniser options: `(flag without dashes, option)`.
-    flags: Vec<(String, String)>,
+    entries: Vec<SyncEntry>,
+    /// Flags given to options with [`SyncRegistry::option_flag`]: `(flag without dashes, option)`.
+    extra_flags: Vec<(String, String)>,
 }
 
 impl std::fmt::Debug for SyncRegistry {
@@ -242,25 +67,13 @@ fn normalise(name: &str) -> String {
     name.trim().to_ascii_lowercase().replace(['-', '_'], "")
 }
 
-/// The builtin whose options are the shared flags, as the `crossbow-sma` enum.
-fn builtin_kind(name: &str, o: &SyncOptions) -> Result<SyncKind, String> {
-    // The library's messages name the settings; here they are flags.
-    if let Some(a) = o.alpha()
-        && !(a.is_finite() && a >= 0.0)
-    {
-        return Err(format!("--alpha must be a finite number >= 0, got {a}"));
+/// `a`, `a and b`, `a, b and c`.
+fn and_list(items: &[String]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.clone(),
+        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
     }
-    // Only SMA has a central momentum and a form: EA-SGD reads only --alpha.
-    let sma = normalise(name) == "sma";
-    let cm = if sma { o.central_momentum().unwrap_or(DEFAULT_CENTRAL_MOMENTUM) } else { DEFAULT_CENTRAL_MOMENTUM };
-    if !(0.0..1.0).contains(&cm) {
-        return Err(format!("--central-momentum must be in [0, 1), got {cm}"));
-    }
-    let mut kind = SyncKind::parse(name, o.alpha().map(|a| a as f32), cm as f32)?;
-    if let (SyncKind::Sma { form, .. }, Some(f)) = (&mut kind, if sma { o.sma_form() } else { None }) {
-        *form = SmaForm::parse(f).map_err(|e| format!("--sma-form: {e}"))?;
-    }
-    Ok(kind)
 }
 
 impl SyncRegistry {
@@ -269,61 +82,13 @@ impl SyncRegistry {
         SyncRegistry::default()
     }
 
-    /// `sma` (the default for models without batch norm), `ssgd` (the default for
-    /// batch-normalised ones), `easgd` and `independent`.
+    /// `crossbow_sma::entries()` (`sma`, `ssgd`, `easgd`) and `independent`.
     pub fn builtin() -> Self {
         let mut r = SyncRegistry::empty();
-        r.add(
-            "sma",
-            "synchronous model averaging (the default for models without batch norm); settings: --alpha [1/k], --central-momentum [0.9], --sma-form [local-momentum]; options: alpha-rule (1/k, 1/sqrt(k), ramp:E or a number), central-step (sum|mean), bn-params (average|local|a pull), weight-decay-on (learners|central), ssgd-until (an epoch: S-SGD before it, SMA after, i.e. post-local SGD; put it at the first rate drop)",
-            &[],
-            |o| match builtin_kind("sma", o)? {
-                SyncKind::Sma { alpha, central_momentum, form } => {
-                    let mut sma = Sma::new(alpha, central_momentum).with_form(form);
-                    if let Some(rule) = o.get("alpha-rule") {
-                        if o.alpha().is_some() {
-                            return Err("give either --alpha or the option alpha-rule, not both".into());
-                        }
-                        sma = sma.with_alpha(AlphaRule::parse(rule).map_err(|e| format!("option alpha-rule: {e}"))?);
-                    }
-                    if let Some(v) = o.get("central-step") {
-                        sma = sma.with_central_step(CentralStep::parse(v).map_err(|e| format!("option {e}"))?);
-                    }
-                    if let Some(v) = o.get("bn-params") {
-                        sma = sma.with_bn_params(BnParams::parse(v).map_err(|e| format!("option {e}"))?);
-                    }
-                    if let Some(v) = o.get("weight-decay-on") {
-                        sma = sma.with_decay_on(DecayOn::parse(v).map_err(|e| format!("option {e}"))?);
-                    }
-                    if let Some(v) = o.get("ssgd-until") {
-                        match v.trim().parse::<f64>() {
-                            Ok(e) if e.is_finite() && e >= 0.0 => sma = sma.with_ssgd_until(Some(e)),
-                            _ => return Err(format!("option ssgd-until={v}: must be an epoch >= 0 (S-SGD before it, SMA from it on)")),
-                        }
-                    }
-                    Ok(sma)
-                }
-                other => Err(format!("internal: sma parsed as {other:?}")),
-            },
-        );
-        r.add(
-            "ssgd",
-            "synchronous SGD: mean gradient, one step on the central model, copied to every learner (the default for batch-normalised models)",
-            &["sgd", "sync"],
-            |_| Ok(SSgd::default()),
-        );
-        r.add("easgd", "elastic averaging SGD (synchronous); settings: --alpha [0.9/k]", &["elastic"], |o| {
-            match builtin_kind("easgd", o)? {
-                SyncKind::EaSgd { alpha } => Ok(EaSgd::new(alpha)),
-                other => Err(format!("internal: easgd parsed as {other:?}")),
-            }
-        });
-        r.add(
-            "independent",
-            "learners train independently with plain SGD; the central model is their average",
-            &[],
-            |_| Ok(Independent::default()),
-        );
+        for e in crossbow_sma::entries() {
+            r.add(e);
+        }
+        r.add(independent_entry());
         r
     }
 
@@ -331,52 +96,68 @@ impl SyncRegistry {
     /// one line for `--help` and error messages (say which options it reads), `factory` makes
     /// it from the options or says what is wrong with them (e.g. `"option period must be at
     /// least 1, got 0"`). The factory should be cheap: it also runs to check a configuration
-    /// before training starts. Names are matched ignoring case, `-` and `_`; avoid `,` (the
-    /// list separator of `crossbow experiment tta --sync`).
+    /// before training starts. Names are matched ignoring case, `-` and `_`; avoid `,` and
+    /// `/` (the separators of `crossbow experiment tta --sync`). [`SyncRegistry::add`] takes
+    /// an entry that declares its options (with flags of their own, defaults and help).
     pub fn register<S, F>(&mut self, name: &str, help: &str, factory: F) -> &mut Self
     where
         S: Synchroniser<CpuBackend> + Synchroniser<GpuBackend> + 'static,
         F: Fn(&SyncOptions) -> Result<S, String> + Send + Sync + 'static,
     {
-        self.add(name, help, &[], factory)
+        self.add(SyncEntry::new(name, help, factory))
     }
 
-    fn add<S, F>(&mut self, name: &str, help: &str, aliases: &'static [&'static str], factory: F) -> &mut Self
-    where
-        S: Synchroniser<CpuBackend> + Synchroniser<GpuBackend> + 'static,
-        F: Fn(&SyncOptions) -> Result<S, String> + Send + Sync + 'static,
-    {
-        let key = normalise(name);
-        self.entries.retain(|e| normalise(&e.name) != key);
-        let factory: Factory =
-            std::sync::Arc::new(move |o: &SyncOptions| factory(o).map(|s| BuiltSynchroniser { inner: Box::new(s) }));
-        self.entries.push(Entry { name: name.trim().to_string(), help: help.to_string(), aliases, factory });
+    /// Adds a synchroniser as its crate declares it (replacing one of the same name).
+    pub fn add(&mut self, entry: SyncEntry) -> &mut Self {
+        let key = normalise(entry.name());
+        self.entries.retain(|e| normalise(e.name()) != key);
+        self.entries.push(entry);
         self
     }
 
     /// Gives option `option` a flag of its own: `--FLAG VALUE` (or `--FLAG=VALUE`) on any
-    /// command means `--sync-opt OPTION=VALUE` (e.g. `option_flag("ako-partitions",
-    /// "partitions")`). The flag must not be one of crossbow's own.
+    /// command means `--sync-opt OPTION=VALUE` (e.g. `option_flag("period-flag",
+    /// "period")`). The flag must not be one of crossbow's own. An entry's declared flags
+    /// ([`OptionSpec::with_flag`]) need no call.
     pub fn option_flag(&mut self, flag: &str, option: &str) -> &mut Self {
         let flag = flag.trim_start_matches('-').to_string();
-        self.flags.retain(|(f, _)| *f != flag);
-        self.flags.push((flag, option.to_string()));
+        self.extra_flags.retain(|(f, _)| *f != flag);
+        self.extra_flags.push((flag, option.to_string()));
         self
     }
 
-    /// The option flags, `(flag, option)`.
-    pub fn option_flags(&self) -> &[(String, String)] {
-        &self.flags
+    /// Every option flag, `(flag, option)`: those the entries declare, then those given with
+    /// [`SyncRegistry::option_flag`]; each flag once.
+    pub fn option_flags(&self) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = vec![];
+        for o in self.entries.iter().flat_map(|e| e.options()) {
+            if let Some(f) = o.flag
+                && !out.iter().any(|(g, _)| g == f)
+            {
+                out.push((f.to_string(), o.key.to_string()));
+            }
+        }
+        for (f, k) in &self.extra_flags {
+            out.retain(|(g, _)| g != f);
+            out.push((f.clone(), k.clone()));
+        }
+        out
+    }
+
+    /// The option flag `--FLAG` stands for, when it is one.
+    pub fn flag_option(&self, flag: &str) -> Option<String> {
+        self.option_flags().into_iter().find(|(f, _)| f == flag).map(|(_, o)| o)
     }
 
     /// `args` with every option flag rewritten as `--sync-opt OPTION=VALUE`; a flag without
     /// a value is left for the parser to reject.
     pub fn expand_option_flags(&self, args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+        let flags = self.option_flags();
         let mut out = Vec::with_capacity(args.len());
         let mut it = args.into_iter().peekable();
         while let Some(a) = it.next() {
             let text = a.to_string_lossy().into_owned();
-            let hit = self.flags.iter().find_map(|(f, o)| {
+            let hit = flags.iter().find_map(|(f, o)| {
                 let long = format!("--{f}");
                 if text == long {
                     Some((o.clone(), None))
@@ -405,69 +186,90 @@ impl SyncRegistry {
 
     /// Every registered name, in registration order.
     pub fn names(&self) -> Vec<&str> {
-        self.entries.iter().map(|e| e.name.as_str()).collect()
+        self.entries.iter().map(|e| e.name()).collect()
     }
 
-    /// The help line of `name`.
-    pub fn help(&self, name: &str) -> Option<&str> {
-        self.find(name).ok().map(|e| e.help.as_str())
+    /// The help of `name`: its summary and its options.
+    pub fn help(&self, name: &str) -> Option<String> {
+        self.find(name).ok().map(SyncEntry::help)
+    }
+
+    /// The entry of `name`.
+    pub fn entry(&self, name: &str) -> Option<&SyncEntry> {
+        self.find(name).ok()
     }
 
     /// One line per synchroniser: `name  help`.
     pub fn describe(&self) -> String {
-        let width = self.entries.iter().map(|e| e.name.len()).max().unwrap_or(0);
-        self.entries.iter().map(|e| format!("{:width$}  {}", e.name, e.help)).collect::<Vec<_>>().join("\n")
+        let width = self.entries.iter().map(|e| e.name().len()).max().unwrap_or(0);
+        self.entries.iter().map(|e| format!("{:width$}  {}", e.name(), e.help())).collect::<Vec<_>>().join("\n")
     }
 
-    fn find(&self, name: &str) -> Result<&Entry, String> {
+    /// The synchronisers that read option `key`.
+    pub fn readers_of(&self, key: &str) -> Vec<&str> {
+        self.entries.iter().filter(|e| e.reads(key)).map(|e| e.name()).collect()
+    }
+
+    /// How a user gives option `key`: its flag (`--alpha`) when some entry declares one, else
+    /// `option 'KEY'`.
+    fn shown(&self, key: &str) -> String {
+        let flag = self.entries.iter().flat_map(|e| e.options()).find(|o| o.key == key).and_then(|o| o.flag);
+        let extra = self.extra_flags.iter().find(|(_, o)| o == key).map(|(f, _)| f.as_str());
+        match flag.or(extra) {
+            Some(f) => format!("--{f}"),
+            None => format!("option '{key}'"),
+        }
+    }
+
+    fn find(&self, name: &str) -> Result<&SyncEntry, String> {
         let key = normalise(name);
         self.entries
             .iter()
-            .find(|e| normalise(&e.name) == key)
-            .or_else(|| self.entries.iter().find(|e| e.aliases.iter().any(|a| normalise(a) == key)))
+            .find(|e| normalise(e.name()) == key)
+            .or_else(|| self.entries.iter().find(|e| e.aliases().iter().any(|a| normalise(a) == key)))
             .ok_or_else(|| format!("unknown synchroniser '{name}' (registered: {})", self.names().join(", ")))
     }
 
     /// The registered name `name` refers to (`S-SGD` is `ssgd`); the error lists every name.
     pub fn resolve(&self, name: &str) -> Result<&str, String> {
-        self.find(name).map(|e| e.name.as_str())
+        self.find(name).map(|e| e.name())
     }
 
     /// Makes synchroniser `name` from `options`. Errors (exit code 2) name the flag, the
-    /// synchroniser and the option: an unknown name, a bad shared flag, the factory's error,
-    /// and a generic option the factory did not read.
+    /// synchroniser and the option: an unknown name, the factory's error, an option of
+    /// another synchroniser (naming those that read it) and an option no one reads.
     pub fn build(&self, name: &str, options: &SyncOptions) -> Result<BuiltSynchroniser, CliError> {
         let entry = self.find(name).map_err(|e| CliError::usage(format!("--sync: {e}")))?;
-        // The shared flags are checked whichever synchroniser reads them.
-        builtin_kind("sma", options).map_err(CliError::usage)?;
-        options.read.borrow_mut().clear();
-        options.shared_read.borrow_mut().clear();
-        let built = (entry.factory)(options).map_err(|e| CliError::usage(format!("--sync {}: {e}", entry.name)))?;
-        if let Some(key) = options.unread().first() {
+        let built = entry.build(options).map_err(|e| CliError::usage(format!("--sync {}: {e}", entry.name())))?;
+        let unread: Vec<String> = options.unread().into_iter().map(String::from).collect();
+        let (others, unknown): (Vec<&String>, Vec<&String>) =
+            unread.iter().partition(|k| !self.readers_of(k.as_str()).is_empty());
+        if let Some(key) = unknown.first() {
             return Err(CliError::usage(format!(
                 "--sync {}: unknown option '{key}' (--sync-opt / [sync-options]); {}: {}",
-                entry.name, entry.name, entry.help
+                entry.name(),
+                entry.name(),
+                entry.help()
             )));
         }
-        let unread = options.unread_shared();
-        if !unread.is_empty() {
-            let flags: Vec<String> = unread.iter().map(|k| format!("--{k}")).collect();
-            let users: Vec<&str> = self
-                .entries
-                .iter()
-                .filter(|e| unread.iter().any(|k| e.help.contains(&format!("--{k}"))))
-                .map(|e| e.name.as_str())
-                .collect();
-            return Err(CliError::usage(format!(
-                "{} {} not a setting of --sync {} (it would be ignored){}",
-                flags.join(", "),
-                if flags.len() == 1 { "is" } else { "are" },
-                entry.name,
-                match users.as_slice() {
-                    [] => String::new(),
-                    [one] => format!("; {one} uses {}", if flags.len() == 1 { "it" } else { "them" }),
-                    many => format!("; {} use {}", many.join(" and "), if flags.len() == 1 { "it" } else { "them" }),
+        if !others.is_empty() {
+            let shown: Vec<String> = others.iter().map(|k| self.shown(k)).collect();
+            let mut users: Vec<String> = vec![];
+            for k in &others {
+                for u in self.readers_of(k) {
+                    if !users.iter().any(|x| x == u) {
+                        users.push(u.to_string());
+                    }
                 }
+            }
+            let verb = if users.len() == 1 { "uses" } else { "use" };
+            return Err(CliError::usage(format!(
+                "{} {} not a setting of --sync {} (it would be ignored); {} {verb} {}",
+                shown.join(", "),
+                if shown.len() == 1 { "is" } else { "are" },
+                entry.name(),
+                and_list(&users),
+                if shown.len() == 1 { "it" } else { "them" }
             )));
         }
         Ok(built)
@@ -475,7 +277,32 @@ impl SyncRegistry {
 
     /// Makes the synchroniser a training configuration names, with its options.
     pub fn build_for(&self, cfg: &TrainConfig) -> Result<BuiltSynchroniser, CliError> {
-        self.build(&cfg.sync, &SyncOptions::from_config(cfg))
+        self.build(&cfg.sync, &SyncOptions::from_map(cfg.sync_options.clone()))
+    }
+
+    /// Moves the top-level keys of a config file (or of a checkpoint's saved settings) that
+    /// are option flags (`alpha = 0.1`) into its `[sync-options]` table, under the option's
+    /// key. A key also given in `[sync-options]` is an error. With `saved`, a checkpoint
+    /// written when SMA's settings were settings of every run: a key the run's synchroniser
+    /// does not read is dropped (such runs saved it at its default, or unset).
+    pub fn lift_option_keys(&self, table: &mut toml::Table, saved: bool) -> Result<(), String> {
+        let sync = table.get("sync").and_then(|v| v.as_str()).map(String::from);
+        let entry = sync.as_deref().and_then(|s| self.find(s).ok());
+        for (flag, key) in self.option_flags() {
+            let Some(value) = table.remove(&flag) else { continue };
+            if saved && entry.is_some_and(|e| !e.reads(&key)) {
+                continue;
+            }
+            let opts = table.entry("sync-options").or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            let Some(opts) = opts.as_table_mut() else {
+                return Err("sync-options must be a table ([sync-options])".into());
+            };
+            if opts.contains_key(&key) {
+                return Err(format!("{flag} is given twice: as a key and as {key} in [sync-options]; keep one"));
+            }
+            opts.insert(key, value);
+        }
+        Ok(())
     }
 }
 
@@ -497,7 +324,11 @@ mod tests {
         // Without a value the flag is left as it is, for the parser to reject by name.
         let got = r.expand_option_flags(args(&["x", "--ako-partitions", "--lr", "1"]));
         assert_eq!(got, args(&["x", "--ako-partitions", "--lr", "1"]));
-        assert_eq!(r.option_flags(), &[("ako-partitions".to_string(), "partitions".to_string())]);
+        let flags: Vec<String> = r.option_flags().into_iter().map(|(f, o)| format!("{f}={o}")).collect();
+        assert_eq!(
+            flags,
+            ["alpha=alpha", "central-momentum=central-momentum", "sma-form=sma-form", "ako-partitions=partitions"]
+        );
     }
     use crossbow_replica::sync::{Central, LearnerBuffers, LearnerRef, StepInfo};
     use crossbow_replica::{Result, Settings};
@@ -571,17 +402,46 @@ mod tests {
     }
 
     #[test]
-    fn sma_reads_the_shared_flags() {
-        let o = SyncOptions::new().shared(Some(0.25), Some(0.5), None);
-        let s = SyncRegistry::builtin().build("sma", &o).unwrap().cpu();
+    fn sma_reads_its_own_options_and_another_synchroniser_refuses_them() {
+        let r = SyncRegistry::builtin();
+        let o = SyncOptions::new().option("alpha", "0.25").option("central-momentum", "0.5");
+        let s = r.build("sma", &o).unwrap().cpu();
         let settings = s.settings();
         assert_eq!(settings.get("alpha"), Some(&crossbow_replica::SettingValue::Num(0.25)));
         assert_eq!(settings.get("central_momentum"), Some(&crossbow_replica::SettingValue::Num(0.5)));
         assert_eq!(settings.get("form"), Some(&crossbow_replica::SettingValue::Str("local-momentum".into())));
-        let bad = SyncOptions::new().shared(None, None, Some("fancy"));
-        assert!(err(SyncRegistry::builtin().build("sma", &bad)).contains("--sma-form"));
-        let bad = SyncOptions::new().shared(Some(f64::NAN), None, None);
-        assert!(err(SyncRegistry::builtin().build("ssgd", &bad)).contains("--alpha"));
+        assert!(err(r.build("sma", &SyncOptions::new().option("sma-form", "fancy"))).contains("--sma-form"));
+        assert!(err(r.build("sma", &SyncOptions::new().option("alpha", "NaN"))).contains("--alpha"));
+        // S-SGD reads none of them: each is named with its flag, and who reads it.
+        let e = err(r.build("ssgd", &SyncOptions::new().option("alpha", "0.1")));
+        assert_eq!(e, "--alpha is not a setting of --sync ssgd (it would be ignored); sma and easgd use it");
+        let e = err(r.build("easgd", &o));
+        assert_eq!(e, "--central-momentum is not a setting of --sync easgd (it would be ignored); sma uses it");
+        let e = err(r.build("ssgd", &SyncOptions::new().option("bn-params", "local")));
+        assert!(e.starts_with("option 'bn-params' is not a setting of --sync ssgd"), "{e}");
+        // The declared flags, once each, become options.
+        let flags = r.option_flags();
+        assert_eq!(flags.iter().filter(|(f, _)| f == "alpha").count(), 1);
+        assert_eq!(r.flag_option("sma-form").as_deref(), Some("sma-form"));
+        assert_eq!(r.flag_option("lr"), None);
+    }
+
+    #[test]
+    fn option_keys_of_a_file_or_an_old_checkpoint_move_into_sync_options() {
+        let r = SyncRegistry::builtin();
+        let mut t: toml::Table = toml::from_str("sync = \"sma\"\nalpha = 0.1\nlr = 0.5\n").unwrap();
+        r.lift_option_keys(&mut t, false).unwrap();
+        assert_eq!(t.get("sync-options").unwrap().get("alpha"), Some(&toml::Value::Float(0.1)));
+        assert!(t.get("alpha").is_none() && t.get("lr").is_some());
+        let mut t: toml::Table = toml::from_str("alpha = 0.1\n[sync-options]\nalpha = 0.2\n").unwrap();
+        assert!(r.lift_option_keys(&mut t, false).unwrap_err().contains("given twice"));
+        // A checkpoint of an S-SGD run saved SMA's central momentum at its default: dropped.
+        let mut t: toml::Table = toml::from_str("sync = \"ssgd\"\ncentral-momentum = 0.9\n").unwrap();
+        r.lift_option_keys(&mut t, true).unwrap();
+        assert!(t.get("sync-options").is_none() && t.get("central-momentum").is_none());
+        let mut t: toml::Table = toml::from_str("sync = \"sma\"\ncentral-momentum = 0.9\n").unwrap();
+        r.lift_option_keys(&mut t, true).unwrap();
+        assert_eq!(t.get("sync-options").unwrap().get("central-momentum"), Some(&toml::Value::Float(0.9)));
     }
 
     #[test]
@@ -599,7 +459,7 @@ mod tests {
     #[test]
     fn registering_a_name_again_replaces_it() {
         let mut r = SyncRegistry::builtin();
-        r.register("SMA", "mine", |_: &SyncOptions| Ok(Independent::default()));
+        r.register("SMA", "mine", |_: &SyncOptions| Ok(crossbow_replica::sync::Independent::default()));
         assert_eq!(r.names(), ["ssgd", "easgd", "independent", "SMA"]);
         assert_eq!(r.build("sma", &SyncOptions::new()).unwrap().cpu().name(), "independent");
     }

@@ -115,10 +115,10 @@ impl Session {
         let cfg = match &resumed {
             None => TrainConfig::from_sources(file, self.settings.clone(), &self.registry)?,
             Some((path, ckpt)) => {
-                let mut saved: TrainFile =
-                    serde_json::from_value(ckpt.state.get("config").cloned().unwrap_or_default()).map_err(|e| {
-                        CliError::usage(format!("--resume {}: the saved settings are unreadable: {e}", path.display()))
-                    })?;
+                let mut saved = saved_settings(ckpt.state.get("config").cloned().unwrap_or_default(), &self.registry)
+                    .map_err(|e| {
+                    CliError::usage(format!("--resume {}: the saved settings are unreadable: {e}", path.display()))
+                })?;
                 if saved.normalize.is_none() {
                     saved.normalize = resume::saved_normalize(&ckpt.state);
                 }
@@ -267,4 +267,54 @@ struct Plan {
     divergence: DivergencePolicy,
     changes: Vec<String>,
     metrics_given: bool,
+}
+
+/// A checkpoint's saved settings. Runs saved before synchronisers owned their settings have
+/// SMA's as top-level keys (`alpha`, `central-momentum` at its default even for S-SGD,
+/// `sma-form`): they become the run's synchroniser's options, or are dropped where it does not
+/// read them (such a run saved them unset or at their default).
+pub(crate) fn saved_settings(config: serde_json::Value, registry: &SyncRegistry) -> Result<TrainFile, String> {
+    let flags = registry.option_flags();
+    let legacy = config.as_object().is_some_and(|m| flags.iter().any(|(f, _)| m.contains_key(f)));
+    if !legacy {
+        return serde_json::from_value(config).map_err(|e| e.to_string());
+    }
+    let mut map = config.as_object().cloned().unwrap_or_default();
+    map.retain(|_, v| !v.is_null());
+    let mut table: toml::Table = serde_json::from_value(serde_json::Value::Object(map)).map_err(|e| e.to_string())?;
+    registry.lift_option_keys(&mut table, true)?;
+    toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| e.message().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A checkpoint saved while SMA's settings were settings of every run still resumes:
+    /// its keys become the options of the run's synchroniser, or are dropped where it does not
+    /// read them.
+    #[test]
+    fn settings_saved_before_synchronisers_owned_them_still_read() {
+        let r = SyncRegistry::builtin();
+        let sma = json!({ "sync": "sma", "lr": 0.05, "alpha": 0.1, "central-momentum": 0.9, "sma-form": "paper" });
+        let f = saved_settings(sma, &r).unwrap();
+        assert_eq!(f.lr, Some(0.05));
+        let opts = f.sync_options.clone().unwrap();
+        let text = |k: &str| opts.get(k).map(|v| v.to_string());
+        assert_eq!(
+            (text("alpha"), text("central-momentum"), text("sma-form")),
+            (Some("0.1".into()), Some("0.9".into()), Some("\"paper\"".into()))
+        );
+        let cfg = TrainConfig::from_file(f).unwrap();
+        let s = r.build_for(&cfg).unwrap().cpu();
+        assert_eq!(s.settings().to_string(), "form=paper alpha=0.1 central_momentum=0.9");
+        // S-SGD runs saved SMA's central momentum at its default: it is not S-SGD's.
+        let f = saved_settings(json!({ "sync": "ssgd", "central-momentum": 0.9, "alpha": null }), &r).unwrap();
+        assert_eq!(f.sync_options, None);
+        assert!(r.build_for(&TrainConfig::from_file(f).unwrap()).is_ok());
+        // A checkpoint of today reads as it was written.
+        let f = saved_settings(json!({ "sync": "sma", "sync-options": { "alpha": "0.2" } }), &r).unwrap();
+        assert_eq!(f.sync_options.unwrap().get("alpha"), Some(&toml::Value::String("0.2".into())));
+    }
 }

@@ -428,16 +428,6 @@ fn weight_decay_check(name: &str, v: &f64) -> Result<(), String> {
     as_f32(name, *v)
 }
 
-fn alpha_check(name: &str, v: &Option<f64>) -> Result<(), String> {
-    let Some(a) = v else { return Ok(()) };
-    non_negative(name, *a)?;
-    // A pull above 1 moves a learner past the central model: it oscillates and diverges.
-    if *a > 1.0 {
-        return Err(format!("{name} (the pull towards the central model) must be in [0, 1], got {a}"));
-    }
-    as_f32(name, *a)
-}
-
 fn epochs_check(name: &str, v: &f64) -> Result<(), String> {
     positive(name, *v)?;
     at_most(name, *v, 1e6)
@@ -578,14 +568,6 @@ settings! {
     /// The synchroniser, by name [default: ssgd for batch-normalised models (resnet*, vgg16),
     /// sma otherwise]
     "sync" sync: String => String = default_sync(model).to_string(), check any, Defining, Yes;
-    /// SMA/EA-SGD pull towards the central model [default: 1/k for SMA, 0.9/k for EA-SGD]
-    "alpha" alpha: f64 => Option<f64> = None, check alpha_check, Defining, Yes;
-    /// SMA central momentum [default: 0.9]
-    "central-momentum" central_momentum: f64 => f64 = 0.9, check fraction, Defining, Yes;
-    /// SMA learner update: paper (plain SGD steps, momentum only on the central model) or
-    /// local-momentum (learners keep momentum too, as the original code) [default:
-    /// local-momentum]
-    "sma-form" sma_form: String => Option<String> = None, check any, Defining, No;
     /// Batch-norm statistics for evaluating the central model: mean (of the learners'
     /// running statistics), learner (the first learner's own) or recalibrate[:N] (measured on
     /// the central model over N training batches before each evaluation, counted as

@@ -9,6 +9,9 @@
 //! | [`SSgd`] | `ssgd` | synchronous SGD: mean gradient, one step on `z`, `z` copied to every replica (PyTorch DDP, Horovod, TensorFlow) — the default for batch-normalised models |
 //! | [`EaSgd`] | `easgd` | elastic averaging SGD (Zhang et al. 2015), synchronous, τ = 1 |
 //!
+//! Each declares its name, help and options (SMA's `--alpha`, `--central-momentum`,
+//! `--sma-form` and the rest) in [`catalog`]: [`entries`] is what a registry collects.
+//!
 //! All are hierarchical: each device first sums its learners' contributions (intra-device),
 //! the engine's all-reduce sums across devices, and every device applies the same update to
 //! its copy of the central model, so the copies stay bit-identical.
@@ -60,72 +63,16 @@
 //! learner's own stream or thread as soon as its backward pass is done, so a learner never
 //! waits for another one; only the device reduction and the central update are per device.
 
+pub mod catalog;
 mod easgd;
 mod sma;
 mod ssgd;
 pub mod stability;
 
+pub use catalog::entries;
 pub use easgd::EaSgd;
 pub use sma::{AlphaRule, BnParams, CentralStep, DecayOn, Sma, SmaForm};
 pub use ssgd::SSgd;
-
-use crossbow_kernels::Backend;
-use crossbow_replica::Synchroniser;
-
-/// The synchronisers selectable by name, with their parameters.
-#[derive(Clone, Debug, PartialEq)]
-pub enum SyncKind {
-    /// SMA with `alpha` (`None` = `1/k`), central momentum and learner update form.
-    Sma {
-        /// Correction strength per learner, >= 0; `None` means `1/k` for `k` learners.
-        alpha: Option<f32>,
-        /// Momentum `μ_z` of the central model, in `[0, 1)`; 0 disables it.
-        central_momentum: f32,
-        /// Which learner update rule to run (paper form or local momentum).
-        form: SmaForm,
-    },
-    /// Synchronous SGD.
-    SSgd,
-    /// Elastic averaging with `alpha` (`None` = `0.9/k`, i.e. β = kα = 0.9).
-    EaSgd {
-        /// Base moving rate, >= 0, scaled with the learning rate; `None` means `0.9/k`.
-        alpha: Option<f32>,
-    },
-}
-
-impl SyncKind {
-    /// Every accepted name.
-    pub const NAMES: &'static [&'static str] = &["sma", "ssgd", "easgd"];
-
-    /// Parses a name with the shared `alpha` / `central_momentum` flags.
-    pub fn parse(name: &str, alpha: Option<f32>, central_momentum: f32) -> Result<Self, String> {
-        if let Some(a) = alpha
-            && !(a.is_finite() && a >= 0.0)
-        {
-            return Err(format!("alpha must be a finite number >= 0, got {a}"));
-        }
-        if !(0.0..1.0).contains(&central_momentum) {
-            return Err(format!("central momentum must be in [0, 1), got {central_momentum}"));
-        }
-        match name.trim().to_ascii_lowercase().replace(['-', '_'], "").as_str() {
-            "sma" => Ok(SyncKind::Sma { alpha, central_momentum, form: SmaForm::default() }),
-            "ssgd" | "sgd" | "sync" => Ok(SyncKind::SSgd),
-            "easgd" | "elastic" => Ok(SyncKind::EaSgd { alpha }),
-            _ => Err(format!("unknown synchroniser '{name}' (known: {})", Self::NAMES.join(", "))),
-        }
-    }
-
-    /// The synchroniser.
-    pub fn build<B: Backend>(&self) -> Box<dyn Synchroniser<B>> {
-        match *self {
-            SyncKind::Sma { alpha, central_momentum, form } => {
-                Box::new(Sma::new(alpha, central_momentum).with_form(form))
-            }
-            SyncKind::SSgd => Box::new(SSgd::default()),
-            SyncKind::EaSgd { alpha } => Box::new(EaSgd::new(alpha)),
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests;

@@ -375,6 +375,19 @@ impl<B: Backend> Synchroniser<B> for Sma {
         stability_notes(self, sgd)
     }
 
+    /// A fixed pull above `2/(k+1)`: the central model overshoots the learners' mean.
+    fn divergence_causes(&self) -> Vec<String> {
+        match self.alpha {
+            AlphaRule::Fixed(a) if self.k >= 2 && f64::from(a) > 2.0 / (self.k as f64 + 1.0) => vec![format!(
+                "--alpha {} (with {} learners the central model overshoots above {:.2})",
+                round6(a),
+                self.k,
+                2.0 / (self.k as f64 + 1.0)
+            )],
+            _ => vec![],
+        }
+    }
+
     fn learner_buffers(&self) -> usize {
         1
     }

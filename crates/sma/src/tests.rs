@@ -1,8 +1,8 @@
 //! Synchroniser invariants, as property tests on the real engine (CPU devices).
 
-use crossbow_kernels::CpuBackend;
 use crossbow_kernels::optim::SgdConfig;
 use crossbow_kernels::testing::{Tolerance, assert_close_f32};
+use crossbow_kernels::{Backend, CpuBackend};
 use crossbow_replica::engine::{Engine, EngineConfig};
 use crossbow_replica::sync::{HostAllReduce, Independent};
 use crossbow_replica::{Graph, ModelKind, Schedule, Synchroniser};
@@ -450,15 +450,36 @@ fn recalibration_averages_the_batch_statistics_of_z() {
 }
 
 #[test]
-fn names_and_flags() {
-    assert_eq!(
-        SyncKind::parse("sma", None, 0.9).unwrap(),
-        SyncKind::Sma { alpha: None, central_momentum: 0.9, form: SmaForm::LocalMomentum }
-    );
-    assert_eq!(SyncKind::parse("S-SGD", None, 0.9).unwrap(), SyncKind::SSgd);
-    assert!(SyncKind::parse("hogwild", None, 0.9).unwrap_err().contains("unknown synchroniser 'hogwild'"));
-    assert!(SyncKind::parse("sma", Some(f32::NAN), 0.9).unwrap_err().contains("alpha must be"));
-    assert!(SyncKind::parse("sma", None, 1.0).unwrap_err().contains("central momentum must be"));
+fn entries_declare_and_check_their_options() {
+    use crossbow_replica::SettingValue;
+    use crossbow_replica::catalog::SyncOptions;
+    let names: Vec<String> = crate::entries().iter().map(|e| e.name().to_string()).collect();
+    assert_eq!(names, ["sma", "ssgd", "easgd"]);
+    let sma = crate::catalog::sma_entry();
+    let s = sma.build(&SyncOptions::new()).unwrap().cpu();
+    assert_eq!(s.settings().get("central_momentum"), Some(&SettingValue::Num(0.9)));
+    assert_eq!(s.settings().get("form"), Some(&SettingValue::Str("local-momentum".into())));
+    let o = SyncOptions::new().option("alpha", "0.25").option("central-momentum", "0.5").option("sma-form", "paper");
+    let s = sma.build(&o).unwrap().cpu();
+    assert!(o.unread().is_empty());
+    assert_eq!(s.settings().get("alpha"), Some(&SettingValue::Num(0.25)));
+    assert_eq!(s.settings().get("central_momentum"), Some(&SettingValue::Num(0.5)));
+    assert_eq!(s.settings().get("form"), Some(&SettingValue::Str("paper".into())));
+    let err = |o: SyncOptions| sma.build(&o).err().expect("an error");
+    assert!(err(SyncOptions::new().option("alpha", "NaN")).contains("--alpha must be"));
+    assert!(err(SyncOptions::new().option("central-momentum", "1")).contains("--central-momentum must be in [0, 1)"));
+    assert!(err(SyncOptions::new().option("sma-form", "fancy")).contains("--sma-form"));
+    assert!(err(SyncOptions::new().option("alpha", "0.1").option("alpha-rule", "1/k")).contains("not both"));
+    assert!(sma.help().contains("--alpha [1/k]") && sma.reads("ssgd-until"));
+    let ssgd = crate::catalog::ssgd_entry();
+    assert_eq!(ssgd.aliases(), ["sgd", "sync"]);
+    let o = SyncOptions::new().option("alpha", "0.5");
+    ssgd.build(&o).unwrap();
+    assert_eq!(o.unread(), ["alpha"], "S-SGD reads no option: the registry refuses it");
+    let easgd = crate::catalog::easgd_entry();
+    let o = SyncOptions::new().option("alpha", "0.2").option("central-momentum", "0.5");
+    easgd.build(&o).unwrap();
+    assert_eq!(o.unread(), ["central-momentum"], "EA-SGD has no central momentum");
 }
 
 // ---- The invariants on every backend (CPU, the GPU kernel emulator, a real GPU) ----------

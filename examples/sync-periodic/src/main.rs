@@ -20,6 +20,7 @@ use std::process::ExitCode;
 use crossbow_cli::{SyncOptions, SyncRegistry};
 use crossbow_kernels::{Backend, View, ViewMut};
 use crossbow_replica::Result;
+use crossbow_replica::catalog::{OptionSpec, SyncEntry};
 use crossbow_replica::sync::{Central, LearnerBuffers, LearnerRef, Settings, StepInfo, Synchroniser, momentum_step};
 
 /// Periodic model averaging every `period` iterations.
@@ -120,11 +121,13 @@ impl<B: Backend> Synchroniser<B> for PeriodicAveraging {
 
 fn main() -> ExitCode {
     let mut registry = SyncRegistry::builtin();
-    registry.register(
-        "periodic",
-        "local SGD, replicas averaged every `period` iterations; options: period=N [8]",
-        PeriodicAveraging::from_options,
-    );
+    // The synchroniser declares its option: `--period N` (or `--sync-opt period=N`).
+    let period = OptionSpec::new("period", "8", "iterations between averages, >= 1").with_flag_named("period");
+    let entry =
+        SyncEntry::new("periodic", "local SGD, replicas averaged every `period` iterations", |o: &SyncOptions| {
+            PeriodicAveraging::from_options(o)
+        });
+    registry.add(entry.option(period));
     crossbow_cli::main_with(registry)
 }
 

@@ -47,6 +47,17 @@ fn trains_with_the_periodic_synchroniser() {
 }
 
 #[test]
+fn the_declared_flag_is_the_option_and_other_synchronisers_refuse_it() {
+    let (code, out) = run(&[TINY, &["--period", "2"]].concat());
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("sync periodic (period=2)"), "{out}");
+    let sma: Vec<&str> = TINY.iter().map(|a| if *a == "periodic" { "sma" } else { a }).collect();
+    let (code, out) = run(&[&sma[..], &["--period", "2"]].concat());
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("--period is not a setting of --sync sma") && out.contains("periodic uses it"), "{out}");
+}
+
+#[test]
 fn bad_options_are_one_line_naming_the_option() {
     for (opt, needle) in
         [("period=0", "period must be at least 1"), ("period=x", "period=x"), ("perod=2", "unknown option 'perod'")]
@@ -82,7 +93,7 @@ fn options_come_from_a_config_file_too() {
 fn every_command_knows_the_name() {
     let (code, out) = run(&["train", "--help"]);
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("periodic") && out.contains("period=N"), "{out}");
+    assert!(out.contains("periodic") && out.contains("--period [8]"), "{out}");
     let (code, out) = run(&["train", "--sync", "hogwild", "--devices", "cpu"]);
     assert_eq!(code, 2, "{out}");
     assert!(out.contains("unknown synchroniser 'hogwild'") && out.contains("sma") && out.contains("periodic"), "{out}");

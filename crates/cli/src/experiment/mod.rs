@@ -216,10 +216,13 @@ struct Variant {
     only_sma_settings: bool,
 }
 
-/// SMA's own settings: with one learner SMA is momentum SGD whatever they are.
-const SMA_KEYS: &[&str] = &["alpha", "central-momentum", "sma-form", "bn-group"];
+/// Session settings that only shape SMA: with one learner SMA is momentum SGD whatever they
+/// (and SMA's own options) are.
+const SMA_KEYS: &[&str] = &["bn-group"];
 
-fn parse_variant(s: &str) -> Result<Variant, CliError> {
+/// A variant: `SYNC[/KEY=VALUE...]`, each key a setting, a synchroniser option flag of
+/// `registry` (`alpha=0.1`) or `opt.OPTION`.
+fn parse_variant(s: &str, registry: &SyncRegistry) -> Result<Variant, CliError> {
     let mut parts = s.split('/');
     let sync = parts.next().unwrap_or("").trim().to_string();
     if sync.is_empty() {
@@ -238,7 +241,7 @@ fn parse_variant(s: &str) -> Result<Variant, CliError> {
         }
         // `opt.KEY=VALUE`: a synchroniser option (`--sync-opt KEY=VALUE`); SMA's options,
         // like its settings, do not matter with one learner.
-        if let Some(opt) = k.strip_prefix("opt.") {
+        if let Some(opt) = k.strip_prefix("opt.").map(String::from).or_else(|| registry.flag_option(k)) {
             if opt.is_empty() {
                 return Err(CliError::usage(format!("--sync '{s}': '{p}' names no option after 'opt.'")));
             }
@@ -345,7 +348,7 @@ pub fn run_tta(args: &TtaArgs, registry: &SyncRegistry) -> Result<(), CliError> 
         devices: Some("cpu".into()),
         ..TrainFile::default()
     };
-    let variants = args.sync.iter().map(|s| parse_variant(s)).collect::<Result<Vec<_>, _>>()?;
+    let variants = args.sync.iter().map(|s| parse_variant(s, registry)).collect::<Result<Vec<_>, _>>()?;
     let configs = configs(args, &variants);
     let make = |c: &Config, seed: u64, lr: f64| -> Result<TrainConfig, CliError> {
         let f = base.clone().overridden_by(c.variant.file.clone()).overridden_by(TrainFile {

@@ -4,22 +4,27 @@ use super::*;
 
 #[test]
 fn variants_parse_settings_and_reject_nonsense() {
-    let v = parse_variant("sma/central-momentum=0/sma-form=local-momentum").unwrap();
+    let r = SyncRegistry::builtin();
+    let text = |v: &str| Some(toml::Value::String(v.into()));
+    // SMA's option flags are its options, as `opt.KEY` is.
+    let v = parse_variant("sma/central-momentum=0/sma-form=local-momentum", &r).unwrap();
     assert_eq!(v.sync, "sma");
-    assert_eq!(v.file.central_momentum, Some(0.0));
-    assert_eq!(v.file.sma_form.as_deref(), Some("local-momentum"));
+    let opts = v.file.sync_options.clone().unwrap();
+    assert_eq!(opts.get("central-momentum").cloned(), text("0"));
+    assert_eq!(opts.get("sma-form").cloned(), text("local-momentum"));
     assert!(v.only_sma_settings);
-    let w = parse_variant("ssgd/weight-decay=0.001").unwrap();
+    let w = parse_variant("ssgd/weight-decay=0.001", &r).unwrap();
     assert!(!w.only_sma_settings);
-    let o = parse_variant("sma/opt.bn-params=local/central-momentum=0").unwrap();
+    let o = parse_variant("sma/opt.bn-params=local/central-momentum=0/bn-group=device", &r).unwrap();
     assert!(o.only_sma_settings);
-    assert_eq!(o.file.central_momentum, Some(0.0));
     let opts = o.file.sync_options.unwrap();
-    assert_eq!(opts.get("bn-params"), Some(&toml::Value::String("local".into())));
-    assert!(!parse_variant("periodic/opt.period=4").unwrap().only_sma_settings);
-    assert!(parse_variant("sma/opt.=3").is_err());
+    assert_eq!(opts.get("bn-params").cloned(), text("local"));
+    assert_eq!(opts.get("central-momentum").cloned(), text("0"));
+    assert!(!parse_variant("periodic/opt.period=4", &r).unwrap().only_sma_settings);
+    assert!(!parse_variant("easgd/alpha=0.1", &r).unwrap().only_sma_settings);
+    assert!(parse_variant("sma/opt.=3", &r).is_err());
     for bad in ["", "/lr=1", "sma/central-momentum", "sma/=3", "sma/no-such-key=1"] {
-        assert!(parse_variant(bad).is_err(), "{bad}");
+        assert!(parse_variant(bad, &r).is_err(), "{bad}");
     }
 }
 
@@ -100,7 +105,7 @@ fn medians_count_misses_and_k1_merges() {
         resume: false,
         out: PathBuf::from("x"),
     };
-    let vs: Vec<Variant> = args.sync.iter().map(|s| parse_variant(s).unwrap()).collect();
+    let vs: Vec<Variant> = args.sync.iter().map(|s| parse_variant(s, &SyncRegistry::builtin()).unwrap()).collect();
     let cs = configs(&args, &vs);
     // k = 1: sma, sma/cm=0 and ssgd are one configuration; easgd its own. k = 4: four.
     assert_eq!(cs.iter().filter(|c| c.k == 1).count(), 2);

@@ -57,19 +57,17 @@ use report::finish;
 pub const MAX_CONFIGS: usize = 64;
 
 /// The keys a `[space]` may vary: the settings the table of [`crate::settings`] marks
-/// explorable.
-pub fn space_keys() -> Vec<&'static str> {
-    crate::settings::SETTINGS.iter().filter(|s| s.explore == crate::settings::Explore::Yes).map(|s| s.key).collect()
+/// explorable, and the option flags of `registry`'s synchronisers (`alpha`).
+pub fn space_keys(registry: &SyncRegistry) -> Vec<String> {
+    let settings = crate::settings::SETTINGS.iter().filter(|s| s.explore == crate::settings::Explore::Yes);
+    settings.map(|s| s.key.to_string()).chain(registry.option_flags().into_iter().map(|(f, _)| f)).collect()
 }
 
-/// Explorable keys whose values are real numbers (the only ones a `{ min, max, steps }`
-/// range may give).
-fn real_keys() -> Vec<&'static str> {
-    crate::settings::SETTINGS
-        .iter()
-        .filter(|s| s.explore == crate::settings::Explore::Yes && s.number)
-        .map(|s| s.key)
-        .collect()
+/// Explorable keys whose values may be real numbers (the only ones a `{ min, max, steps }`
+/// range may give): numeric settings and synchroniser options (their factory checks them).
+fn real_keys(registry: &SyncRegistry) -> Vec<String> {
+    let settings = crate::settings::SETTINGS.iter().filter(|s| s.explore == crate::settings::Explore::Yes && s.number);
+    settings.map(|s| s.key.to_string()).chain(registry.option_flags().into_iter().map(|(f, _)| f)).collect()
 }
 
 /// `crossbow explore`'s flags.
@@ -164,8 +162,12 @@ fn as_real(v: &toml::Value) -> Option<f64> {
 }
 
 /// Puts `key = v` of the space into `f`: any setting the table of [`crate::settings`] marks
-/// explorable; errors say what type the key takes.
-fn apply(f: &mut TrainFile, key: &str, v: &toml::Value) -> Result<(), String> {
+/// explorable, or a synchroniser option by its flag; errors say what type the key takes.
+fn apply(f: &mut TrainFile, key: &str, v: &toml::Value, registry: &SyncRegistry) -> Result<(), String> {
+    if let Some(option) = registry.flag_option(key) {
+        f.sync_options.get_or_insert_with(Default::default).insert(option, v.clone());
+        return Ok(());
+    }
     match crate::settings::SettingInfo::of(key) {
         Some(s) if s.explore == crate::settings::Explore::Yes => f.set_toml(key, v),
         Some(_) => Err("not a setting an exploration may vary".into()),
@@ -174,7 +176,7 @@ fn apply(f: &mut TrainFile, key: &str, v: &toml::Value) -> Result<(), String> {
 }
 
 /// The values of one `[space]` key: a non-empty list, or a range table.
-fn values_of(path: &Path, key: &str, v: &toml::Value) -> Result<Vec<toml::Value>, CliError> {
+fn values_of(path: &Path, key: &str, v: &toml::Value, registry: &SyncRegistry) -> Result<Vec<toml::Value>, CliError> {
     let at = |what: String| bad(path, format!("[space] {key}: {what}"));
     let values = match v {
         toml::Value::Array(list) if list.is_empty() => {
@@ -182,8 +184,9 @@ fn values_of(path: &Path, key: &str, v: &toml::Value) -> Result<Vec<toml::Value>
         }
         toml::Value::Array(list) => list.clone(),
         toml::Value::Table(t) => {
-            if !real_keys().contains(&key) {
-                return Err(at(format!("a range is only for {}; give a list", real_keys().join(", "))));
+            let reals = real_keys(registry);
+            if !reals.iter().any(|k| k == key) {
+                return Err(at(format!("a range is only for {}; give a list", reals.join(", "))));
             }
             for k in t.keys() {
                 if !["min", "max", "steps", "scale"].contains(&k.as_str()) {
@@ -286,6 +289,7 @@ pub fn read(path: &Path, registry: &SyncRegistry) -> Result<Exploration, CliErro
     })?;
     let space = table.remove("space").ok_or_else(|| bad(path, "no [space] table: nothing to explore".into()))?;
     let select = parse_select(path, table.remove("select").as_ref())?;
+    registry.lift_option_keys(&mut table, false).map_err(|e| bad(path, e))?;
     let base: TrainFile = toml::Value::Table(table)
         .try_into()
         .map_err(|e: toml::de::Error| bad(path, e.message().split_whitespace().collect::<Vec<_>>().join(" ")))?;
@@ -303,12 +307,13 @@ pub fn read(path: &Path, registry: &SyncRegistry) -> Result<Exploration, CliErro
     }
     let mut dims: Vec<(String, Vec<toml::Value>)> = vec![];
     for (key, v) in space {
-        if !space_keys().contains(&key.as_str()) {
-            return Err(bad(path, format!("[space] {key}: unknown key (the keys are {})", space_keys().join(", "))));
+        let keys = space_keys(registry);
+        if !keys.contains(key) {
+            return Err(bad(path, format!("[space] {key}: unknown key (the keys are {})", keys.join(", "))));
         }
-        let values = values_of(path, key, v)?;
+        let values = values_of(path, key, v, registry)?;
         for x in &values {
-            apply(&mut TrainFile::default(), key, x).map_err(|e| bad(path, format!("[space] {key}: {e}")))?;
+            apply(&mut TrainFile::default(), key, x, registry).map_err(|e| bad(path, format!("[space] {key}: {e}")))?;
         }
         dims.push((key.clone(), values));
     }
@@ -328,7 +333,7 @@ pub fn read(path: &Path, registry: &SyncRegistry) -> Result<Exploration, CliErro
         for (key, values) in dims.iter().rev() {
             let v = &values[rest % values.len()];
             rest /= values.len();
-            apply(&mut file, key, v).map_err(|e| bad(path, format!("[space] {key}: {e}")))?;
+            apply(&mut file, key, v, registry).map_err(|e| bad(path, format!("[space] {key}: {e}")))?;
             picked.push((key.clone(), v.clone()));
         }
         picked.reverse();
@@ -359,7 +364,7 @@ fn blame(path: &Path, base: &TrainFile, picked: &[(String, toml::Value)], e: Cli
     let strip = |e: CliError| e.to_string().strip_prefix(&prefix).map(String::from).unwrap_or_else(|| e.to_string());
     for (key, v) in picked {
         let mut one = TrainFile::default();
-        if apply(&mut one, key, v).is_err() {
+        if apply(&mut one, key, v, reg).is_err() {
             continue;
         }
         if let Err(e) =
@@ -587,11 +592,16 @@ mod tests {
         let v: toml::Value = toml::from_str::<toml::Table>("r = { min = 0.01, max = 1.0, steps = 3, scale = \"log\" }")
             .unwrap()["r"]
             .clone();
-        let xs: Vec<f64> = values_of(p, "lr", &v).unwrap().iter().map(|x| as_real(x).unwrap()).collect();
+        let xs: Vec<f64> =
+            values_of(p, "lr", &v, &SyncRegistry::builtin()).unwrap().iter().map(|x| as_real(x).unwrap()).collect();
         assert_eq!(xs, vec![0.01, 0.1, 1.0]);
         let v: toml::Value =
             toml::from_str::<toml::Table>("r = { min = 0.5, max = 0.9, steps = 5 }").unwrap()["r"].clone();
-        let xs: Vec<f64> = values_of(p, "momentum", &v).unwrap().iter().map(|x| as_real(x).unwrap()).collect();
+        let xs: Vec<f64> = values_of(p, "momentum", &v, &SyncRegistry::builtin())
+            .unwrap()
+            .iter()
+            .map(|x| as_real(x).unwrap())
+            .collect();
         assert_eq!(xs, vec![0.5, 0.6, 0.7, 0.8, 0.9]);
     }
 

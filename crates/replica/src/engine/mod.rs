@@ -482,8 +482,14 @@ impl<B: Backend> Engine<B> {
         (self.sync.name(), self.sync.settings())
     }
 
+    /// The synchroniser's settings that likely made training diverge
+    /// ([`crate::Synchroniser::divergence_causes`]).
+    pub fn synchroniser_divergence_causes(&self) -> Vec<String> {
+        self.sync.divergence_causes()
+    }
+
     /// What the synchroniser tells the user about its settings at the current learner count
-    /// ([`Synchroniser::notes`]), with the engine's optimiser.
+    /// ([`crate::Synchroniser::notes`]), with the engine's optimiser.
     pub fn synchroniser_notes(&self) -> Vec<crate::sync::SyncNote> {
         self.sync.notes(&self.cfg.sgd)
     }

@@ -132,8 +132,8 @@ impl DivergenceWatch {
 
 /// What most likely made a run diverge, as advice: the settings beyond their usual ranges
 /// first, else the learning rate.
-/// `k`: the learners of the whole job.
-pub(super) fn likely_cause(cfg: &TrainConfig, k: usize) -> String {
+/// `sync_causes`: the synchroniser's own ([`crossbow_replica::Synchroniser::divergence_causes`]).
+pub(super) fn likely_cause(cfg: &TrainConfig, sync_causes: Vec<String>) -> String {
     let mut causes = vec![];
     if cfg.weight_decay * cfg.lr > 0.1 {
         causes.push(format!(
@@ -144,16 +144,7 @@ pub(super) fn likely_cause(cfg: &TrainConfig, k: usize) -> String {
             cfg.weight_decay * cfg.lr
         ));
     }
-    if let Some(a) = cfg.alpha
-        && k >= 2
-        && a > 2.0 / (k as f64 + 1.0)
-    {
-        causes.push(format!(
-            "{} {a} (with {k} learners the central model overshoots above {:.2})",
-            cfg.name_of("alpha"),
-            2.0 / (k as f64 + 1.0)
-        ));
-    }
+    causes.extend(sync_causes);
     if let crossbow_data::NormalizeChoice::Given { std, .. } = &cfg.normalize
         && std.iter().any(|s| *s < 0.01)
     {

@@ -28,7 +28,7 @@ impl<B: Backend> Trainer<'_, B> {
         let g = self.guard.clone();
         let config = Arc::clone(&self.cfg);
         let (cfg, opts, engine, reporter) = (&*config, &self.opts, &self.engine, &mut *self.reporter);
-        let k = engine.world_learners();
+        let sync_causes = engine.synchroniser_divergence_causes();
         if let Some(d) = self.run.diagnostics.as_mut() {
             d.forget();
         }
@@ -55,7 +55,10 @@ impl<B: Backend> Trainer<'_, B> {
                             .to_string()
                     }
                 };
-                CliError::run(format!("training diverged: {why}{at}{extra}; {}", likely_cause(cfg, k)))
+                CliError::run(format!(
+                    "training diverged: {why}{at}{extra}; {}",
+                    likely_cause(cfg, sync_causes.clone())
+                ))
             };
             if opts.divergence.action == OnDivergence::Stop {
                 return Err(stop(""));
