@@ -10,7 +10,7 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use crossbow_replica::ModelKind;
 
 use crate::config::TrainFile;
-use crate::error::CliError;
+use crate::error::SessionError;
 use crate::registry::{SyncOptions, SyncRegistry, parse_sync_opt};
 use crate::{experiment, models_cmd};
 
@@ -81,15 +81,15 @@ struct TrainArgs {
 
 /// The settings given as flags of `crossbow train` (those of [`crate::settings::SETTINGS`]
 /// present in `m`), with the `--sync-opt` options.
-fn settings_from_flags(m: &clap::ArgMatches, sync_opt: &[(String, String)]) -> Result<TrainFile, CliError> {
+fn settings_from_flags(m: &clap::ArgMatches, sync_opt: &[(String, String)]) -> Result<TrainFile, SessionError> {
     let mut f = TrainFile::default();
     for s in crate::settings::SETTINGS {
         if s.switch {
             if m.get_flag(s.key) {
-                f.set_flag(s.key, "true").map_err(|e| CliError::usage(format!("--{}: {e}", s.key)))?;
+                f.set_flag(s.key, "true").map_err(|e| SessionError::usage(format!("--{}: {e}", s.key)))?;
             }
         } else if let Some(v) = m.get_one::<String>(s.key) {
-            f.set_flag(s.key, v).map_err(|e| CliError::usage(format!("--{} {e}", s.key)))?;
+            f.set_flag(s.key, v).map_err(|e| SessionError::usage(format!("--{} {e}", s.key)))?;
         }
     }
     f.sync_options = (!sync_opt.is_empty())
@@ -196,7 +196,7 @@ mod bench_cli {
     }
 }
 
-fn run(cli: Cli, matches: &clap::ArgMatches, registry: &SyncRegistry) -> Result<(), CliError> {
+fn run(cli: Cli, matches: &clap::ArgMatches, registry: &SyncRegistry) -> Result<(), SessionError> {
     match cli.command {
         Command::Train(a) => {
             let file = match &a.config {
@@ -204,7 +204,7 @@ fn run(cli: Cli, matches: &clap::ArgMatches, registry: &SyncRegistry) -> Result<
                 None => None,
             };
             let flags = settings_from_flags(
-                matches.subcommand_matches("train").ok_or_else(|| CliError::run("internal: train's flags"))?,
+                matches.subcommand_matches("train").ok_or_else(|| SessionError::run("internal: train's flags"))?,
                 &a.sync_opt,
             )?;
             let mut session = crossbow_session::Session::from_sources(file, flags)?
@@ -216,7 +216,7 @@ fn run(cli: Cli, matches: &clap::ArgMatches, registry: &SyncRegistry) -> Result<
             }
             if a.dry_run {
                 let cfg = session.resolve()?;
-                println!("{}", serde_json::to_string_pretty(&cfg).map_err(CliError::run)?);
+                println!("{}", serde_json::to_string_pretty(&cfg).map_err(SessionError::run)?);
                 // The model as this run builds it: the dataset's image shape and classes (a
                 // folder's classes are its class folders).
                 let data = if cfg.dataset == crossbow_data::DatasetKind::Folder {
@@ -245,16 +245,16 @@ fn run(cli: Cli, matches: &clap::ArgMatches, registry: &SyncRegistry) -> Result<
             } else {
                 a.model
                     .iter()
-                    .map(|m| m.parse().map_err(|e: String| CliError::usage(format!("--model: {e}"))))
+                    .map(|m| m.parse().map_err(|e: String| SessionError::usage(format!("--model: {e}"))))
                     .collect::<Result<_, _>>()?
             };
             if a.batch_size == 0 {
-                return Err(CliError::usage("--batch-size must be at least 1"));
+                return Err(SessionError::usage("--batch-size must be at least 1"));
             }
             if let Some(s) = a.image_size
                 && !(8..=4096).contains(&s)
             {
-                return Err(CliError::usage(format!("--image-size must be in 8..=4096, got {s}")));
+                return Err(SessionError::usage(format!("--image-size must be in 8..=4096, got {s}")));
             }
             models_cmd::print(&models_cmd::table(&models, a.batch_size, a.image_size, None)?);
             Ok(())
@@ -378,7 +378,7 @@ pub fn main_with(registry: SyncRegistry) -> ExitCode {
     }
     match run(cli, &matches, &registry) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e @ CliError::Interrupted { .. }) => {
+        Err(e @ SessionError::Interrupted { .. }) => {
             // Empty when the rank has said it already (see crossbow_session's `interrupted`).
             let line = e.to_string();
             if !line.is_empty() {

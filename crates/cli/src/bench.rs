@@ -24,7 +24,7 @@ use crossbow_tensor::Rng;
 use crossbow_tuner::TunerConfig;
 use serde::Serialize;
 
-use crate::error::CliError;
+use crate::error::SessionError;
 use crate::registry::{SyncOptions, SyncRegistry};
 
 /// A batch of random images kept in memory (the bench measures the engine, not the pipeline).
@@ -119,18 +119,18 @@ pub struct FolderInput {
 /// Images per second the input pipeline delivers alone: training batches of `batch` from
 /// `train` (its default augmentation and normalisation) on `workers` threads, two unmeasured
 /// batches first, then up to an epoch (at most 200 batches).
-pub fn measure_input(train: &Arc<Dataset>, batch: usize, workers: usize) -> Result<f64, CliError> {
+pub fn measure_input(train: &Arc<Dataset>, batch: usize, workers: usize) -> Result<f64, SessionError> {
     let config = PipelineConfig { workers, prefetch: 2 * workers.max(1), ..PipelineConfig::new(batch, 1) };
     let mut p = Pipeline::new(Arc::clone(train), config)
-        .map_err(|e| CliError::usage(format!("--folder with --batch-size {batch}: {e}")))?;
+        .map_err(|e| SessionError::usage(format!("--folder with --batch-size {batch}: {e}")))?;
     let batches = p.batches_per_epoch().clamp(1, 200);
     for _ in 0..2 {
-        p.next_batch().map_err(CliError::run)?;
+        p.next_batch().map_err(SessionError::run)?;
     }
     let t = Instant::now();
     let mut images = 0;
     for _ in 0..batches {
-        images += p.next_batch().map_err(CliError::run)?.len();
+        images += p.next_batch().map_err(SessionError::run)?.len();
     }
     Ok(images as f64 / t.elapsed().as_secs_f64())
 }
@@ -168,7 +168,7 @@ fn engine<B: Backend>(
     sync: Box<dyn Synchroniser<B>>,
     m: usize,
     world: Arc<dyn ProcessGroup>,
-) -> Result<Engine<B>, CliError> {
+) -> Result<Engine<B>, SessionError> {
     let n = factory.devices().len();
     let cfg = EngineConfig {
         batch_size: batch,
@@ -192,7 +192,7 @@ pub fn measure<B: Backend>(
     sync: Box<dyn Synchroniser<B>>,
     warmup: usize,
     iterations: usize,
-) -> Result<BenchRow, CliError> {
+) -> Result<BenchRow, SessionError> {
     measure_in(model, graph, batch, m, factory, sync, (warmup, iterations, None), Arc::new(Solo))
 }
 
@@ -209,7 +209,7 @@ pub fn measure_in<B: Backend>(
     sync: Box<dyn Synchroniser<B>>,
     (warmup, iterations, loss_read): (usize, usize, Option<LossRead>),
     world: Arc<dyn ProcessGroup>,
-) -> Result<BenchRow, CliError> {
+) -> Result<BenchRow, SessionError> {
     let n = factory.devices().len();
     let mut e = engine(graph, batch, factory, sync, m, Arc::clone(&world))?;
     // As `crossbow train` does: one iteration late on GPUs, unless told.
@@ -290,7 +290,7 @@ pub fn tune<B: Backend>(
     sync: Box<dyn Synchroniser<B>>,
     max_learners: usize,
     max_iterations: usize,
-) -> Result<TunerRow, CliError> {
+) -> Result<TunerRow, SessionError> {
     let n = factory.devices().len();
     let mut e = engine(graph, batch, factory, sync, 1, Arc::new(Solo))?;
     let tc = TunerConfig { max_learners, ..TunerConfig::default() };
@@ -330,8 +330,8 @@ pub fn tune<B: Backend>(
 /// Refuses a `--json` path that cannot take the results: a folder, a path in a missing folder,
 /// or a file that cannot be written (tried by opening it for appending, which changes
 /// nothing).
-fn check_json_path(p: &std::path::Path) -> Result<(), CliError> {
-    let bad = |why: String| CliError::usage(format!("--json {}: {why}", p.display()));
+fn check_json_path(p: &std::path::Path) -> Result<(), SessionError> {
+    let bad = |why: String| SessionError::usage(format!("--json {}: {why}", p.display()));
     if p.is_dir() {
         return Err(bad("is a folder; give a file name for the results".into()));
     }
@@ -372,7 +372,7 @@ pub fn run_cli(
     json: Option<&std::path::Path>,
     folder: Option<FolderInput>,
     world: Arc<dyn ProcessGroup>,
-) -> Result<(), CliError> {
+) -> Result<(), SessionError> {
     use crate::dispatch::{dispatch, resolve_hardware};
     use crossbow_replica::engine::AllReduceChoice;
     let models: Vec<ModelKind> = if models.is_empty() {
@@ -380,11 +380,13 @@ pub fn run_cli(
     } else {
         models
             .iter()
-            .map(|m| m.parse().map_err(|e: String| CliError::usage(format!("--model: {e}"))))
+            .map(|m| m.parse().map_err(|e: String| SessionError::usage(format!("--model: {e}"))))
             .collect::<Result<_, _>>()?
     };
     if batches.contains(&0) || learners.contains(&0) || iterations == 0 || max_learners == 0 {
-        return Err(CliError::usage("--batch-size, --learners, --iterations and --max-learners must be at least 1"));
+        return Err(SessionError::usage(
+            "--batch-size, --learners, --iterations and --max-learners must be at least 1",
+        ));
     }
     // Where the results go is checked before the benchmark, not after it (rank 0 writes).
     if let Some(p) = json
@@ -394,10 +396,10 @@ pub fn run_cli(
     }
     let ranks = world.size();
     if with_tuner && ranks > 1 {
-        return Err(CliError::usage(tuner_refusal(ranks)));
+        return Err(SessionError::usage(tuner_refusal(ranks)));
     }
     let spec: crossbow_tensor::DeviceSpec =
-        devices.parse().map_err(|e: String| CliError::usage(format!("--devices: {e}")))?;
+        devices.parse().map_err(|e: String| SessionError::usage(format!("--devices: {e}")))?;
     // Each model's synchroniser: the one given, or the model's default as in `crossbow train`
     // (S-SGD for batch-normalised models); checked with its options before measuring.
     let sync_of = |m: ModelKind| sync.unwrap_or(crossbow_session::settings::default_sync(m));
@@ -410,7 +412,7 @@ pub fn run_cli(
     }
     let lead = world.rank() == 0;
     if folder.is_some() && ranks > 1 {
-        return Err(CliError::usage(format!(
+        return Err(SessionError::usage(format!(
             "--folder with {ranks} ranks: the input pipeline is measured in one process; run `crossbow bench --folder` \
              as one process"
         )));
@@ -513,22 +515,22 @@ pub fn run_cli(
         && lead
     {
         let body = serde_json::json!({ "ranks": ranks, "rows": rows, "tuner": tuned });
-        std::fs::write(p, serde_json::to_string_pretty(&body).map_err(CliError::run)?)
-            .map_err(|e| CliError::usage(format!("--json {}: {e}", p.display())))?;
+        std::fs::write(p, serde_json::to_string_pretty(&body).map_err(SessionError::run)?)
+            .map_err(|e| SessionError::usage(format!("--json {}: {e}", p.display())))?;
     }
     Ok(())
 }
 
 /// One throughput measurement ([`measure_in`]) as a job for [`crate::dispatch::dispatch`].
 /// Loads `--folder`'s training images, saying how long it took.
-fn load_input(f: &FolderInput) -> Result<Arc<Dataset>, CliError> {
+fn load_input(f: &FolderInput) -> Result<Arc<Dataset>, SessionError> {
     let opts = FolderOptions { image_size: f.image_size, ..FolderOptions::default() };
     if f.workers == 0 {
-        return Err(CliError::usage("--workers must be at least 1"));
+        return Err(SessionError::usage("--workers must be at least 1"));
     }
     let t = Instant::now();
     let ((train, report), (test, _)) =
-        load_folder(&f.dir, &opts, None, None).map_err(|e| CliError::usage(format!("--folder: {e}")))?;
+        load_folder(&f.dir, &opts, None, None).map_err(|e| SessionError::usage(format!("--folder: {e}")))?;
     let secs = t.elapsed().as_secs_f64();
     eprintln!(
         "folder {}: {} training images of {} classes at {s}x{s}; with the {} evaluation images decoded and resized \
@@ -567,7 +569,7 @@ impl crate::dispatch::Job for MeasureJob<'_> {
         factory: Box<dyn DeviceFactory<B>>,
         sync: Box<dyn Synchroniser<B>>,
         _about: Vec<String>,
-    ) -> Result<BenchRow, CliError> {
+    ) -> Result<BenchRow, SessionError> {
         let w = Arc::clone(self.world);
         let steps = (self.warmup, self.iterations, self.loss_read);
         measure_in(self.model, self.graph, self.batch, self.learners, factory, sync, steps, w)
@@ -589,15 +591,15 @@ impl crate::dispatch::Job for TuneJob<'_> {
         factory: Box<dyn DeviceFactory<B>>,
         sync: Box<dyn Synchroniser<B>>,
         _about: Vec<String>,
-    ) -> Result<TunerRow, CliError> {
+    ) -> Result<TunerRow, SessionError> {
         tune(self.model, self.graph, self.batch, factory, sync, self.max_learners, 400)
     }
 }
 
 /// Refuses `--tuner` (`with_tuner`) when a launcher started this process as one of several
 /// ranks, before joining the MPI job (so no rank waits for another).
-pub fn tuner_alone(with_tuner: bool) -> Result<(), CliError> {
-    let launch = crossbow_mpi::detect().map_err(|e| CliError::usage(format!("launcher environment: {e}")))?;
+pub fn tuner_alone(with_tuner: bool) -> Result<(), SessionError> {
+    let launch = crossbow_mpi::detect().map_err(|e| SessionError::usage(format!("launcher environment: {e}")))?;
     match launch {
         Some(l) if with_tuner && l.size > 1 => Err(crate::processes::refusal_of_rank(l.rank, tuner_refusal(l.size))),
         _ => Ok(()),

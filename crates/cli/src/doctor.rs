@@ -21,7 +21,7 @@ use crossbow_kernels::cuda::{self, CudaOptions, DriverStatus};
 use crossbow_kernels::testing::selftest::{self, Case, CaseResult};
 use crossbow_kernels::{Backend, KernelError};
 
-use crate::error::CliError;
+use crate::error::SessionError;
 
 /// Flags of `crossbow doctor`.
 #[derive(Args, Debug, Default)]
@@ -53,11 +53,11 @@ fn cases_with<B: Backend>(inject: Option<&str>) -> Vec<Case<B>> {
         .collect()
 }
 
-fn check_inject(inject: Option<&str>) -> Result<(), CliError> {
+fn check_inject(inject: Option<&str>) -> Result<(), SessionError> {
     match inject {
         Some(op) if !selftest::cases::<crossbow_kernels::CpuBackend>().iter().any(|(o, _)| *o == op) => {
             let names: Vec<&str> = selftest::cases::<crossbow_kernels::CpuBackend>().iter().map(|(o, _)| *o).collect();
-            Err(CliError::usage(format!("--inject-failure: no op '{op}' (ops: {})", names.join(", "))))
+            Err(SessionError::usage(format!("--inject-failure: no op '{op}' (ops: {})", names.join(", "))))
         }
         _ => Ok(()),
     }
@@ -78,11 +78,11 @@ fn gib(bytes: usize) -> f64 {
 }
 
 /// `crossbow doctor`.
-pub fn run(a: &DoctorArgs) -> Result<(), CliError> {
+pub fn run(a: &DoctorArgs) -> Result<(), SessionError> {
     let inject = a.inject_failure.as_deref();
     check_inject(inject)?;
     println!("crossbow doctor ({} {})", env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION"));
-    let isa = crossbow_kernels::cpu_isa().map_err(CliError::usage)?;
+    let isa = crossbow_kernels::cpu_isa().map_err(SessionError::usage)?;
     let capped =
         std::env::var(crossbow_kernels::CPU_ISA_ENV).map(|v| format!(" ({}={v})", crossbow_kernels::CPU_ISA_ENV));
     println!("CPU:     kernels use {}{}", isa.name(), capped.unwrap_or_default());
@@ -102,14 +102,14 @@ pub fn run(a: &DoctorArgs) -> Result<(), CliError> {
         DriverStatus::Ready { devices, .. } => *devices,
         DriverStatus::Failed { reason } => {
             print_libraries();
-            return Err(CliError::run(format!("the CUDA driver is present but not usable: {reason}")));
+            return Err(SessionError::run(format!("the CUDA driver is present but not usable: {reason}")));
         }
         _ => 0,
     };
     if n == 0 {
         print_libraries();
         if a.require_gpu {
-            return Err(CliError::run(format!("--require-gpu: no usable GPU: {}", no_gpu_reason(&status))));
+            return Err(SessionError::run(format!("--require-gpu: no usable GPU: {}", no_gpu_reason(&status))));
         }
         println!("no GPU on this machine: nothing to test (exit 0)");
         return Ok(());
@@ -194,7 +194,7 @@ pub fn run(a: &DoctorArgs) -> Result<(), CliError> {
     }
     print_libraries();
     if a.require_gpu && usable == 0 {
-        return Err(CliError::run(format!("--require-gpu: no usable GPU: {}", open_errors.join("; "))));
+        return Err(SessionError::run(format!("--require-gpu: no usable GPU: {}", open_errors.join("; "))));
     }
     finish(&results, open_errors)
 }
@@ -228,7 +228,7 @@ fn print_libraries() {
     }
 }
 
-fn finish(results: &[CaseResult], open_errors: Vec<String>) -> Result<(), CliError> {
+fn finish(results: &[CaseResult], open_errors: Vec<String>) -> Result<(), SessionError> {
     if !results.is_empty() {
         println!("\nself-test (every op against the CPU):\n{}", selftest::table(results));
     }
@@ -240,14 +240,14 @@ fn finish(results: &[CaseResult], open_errors: Vec<String>) -> Result<(), CliErr
         println!("all passed");
         Ok(())
     } else {
-        Err(CliError::run(problems.join("; ")))
+        Err(SessionError::run(problems.join("; ")))
     }
 }
 
-fn emulator(inject: Option<&str>) -> Result<(), CliError> {
+fn emulator(inject: Option<&str>) -> Result<(), SessionError> {
     let be = cuda::emu::emu_backend()
-        .map_err(|e: KernelError| CliError::run(e))?
-        .ok_or_else(|| CliError::run("--emulator: no C++ compiler for the CUDA kernel emulator"))?;
+        .map_err(|e: KernelError| SessionError::run(e))?
+        .ok_or_else(|| SessionError::run("--emulator: no C++ compiler for the CUDA kernel emulator"))?;
     println!("device:  the host emulator of the GPU backend");
     let results = run_quietly("emulator", &be, &cases_with(inject));
     finish(&results, Vec::new())

@@ -11,7 +11,7 @@ use crossbow_replica::export::{export_metadata, pytorch_tensors, write_safetenso
 use crossbow_tensor::Shape;
 
 use crate::checkpoint;
-use crate::error::CliError;
+use crate::error::SessionError;
 
 /// The flags of `crossbow export`.
 #[derive(Args, Debug)]
@@ -27,8 +27,8 @@ pub struct ExportArgs {
 /// Refuses an `--out` that would destroy something (exit 2, before anything is written): a
 /// folder, a device or any other non-regular file (the atomic rename would replace it), the
 /// checkpoint read or any other crossbow checkpoint, a missing or unwritable folder.
-fn check_out(out: &Path, checkpoint: &Path) -> Result<(), CliError> {
-    let bad = |what: String| CliError::usage(format!("--out {}: {what}", out.display()));
+fn check_out(out: &Path, checkpoint: &Path) -> Result<(), SessionError> {
+    let bad = |what: String| SessionError::usage(format!("--out {}: {what}", out.display()));
     if out.canonicalize().ok().is_some_and(|o| checkpoint.canonicalize().ok() == Some(o)) {
         return Err(bad("is the checkpoint itself; choose another file".into()));
     }
@@ -61,11 +61,11 @@ fn check_out(out: &Path, checkpoint: &Path) -> Result<(), CliError> {
 }
 
 /// Runs `crossbow export`.
-pub fn run(a: &ExportArgs) -> Result<(), CliError> {
+pub fn run(a: &ExportArgs) -> Result<(), SessionError> {
     let (path, file) = checkpoint::load(&a.checkpoint, &mut |w| eprintln!("warning: {w}"))
-        .map_err(|e| CliError::usage(e.to_string().replace("--resume", "--checkpoint")))?;
+        .map_err(|e| SessionError::usage(e.to_string().replace("--resume", "--checkpoint")))?;
     check_out(&a.out, &path)?;
-    let bad = |what: &str| CliError::usage(format!("--checkpoint {}: {what}", path.display()));
+    let bad = |what: &str| SessionError::usage(format!("--checkpoint {}: {what}", path.display()));
     let st = &file.state;
     let model: ModelKind = st
         .get("model")
@@ -77,8 +77,8 @@ pub fn run(a: &ExportArgs) -> Result<(), CliError> {
         .map_err(|_| bad("has no input shape"))?;
     let classes = st.get("classes").and_then(|c| c.as_u64()).ok_or_else(|| bad("has no class count"))? as usize;
     let graph = model.build(&Shape::new(input), classes).map_err(|e| bad(&e.to_string()))?;
-    let z = file.tensor(&path, "engine/dev0/z").map_err(|e| CliError::usage(e.to_string()))?;
-    let stats = file.tensor(&path, "central/stats").map_err(|e| CliError::usage(e.to_string()))?;
+    let z = file.tensor(&path, "engine/dev0/z").map_err(|e| SessionError::usage(e.to_string()))?;
+    let stats = file.tensor(&path, "central/stats").map_err(|e| SessionError::usage(e.to_string()))?;
     let tensors = pytorch_tensors(&graph, &z.data, &stats.data).map_err(|e| bad(&e.to_string()))?;
     let mut meta = export_metadata(&graph);
     if let Some(n) = st.get("normalize") {
@@ -95,7 +95,8 @@ pub fn run(a: &ExportArgs) -> Result<(), CliError> {
     if let Some(names) = st.get("class_names").filter(|n| n.is_array()) {
         meta.insert("crossbow.class_names".into(), names.to_string());
     }
-    write_safetensors(&a.out, &tensors, &meta).map_err(|e| CliError::run(format!("--out {}: {e}", a.out.display())))?;
+    write_safetensors(&a.out, &tensors, &meta)
+        .map_err(|e| SessionError::run(format!("--out {}: {e}", a.out.display())))?;
     println!(
         "wrote {} ({} tensors, {} from {} at iteration {})",
         a.out.display(),

@@ -41,5 +41,5 @@ pub use crossbow_session::{
 pub use app::main_with;
 pub use config::{TrainConfig, TrainFile};
 pub use crossbow_session::Session;
-pub use error::CliError;
+pub use error::SessionError;
 pub use registry::{SyncOptions, SyncRegistry};

@@ -7,7 +7,7 @@ use crossbow_replica::program::Mode;
 use crossbow_replica::{ModelKind, Replica};
 use serde::Serialize;
 
-use crate::error::CliError;
+use crate::error::SessionError;
 
 /// One row of the model table.
 #[derive(Clone, Debug, Serialize)]
@@ -47,7 +47,7 @@ pub fn table(
     batch: usize,
     image_size: Option<usize>,
     data: Option<([usize; 3], usize)>,
-) -> Result<Vec<Row>, CliError> {
+) -> Result<Vec<Row>, SessionError> {
     let mut rows = vec![];
     for &m in models {
         let (default, default_classes) = m.default_input();
@@ -69,7 +69,7 @@ pub fn table(
         };
         // Checked sizes: an absurd batch is an error naming the flag, not an overflow.
         let p = crate::preflight::lower_checked(&g, batch, Mode::Train)
-            .map_err(|e| CliError::usage(format!("--batch-size {batch}: {e}")))?;
+            .map_err(|e| SessionError::usage(format!("--batch-size {batch}: {e}")))?;
         let pl = plan(&p);
         let ws = workspace_len(&CpuBackend::new(0), &p);
         rows.push(Ok(ModelRow {

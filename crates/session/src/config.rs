@@ -22,7 +22,7 @@ use crossbow_replica::engine::AllReduceChoice;
 use crossbow_tensor::DeviceSpec;
 use serde::Serialize;
 
-use crate::error::CliError;
+use crate::error::SessionError;
 use crate::registry::SyncRegistry;
 use crate::settings::printable;
 pub use crate::settings::{TrainFile, Values};
@@ -71,28 +71,28 @@ impl Serialize for LearnersPerDevice {
 
 impl TrainFile {
     /// Reads a TOML config file; errors name the file (and the line and key, for bad values).
-    pub fn read(path: &Path) -> Result<Self, CliError> {
+    pub fn read(path: &Path) -> Result<Self, SessionError> {
         Self::read_with(path, &SyncRegistry::builtin())
     }
 
     /// Reads a TOML config file whose top-level keys may also be the option flags of
     /// `registry`'s synchronisers (`alpha = 0.1`: SMA's option `alpha`).
-    pub fn read_with(path: &Path, registry: &SyncRegistry) -> Result<Self, CliError> {
+    pub fn read_with(path: &Path, registry: &SyncRegistry) -> Result<Self, SessionError> {
         let text = std::fs::read_to_string(path)
-            .map_err(|e| CliError::usage(format!("config file {}: {e}", path.display())))?;
+            .map_err(|e| SessionError::usage(format!("config file {}: {e}", path.display())))?;
         Self::parse_with(&text, path, registry)
     }
 
     /// Parses the text of a TOML config file read from `path` (named in errors). An error is
     /// one line: the file, the line number and the key (or the text) there, and what is wrong.
     /// The built-in synchronisers' option flags are keys too ([`TrainFile::parse_with`]).
-    pub fn parse(text: &str, path: &Path) -> Result<Self, CliError> {
+    pub fn parse(text: &str, path: &Path) -> Result<Self, SessionError> {
         Self::parse_with(text, path, &SyncRegistry::builtin())
     }
 
     /// [`TrainFile::parse`], with the option flags of `registry`'s synchronisers as keys: they
     /// are moved into `[sync-options]` (`alpha = 0.1` is `[sync-options] alpha = 0.1`).
-    pub fn parse_with(text: &str, path: &Path, registry: &SyncRegistry) -> Result<Self, CliError> {
+    pub fn parse_with(text: &str, path: &Path, registry: &SyncRegistry) -> Result<Self, SessionError> {
         let flags = registry.option_flags();
         // Only a file that uses option keys takes this path (its errors carry no line numbers).
         if let Ok(mut table) = toml::from_str::<toml::Table>(text)
@@ -100,7 +100,7 @@ impl TrainFile {
         {
             registry
                 .lift_option_keys(&mut table, false)
-                .map_err(|e| CliError::usage(format!("config file {}: {e}", path.display())))?;
+                .map_err(|e| SessionError::usage(format!("config file {}: {e}", path.display())))?;
             return toml::Value::Table(table).try_into().map_err(|e| toml_error(&e, text, path, false));
         }
         toml::from_str(text).map_err(|e| toml_error(&e, text, path, true))
@@ -109,7 +109,7 @@ impl TrainFile {
 
 /// A TOML error as one line: the file, the line number and the key (or the text) there when
 /// `spans` (the error's positions are in `text`), and what is wrong.
-fn toml_error(e: &toml::de::Error, text: &str, path: &Path, spans: bool) -> CliError {
+fn toml_error(e: &toml::de::Error, text: &str, path: &Path, spans: bool) -> SessionError {
     let at = e.span().filter(|_| spans).map(|span| {
         let start = span.start.min(text.len());
         let line_no = text.as_bytes()[..start].iter().filter(|&&b| b == b'\n').count() + 1;
@@ -131,7 +131,7 @@ fn toml_error(e: &toml::de::Error, text: &str, path: &Path, spans: bool) -> CliE
             None => format!("unknown key `{field}` (crossbow train --help lists the keys)"),
         };
     }
-    CliError::usage(format!("config file {}: {}{message}", path.display(), at.unwrap_or_default()))
+    SessionError::usage(format!("config file {}: {}{message}", path.display(), at.unwrap_or_default()))
 }
 
 /// The candidate nearest to `word` by edit distance, when it is near enough to be a typo
@@ -244,7 +244,7 @@ impl Origins {
 
     /// An error of the synchroniser's options, prefixed with the file and the option when it
     /// is about an option of the file's `[sync-options]`.
-    fn sync_error(&self, e: CliError, registry: &SyncRegistry) -> CliError {
+    fn sync_error(&self, e: SessionError, registry: &SyncRegistry) -> SessionError {
         let mut msg = e.to_string();
         let flags = registry.option_flags();
         // An option the synchroniser does not use: named where it was given.
@@ -257,7 +257,7 @@ impl Origins {
                         .replace(&format!("--{flag},"), &format!("{name},"));
                 }
             }
-            return CliError::usage(printable(&msg));
+            return SessionError::usage(printable(&msg));
         }
         let flag_of = |k: &str| flags.iter().find(|(_, o)| o == k).map(|(f, _)| f.clone());
         let from_file = self.sync_options.iter().find(|k| {
@@ -272,17 +272,15 @@ impl Origins {
         let (one, key) = (printable(&msg), from_file.map(|k| printable(k)));
         match (&self.file, key) {
             (Some(f), Some(_)) if msg.starts_with("[sync-options]") => {
-                CliError::usage(format!("config file {}: {one}", f.display()))
+                SessionError::usage(format!("config file {}: {one}", f.display()))
             }
             // An option with a flag of its own is a top-level key of the file too.
             (Some(f), Some(k)) => match flag_of(&k) {
-                Some(flag) => CliError::usage(format!("config file {}: {flag}: {one}", f.display())),
-                None => CliError::usage(format!("config file {}: [sync-options] {k}: {one}", f.display())),
+                Some(flag) => SessionError::usage(format!("config file {}: {flag}: {one}", f.display())),
+                None => SessionError::usage(format!("config file {}: [sync-options] {k}: {one}", f.display())),
             },
-            _ => match e {
-                CliError::Usage(_) => CliError::usage(one),
-                other => other,
-            },
+            _ if e.is_usage() => SessionError::usage(one),
+            _ => e,
         }
     }
 }
@@ -372,14 +370,14 @@ impl FromStr for BnEval {
 /// The `[sync-options]` values as text (numbers, booleans and strings; not arrays or tables).
 pub(crate) fn sync_option_texts(
     options: Option<&BTreeMap<String, toml::Value>>,
-) -> Result<BTreeMap<String, String>, CliError> {
+) -> Result<BTreeMap<String, String>, SessionError> {
     let mut out = BTreeMap::new();
     for (key, value) in options.into_iter().flatten() {
         // Named trimmed, as the option is stored and as `Origins` finds it in a message
         // (a key with a tab in front once came out without the file's name).
         let key = key.trim();
         if key.is_empty() {
-            return Err(CliError::usage("[sync-options]: an option has an empty name"));
+            return Err(SessionError::usage("[sync-options]: an option has an empty name"));
         }
         let text = match value {
             toml::Value::String(s) => s.clone(),
@@ -387,7 +385,7 @@ pub(crate) fn sync_option_texts(
             toml::Value::Float(x) => x.to_string(),
             toml::Value::Boolean(b) => b.to_string(),
             other => {
-                return Err(CliError::usage(format!(
+                return Err(SessionError::usage(format!(
                     "[sync-options] {key}: must be a number, true/false or a string, got {}",
                     other.type_str()
                 )));
@@ -401,13 +399,13 @@ pub(crate) fn sync_option_texts(
 impl TrainConfig {
     /// Defaults for the built-in run (LeNet-5 on the synthetic digits), overridden by `f`, with
     /// the built-in synchronisers ([`SyncRegistry::builtin`]).
-    pub fn from_file(f: TrainFile) -> Result<Self, CliError> {
+    pub fn from_file(f: TrainFile) -> Result<Self, SessionError> {
         Self::from_file_with(f, &SyncRegistry::builtin())
     }
 
     /// As [`TrainConfig::from_file`], with the synchronisers of `registry`: the name is
     /// resolved and the synchroniser built once to check its options. Errors name the flags.
-    pub fn from_file_with(f: TrainFile, registry: &SyncRegistry) -> Result<Self, CliError> {
+    pub fn from_file_with(f: TrainFile, registry: &SyncRegistry) -> Result<Self, SessionError> {
         Self::build(f, registry, Origins::default())
     }
 
@@ -418,7 +416,7 @@ impl TrainConfig {
         file: Option<(&Path, TrainFile)>,
         flags: TrainFile,
         registry: &SyncRegistry,
-    ) -> Result<Self, CliError> {
+    ) -> Result<Self, SessionError> {
         let origins = Origins::new(file.as_ref().map(|(p, f)| (*p, f)), &flags);
         let merged = match file {
             Some((_, f)) => f.overridden_by(flags),
@@ -433,12 +431,12 @@ impl TrainConfig {
         self.origins.name(key)
     }
 
-    fn build(f: TrainFile, registry: &SyncRegistry, o: Origins) -> Result<Self, CliError> {
+    fn build(f: TrainFile, registry: &SyncRegistry, o: Origins) -> Result<Self, SessionError> {
         // Each setting alone: parsed, range-checked, defaulted (the table in `settings`).
-        let mut v = Values::resolve(&f, &|key| o.name(key)).map_err(CliError::usage)?;
+        let mut v = Values::resolve(&f, &|key| o.name(key)).map_err(SessionError::usage)?;
         // What depends on several settings.
         if v.nesterov && v.momentum == 0.0 {
-            return Err(CliError::usage(format!("{} needs momentum > 0 (momentum is 0)", o.name("nesterov"))));
+            return Err(SessionError::usage(format!("{} needs momentum > 0 (momentum is 0)", o.name("nesterov"))));
         }
         if let Schedule::Cosine { total, min_factor } = v.schedule
             && total.is_nan()
@@ -453,9 +451,9 @@ impl TrainConfig {
         let (devices_name, threads_name) = (o.name("devices"), o.name("threads"));
         let names = crate::preflight::DeviceNames { devices: &devices_name, threads: &threads_name };
         crate::preflight::check_cpu_devices(cpu_devices, v.threads, crate::train::cores(), &names)
-            .map_err(CliError::usage)?;
+            .map_err(SessionError::usage)?;
         v.sync =
-            registry.resolve(&v.sync).map_err(|e| CliError::usage(format!("{}: {e}", o.name("sync"))))?.to_string();
+            registry.resolve(&v.sync).map_err(|e| SessionError::usage(format!("{}: {e}", o.name("sync"))))?.to_string();
         let sync_options = sync_option_texts(f.sync_options.as_ref()).map_err(|e| o.sync_error(e, registry))?;
         if f.sync.is_none()
             && let Some(entry) = registry.entry(&v.sync)
@@ -472,7 +470,7 @@ impl TrainConfig {
                 let from_file = named.iter().any(|n| n.starts_with("config file"));
                 let fix =
                     if from_file { format!("sync = \"{reader}\" to the file") } else { format!("--sync {reader}") };
-                return Err(CliError::usage(format!(
+                return Err(SessionError::usage(format!(
                     "{} set {}, but {} trains with {} by default{} and no synchroniser is given; add {fix}, or leave {} out",
                     named.join(", "),
                     readers.join(" or "),
@@ -484,7 +482,7 @@ impl TrainConfig {
             }
         }
         if v.all_reduce == AllReduceChoice::Nccl && matches!(v.devices, DeviceSpec::Cpu(_)) {
-            return Err(CliError::usage(format!(
+            return Err(SessionError::usage(format!(
                 "{} nccl sums GPU buffers, but {} is {}; use {} host or auto, or GPUs (cuda, cuda:0,1)",
                 o.name("all-reduce"),
                 o.name("devices"),
@@ -504,7 +502,7 @@ impl TrainConfig {
                     v.data_dir.display()
                 )
             };
-            return Err(CliError::usage(format!(
+            return Err(SessionError::usage(format!(
                 "{what}: no such directory (dataset {} is read from files; the built-in datasets are synthetic-digits and synthetic-shapes)",
                 v.dataset.name()
             )));
@@ -614,7 +612,7 @@ mod tests {
         p
     }
 
-    fn from_text(path: &Path, text: &str, flags: TrainFile) -> Result<TrainConfig, CliError> {
+    fn from_text(path: &Path, text: &str, flags: TrainFile) -> Result<TrainConfig, SessionError> {
         let file = TrainFile::parse(text, path)?;
         TrainConfig::from_sources(Some((path, file)), flags, &SyncRegistry::builtin())
     }

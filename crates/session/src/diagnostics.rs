@@ -18,7 +18,7 @@ use crossbow_replica::engine::EvalSource;
 use crossbow_replica::sync::ModelLayout;
 use serde::{Deserialize, Serialize};
 
-use crate::error::CliError;
+use crate::error::SessionError;
 
 /// What `--diagnostics` measured at one evaluation (this rank's learners, device order).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -127,7 +127,7 @@ pub struct Tracker {
 
 impl Tracker {
     /// Before an iteration: keeps `z` (device 0's copy).
-    pub fn before_step<B: Backend>(&mut self, engine: &Engine<B>) -> Result<(), CliError> {
+    pub fn before_step<B: Backend>(&mut self, engine: &Engine<B>) -> Result<(), SessionError> {
         self.before = Some(engine.central_to_host(0)?);
         Ok(())
     }
@@ -143,7 +143,7 @@ impl Tracker {
         &mut self,
         engine: &mut Engine<B>,
         test: &mut dyn EvalSource,
-    ) -> Result<Diagnostics, CliError> {
+    ) -> Result<Diagnostics, SessionError> {
         let z = engine.central_to_host(0)?;
         let nz = norm(&z);
         let it = engine.iteration();

@@ -9,12 +9,12 @@ use crossbow_replica::Synchroniser;
 use crossbow_replica::engine::{AllReduceChoice, CpuDevices, CudaDevices, DeviceFactory};
 use crossbow_tensor::DeviceSpec;
 
-use crate::error::CliError;
+use crate::error::SessionError;
 use crate::registry::BuiltSynchroniser;
 
 /// GPUs usable on this machine (ordinals), or why none can be used. Never panics, also
 /// without a driver.
-pub fn available_gpus() -> Result<Vec<usize>, CliError> {
+pub fn available_gpus() -> Result<Vec<usize>, SessionError> {
     let n = cuda::device_count()?;
     Ok((0..n).collect())
 }
@@ -81,12 +81,12 @@ pub fn resolve_hardware(
     spec: &DeviceSpec,
     threads: Option<usize>,
     note: &mut dyn FnMut(String),
-) -> Result<Hardware, CliError> {
+) -> Result<Hardware, SessionError> {
     let cpu = |count: usize| Hardware::Cpu { count, threads: threads.unwrap_or_else(|| (cores() / count).max(1)) };
     match spec {
         DeviceSpec::Cpu(n) => {
             crate::preflight::check_cpu_devices(*n, threads, cores(), &crate::preflight::DeviceNames::FLAGS)
-                .map_err(CliError::usage)?;
+                .map_err(SessionError::usage)?;
             Ok(cpu(*n))
         }
         DeviceSpec::Auto => match available_gpus() {
@@ -103,17 +103,17 @@ pub fn resolve_hardware(
             }
         },
         DeviceSpec::CudaAll => {
-            let gpus = available_gpus().map_err(|e| CliError::usage(format!("--devices cuda: {e}")))?;
+            let gpus = available_gpus().map_err(|e| SessionError::usage(format!("--devices cuda: {e}")))?;
             if gpus.is_empty() {
-                return Err(CliError::usage("--devices cuda: no CUDA GPU found"));
+                return Err(SessionError::usage("--devices cuda: no CUDA GPU found"));
             }
             Ok(Hardware::Cuda { ordinals: gpus })
         }
         DeviceSpec::Cuda(list) => {
-            let gpus = available_gpus().map_err(|e| CliError::usage(format!("--devices {spec}: {e}")))?;
+            let gpus = available_gpus().map_err(|e| SessionError::usage(format!("--devices {spec}: {e}")))?;
             for o in list {
                 if !gpus.contains(o) {
-                    return Err(CliError::usage(format!(
+                    return Err(SessionError::usage(format!(
                         "--devices {spec}: there is no cuda:{o} (this machine has {} GPU(s))",
                         gpus.len()
                     )));
@@ -137,7 +137,7 @@ pub trait Job {
         factory: Box<dyn DeviceFactory<B>>,
         sync: Box<dyn Synchroniser<B>>,
         about: Vec<String>,
-    ) -> Result<Self::Output, CliError>;
+    ) -> Result<Self::Output, SessionError>;
 }
 
 /// Runs `job` on `hw`: the CPU devices, or the GPUs (opened, with the all-reduce `all_reduce`
@@ -148,9 +148,9 @@ pub fn dispatch<J: Job>(
     sync: BuiltSynchroniser,
     all_reduce: AllReduceChoice,
     job: J,
-) -> Result<J::Output, CliError> {
+) -> Result<J::Output, SessionError> {
     match hw {
-        Hardware::Cpu { .. } if all_reduce == AllReduceChoice::Nccl => Err(CliError::usage(
+        Hardware::Cpu { .. } if all_reduce == AllReduceChoice::Nccl => Err(SessionError::usage(
             "--all-reduce nccl sums GPU buffers, but no GPU was found; use --all-reduce host or auto",
         )),
         Hardware::Cpu { count, threads } => {

@@ -1,13 +1,30 @@
 //! The errors of a training run (and of every `crossbow` command built on it): one clear
 //! line, and the exit code a command line gives it.
 
-/// An error the `crossbow` command reports on one line before exiting.
+/// An error of a training session: what went wrong, typed, with one clear line as its
+/// message. A program matches on the variant (bad settings, bad data, a divergence, a signal);
+/// the `crossbow` command prints the line and exits with [`SessionError::exit_code`].
 #[derive(Debug, thiserror::Error)]
-pub enum CliError {
-    /// Bad input from the user (flag, config file, data directory): exit code 2.
+pub enum SessionError {
+    /// Bad input from the user (a flag, a config file, a checkpoint to resume): exit code 2.
     #[error("{0}")]
     Usage(String),
-    /// A failure while running (I/O, divergence, device errors): exit code 1.
+    /// The dataset's files are missing or bad (the user's input): exit code 2.
+    #[error(transparent)]
+    Data(crossbow_data::DataError),
+    /// The model, replicas or engine refused or failed (a model that does not fit its input
+    /// is the user's input, exit code 2; the rest exit 1).
+    #[error(transparent)]
+    Replica(crossbow_replica::ReplicaError),
+    /// A kernel or device failed (no CUDA driver, or not compiled with CUDA, is the user's
+    /// choice of devices, exit code 2; the rest exit 1).
+    #[error(transparent)]
+    Kernel(crossbow_kernels::KernelError),
+    /// Training diverged (a NaN or exploding loss) and no rollback was left: exit code 1. The
+    /// message names the last good checkpoint and the likely cause.
+    #[error("{0}")]
+    Diverged(String),
+    /// Any other failure while running (I/O, a rank, a checkpoint write): exit code 1.
     #[error("{0}")]
     Run(String),
     /// The run stopped on a signal after saving what it could: exit code 128 + the signal.
@@ -20,52 +37,57 @@ pub enum CliError {
     },
 }
 
-impl CliError {
+impl SessionError {
     /// A usage error.
     pub fn usage(msg: impl Into<String>) -> Self {
-        CliError::Usage(msg.into())
+        SessionError::Usage(msg.into())
     }
 
     /// A run-time error.
     pub fn run(msg: impl std::fmt::Display) -> Self {
-        CliError::Run(msg.to_string())
+        SessionError::Run(msg.to_string())
     }
 
-    /// The process exit code.
+    /// Whether the user's input is at fault (a setting, a file, a device choice), not the run.
+    pub fn is_usage(&self) -> bool {
+        match self {
+            SessionError::Usage(_) | SessionError::Data(_) => true,
+            SessionError::Replica(e) => {
+                matches!(e, crossbow_replica::ReplicaError::Config(_) | crossbow_replica::ReplicaError::Model(_))
+            }
+            SessionError::Kernel(e) => matches!(
+                e,
+                crossbow_kernels::KernelError::NoCudaDriver(_) | crossbow_kernels::KernelError::NotCompiledWithCuda
+            ),
+            SessionError::Diverged(_) | SessionError::Run(_) | SessionError::Interrupted { .. } => false,
+        }
+    }
+
+    /// The process exit code: 2 for the user's input, 1 for a failure while running, 128 +
+    /// the signal for an interrupted run.
     pub fn exit_code(&self) -> i32 {
         match self {
-            CliError::Usage(_) => 2,
-            CliError::Run(_) => 1,
-            CliError::Interrupted { code, .. } => *code,
+            SessionError::Interrupted { code, .. } => *code,
+            e if e.is_usage() => 2,
+            _ => 1,
         }
     }
 }
 
-impl From<crossbow_data::DataError> for CliError {
+impl From<crossbow_data::DataError> for SessionError {
     fn from(e: crossbow_data::DataError) -> Self {
-        // Bad or missing dataset files are the user's input.
-        CliError::Usage(e.to_string())
+        SessionError::Data(e)
     }
 }
 
-impl From<crossbow_replica::ReplicaError> for CliError {
+impl From<crossbow_replica::ReplicaError> for SessionError {
     fn from(e: crossbow_replica::ReplicaError) -> Self {
-        match e {
-            crossbow_replica::ReplicaError::Config(_) | crossbow_replica::ReplicaError::Model(_) => {
-                CliError::Usage(e.to_string())
-            }
-            _ => CliError::Run(e.to_string()),
-        }
+        SessionError::Replica(e)
     }
 }
 
-impl From<crossbow_kernels::KernelError> for CliError {
+impl From<crossbow_kernels::KernelError> for SessionError {
     fn from(e: crossbow_kernels::KernelError) -> Self {
-        match e {
-            crossbow_kernels::KernelError::NoCudaDriver(_) | crossbow_kernels::KernelError::NotCompiledWithCuda => {
-                CliError::Usage(e.to_string())
-            }
-            _ => CliError::Run(e.to_string()),
-        }
+        SessionError::Kernel(e)
     }
 }

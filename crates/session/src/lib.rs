@@ -15,7 +15,7 @@
 //! let config = Config::new(ModelKind::LeNet5).learners(Learners::Fixed(2)).epochs(1.0);
 //! let summary = Trainer::new(config.on_progress(|line| println!("{line}")))?.run()?;
 //! println!("{:.2}% after {} iterations", 100.0 * summary.final_accuracy, summary.iterations);
-//! # Ok::<(), crossbow_session::CliError>(())
+//! # Ok::<(), crossbow_session::SessionError>(())
 //! ```
 //!
 //! The parts: [`settings`] (every setting declared once) and [`config`] (validated),
@@ -51,8 +51,9 @@ pub use crossbow_replica::ModelKind;
 pub use crossbow_replica::engine::IterationRecord;
 pub use crossbow_replica::schedule::Schedule;
 pub use crossbow_tensor::DeviceSpec;
-pub use error::CliError;
+pub use error::SessionError;
 pub use registry::{SyncOptions, SyncRegistry};
 pub use report::Summary;
 pub use session::Session;
+pub use train::{Data, load_data};
 pub use trainer::{Config, Learners, Trainer};

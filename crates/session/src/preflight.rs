@@ -19,7 +19,7 @@ use crossbow_replica::{Graph, Replica, ReplicaError, Synchroniser};
 use crossbow_tensor::Device;
 
 use crate::config::{BnEval, LearnersPerDevice, TrainConfig};
-use crate::error::CliError;
+use crate::error::SessionError;
 use crate::train::Data;
 
 /// Most threads a CPU device may be given (`--threads`): past this, starting the threads is
@@ -317,10 +317,10 @@ pub fn check_run<B: Backend>(
     graph: &Graph,
     factory: &dyn DeviceFactory<B>,
     sync: &dyn Synchroniser<B>,
-) -> Result<TrainPlan, CliError> {
+) -> Result<TrainPlan, SessionError> {
     let train_len = data.train.len();
     if cfg.batch_size > train_len {
-        return Err(CliError::usage(format!(
+        return Err(SessionError::usage(format!(
             "{} {} is larger than the {} train set ({train_len} images)",
             cfg.name_of("batch-size"),
             cfg.batch_size,
@@ -344,7 +344,7 @@ pub fn check_run<B: Backend>(
         BnEval::LearnerMean | BnEval::FirstLearner => None,
     };
     let image_len = data.train.image_shape().iter().product();
-    let bad_batch = |e: String| CliError::usage(format!("{} {}: {e}", cfg.name_of("batch-size"), cfg.batch_size));
+    let bad_batch = |e: String| SessionError::usage(format!("{} {}: {e}", cfg.name_of("batch-size"), cfg.batch_size));
     let train = train_plan(graph, cfg.batch_size).map_err(bad_batch)?;
     let needs = memory_needs(
         &be,
@@ -360,7 +360,7 @@ pub fn check_run<B: Backend>(
         most,
         cfg.workers,
     )
-    .map_err(|e| CliError::usage(format!("{} {}: {e}", cfg.name_of("batch-size"), cfg.batch_size)))?;
+    .map_err(|e| SessionError::usage(format!("{} {}: {e}", cfg.name_of("batch-size"), cfg.batch_size)))?;
     let asks: Vec<DeviceAsk> = devices
         .iter()
         .enumerate()
@@ -379,12 +379,12 @@ pub fn check_run<B: Backend>(
         batch_size: cfg.batch_size,
         folder: cfg.dataset == crossbow_data::DatasetKind::Folder,
     };
-    memory_verdict(&needs, &asks, available_memory(), &names).map_err(CliError::usage)?;
+    memory_verdict(&needs, &asks, available_memory(), &names).map_err(SessionError::usage)?;
     // One iteration (a batch per learner) must not be more than an epoch.
     if let LearnersPerDevice::Fixed(m) = cfg.learners_per_device {
         let per_iteration = m.saturating_mul(devices.len()).saturating_mul(cfg.batch_size);
         if per_iteration > train_len {
-            return Err(CliError::usage(format!(
+            return Err(SessionError::usage(format!(
                 "{} {m} x {} {} = {per_iteration} images per iteration (on {} device{}) is more than the {} train set ({train_len} images): an iteration would be more than an epoch; use fewer learners or a smaller batch",
                 cfg.name_of("learners-per-device"),
                 cfg.name_of("batch-size"),

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use crossbow_replica::{ProcessGroup, Solo};
 
-use crate::error::CliError;
+use crate::error::SessionError;
 
 /// The processes of this run and, under MPI, the handle that can stop them all.
 pub struct World {
@@ -36,13 +36,13 @@ impl World {
 
     /// The processes this one was started among; `timeout` (`--mpi-timeout`, seconds) is the
     /// deadline of every collective between ranks.
-    pub fn start(timeout: Option<f64>) -> Result<Self, CliError> {
+    pub fn start(timeout: Option<f64>) -> Result<Self, SessionError> {
         if let Some(t) = timeout
             && !(t.is_finite() && t > 0.0)
         {
-            return Err(CliError::usage(format!("--mpi-timeout {t}: must be a positive number of seconds")));
+            return Err(SessionError::usage(format!("--mpi-timeout {t}: must be a positive number of seconds")));
         }
-        let launch = crossbow_mpi::detect().map_err(|e| CliError::usage(format!("launcher environment: {e}")))?;
+        let launch = crossbow_mpi::detect().map_err(|e| SessionError::usage(format!("launcher environment: {e}")))?;
         let Some(launch) = launch.filter(|l| l.size > 1) else {
             return Ok(World::solo());
         };
@@ -50,11 +50,11 @@ impl World {
     }
 
     #[cfg(feature = "mpi")]
-    fn join(launch: crossbow_mpi::Launch, timeout: Option<f64>) -> Result<Self, CliError> {
+    fn join(launch: crossbow_mpi::Launch, timeout: Option<f64>) -> Result<Self, SessionError> {
         let timeout = timeout.map(Duration::from_secs_f64).unwrap_or(crossbow_mpi::DEFAULT_TIMEOUT);
-        let g = crossbow_mpi::MpiGroup::init(timeout).map_err(|e| CliError::run(format!("MPI: {e}")))?;
+        let g = crossbow_mpi::MpiGroup::init(timeout).map_err(|e| SessionError::run(format!("MPI: {e}")))?;
         if g.size() != launch.size {
-            return Err(CliError::run(format!(
+            return Err(SessionError::run(format!(
                 "{} started {} processes, but MPI sees {}: is this crossbow linked with the MPI library of that launcher?",
                 launch.launcher,
                 launch.size,
@@ -66,8 +66,8 @@ impl World {
     }
 
     #[cfg(not(feature = "mpi"))]
-    fn join(launch: crossbow_mpi::Launch, _timeout: Option<f64>) -> Result<Self, CliError> {
-        Err(CliError::usage(format!(
+    fn join(launch: crossbow_mpi::Launch, _timeout: Option<f64>) -> Result<Self, SessionError> {
+        Err(SessionError::usage(format!(
             "this process is rank {} of {} started by {}, but this crossbow was built without MPI: every rank would \
              train alone on all the data. Build it with `cargo build --release -p crossbow-cli --features mpi` \
              (README: \"Several processes and servers\")",
@@ -123,8 +123,8 @@ pub fn rank_path(path: &Path, rank: usize) -> PathBuf {
 /// rank, each competing for the same cores. Rank 0 returns the error at once; the other
 /// ranks wait a second first, so that rank 0's line is printed before the launcher stops the
 /// job (they exit with the same error if it does not).
-pub fn one_process_only(command: &str) -> Result<(), CliError> {
-    let launch = crossbow_mpi::detect().map_err(|e| CliError::usage(format!("launcher environment: {e}")))?;
+pub fn one_process_only(command: &str) -> Result<(), SessionError> {
+    let launch = crossbow_mpi::detect().map_err(|e| SessionError::usage(format!("launcher environment: {e}")))?;
     match launch.and_then(|l| several_ranks_refusal(command, &l).map(|m| (l.rank, m))) {
         None => Ok(()),
         Some((rank, msg)) => Err(refusal_of_rank(rank, msg)),
@@ -134,11 +134,11 @@ pub fn one_process_only(command: &str) -> Result<(), CliError> {
 /// The usage error every rank of a launch returns for a refusal they all make alike: rank 0
 /// at once, the others after a second, so that the launcher, which stops the job at the first
 /// rank that exits with an error, lets rank 0 print its line.
-pub fn refusal_of_rank(rank: usize, msg: String) -> CliError {
+pub fn refusal_of_rank(rank: usize, msg: String) -> SessionError {
     if rank != 0 {
         std::thread::sleep(std::time::Duration::from_secs(1));
     }
-    CliError::usage(msg)
+    SessionError::usage(msg)
 }
 
 /// The one line [`one_process_only`] refuses with, or `None` for a single rank.

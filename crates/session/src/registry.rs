@@ -18,7 +18,7 @@
 //! registry.register("mine", "my algorithm; options: none", |_opts: &SyncOptions| Ok(Independent::default()));
 //! let settings = TrainFile { sync: Some("mine".into()), ..TrainFile::default() };
 //! Session::new(settings)?.registry(registry).run()?;
-//! # Ok::<(), crossbow_session::CliError>(())
+//! # Ok::<(), crossbow_session::SessionError>(())
 //! ```
 //!
 //! A factory receives the run's [`SyncOptions`]: `--sync-opt KEY=VALUE`, the `[sync-options]`
@@ -34,7 +34,7 @@ use crossbow_replica::catalog::independent_entry;
 pub use crossbow_replica::catalog::{BuiltSynchroniser, GpuBackend, OptionSpec, SyncEntry, SyncOptions};
 
 use crate::config::TrainConfig;
-use crate::error::CliError;
+use crate::error::SessionError;
 
 /// Parses one `--sync-opt KEY=VALUE` (the value may be empty and may contain `=`).
 pub fn parse_sync_opt(s: &str) -> Result<(String, String), String> {
@@ -238,14 +238,14 @@ impl SyncRegistry {
     /// Makes synchroniser `name` from `options`. Errors (exit code 2) name the flag, the
     /// synchroniser and the option: an unknown name, the factory's error, an option of
     /// another synchroniser (naming those that read it) and an option no one reads.
-    pub fn build(&self, name: &str, options: &SyncOptions) -> Result<BuiltSynchroniser, CliError> {
-        let entry = self.find(name).map_err(|e| CliError::usage(format!("--sync: {e}")))?;
-        let built = entry.build(options).map_err(|e| CliError::usage(format!("--sync {}: {e}", entry.name())))?;
+    pub fn build(&self, name: &str, options: &SyncOptions) -> Result<BuiltSynchroniser, SessionError> {
+        let entry = self.find(name).map_err(|e| SessionError::usage(format!("--sync: {e}")))?;
+        let built = entry.build(options).map_err(|e| SessionError::usage(format!("--sync {}: {e}", entry.name())))?;
         let unread: Vec<String> = options.unread().into_iter().map(String::from).collect();
         let (others, unknown): (Vec<&String>, Vec<&String>) =
             unread.iter().partition(|k| !self.readers_of(k.as_str()).is_empty());
         if let Some(key) = unknown.first() {
-            return Err(CliError::usage(format!(
+            return Err(SessionError::usage(format!(
                 "--sync {}: unknown option '{key}' (--sync-opt / [sync-options]); {}: {}",
                 entry.name(),
                 entry.name(),
@@ -263,7 +263,7 @@ impl SyncRegistry {
                 }
             }
             let verb = if users.len() == 1 { "uses" } else { "use" };
-            return Err(CliError::usage(format!(
+            return Err(SessionError::usage(format!(
                 "{} {} not a setting of --sync {} (it would be ignored); {} {verb} {}",
                 shown.join(", "),
                 if shown.len() == 1 { "is" } else { "are" },
@@ -276,7 +276,7 @@ impl SyncRegistry {
     }
 
     /// Makes the synchroniser a training configuration names, with its options.
-    pub fn build_for(&self, cfg: &TrainConfig) -> Result<BuiltSynchroniser, CliError> {
+    pub fn build_for(&self, cfg: &TrainConfig) -> Result<BuiltSynchroniser, SessionError> {
         self.build(&cfg.sync, &SyncOptions::from_map(cfg.sync_options.clone()))
     }
 
@@ -376,7 +376,7 @@ mod tests {
         r
     }
 
-    fn err(r: Result<BuiltSynchroniser, CliError>) -> String {
+    fn err(r: Result<BuiltSynchroniser, SessionError>) -> String {
         match r {
             Ok(_) => panic!("expected an error"),
             Err(e) => {

@@ -10,7 +10,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::error::CliError;
+use crate::error::SessionError;
 
 /// One evaluation of the central model.
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
@@ -184,9 +184,9 @@ impl MetricsFile {
     /// other file — another run's metrics, a checkpoint, an exported model, a config — is
     /// refused, never truncated. The file is locked for the run (an OS lock, gone with the
     /// process even after `kill -9`): a second process writing the same metrics is refused.
-    fn open(path: &Path, name: &str, owner: Option<&str>) -> Result<Self, CliError> {
+    fn open(path: &Path, name: &str, owner: Option<&str>) -> Result<Self, SessionError> {
         let shown = crate::settings::printable(&path.display().to_string());
-        let refuse = |why: String| CliError::usage(format!("{name} {shown}: {why}"));
+        let refuse = |why: String| SessionError::usage(format!("{name} {shown}: {why}"));
         if path.symlink_metadata().is_ok_and(|m| m.file_type().is_symlink()) {
             return Err(refuse(
                 "is a symbolic link; give the file itself (a link may lead to a file of another run)".into(),
@@ -306,13 +306,18 @@ pub struct Reporter {
 impl Reporter {
     /// A reporter; `metrics` is opened now (an error if it cannot be written) and emptied when
     /// the run writes its first record. `quiet` prints only the summary.
-    pub fn new(metrics: Option<&Path>, quiet: bool, epochs: f64) -> Result<Self, CliError> {
+    pub fn new(metrics: Option<&Path>, quiet: bool, epochs: f64) -> Result<Self, SessionError> {
         Self::with_metrics_name(metrics, "--metrics", None, quiet, epochs)
     }
 
     /// As [`Reporter::new`], appending to the metrics of run `owner` (a resumed job) when the
     /// file holds them.
-    pub fn new_owned(metrics: Option<&Path>, quiet: bool, epochs: f64, owner: Option<&str>) -> Result<Self, CliError> {
+    pub fn new_owned(
+        metrics: Option<&Path>,
+        quiet: bool,
+        epochs: f64,
+        owner: Option<&str>,
+    ) -> Result<Self, SessionError> {
         let r = Self::with_metrics_name(metrics, "--metrics", owner, quiet, epochs)?;
         Ok(if owner.is_some() { r.append_to_metrics() } else { r })
     }
@@ -321,7 +326,11 @@ impl Reporter {
     /// as the user gave it (the flag, or the config file and its key). `owner` is the run a
     /// resumed run continues: its own metrics file is appended to; any other existing file is
     /// refused.
-    pub fn for_config(cfg: &crate::config::TrainConfig, quiet: bool, owner: Option<&str>) -> Result<Self, CliError> {
+    pub fn for_config(
+        cfg: &crate::config::TrainConfig,
+        quiet: bool,
+        owner: Option<&str>,
+    ) -> Result<Self, SessionError> {
         Self::with_metrics_name(cfg.metrics.as_deref(), &cfg.name_of("metrics"), owner, quiet, cfg.epochs)
     }
 
@@ -331,7 +340,7 @@ impl Reporter {
         owner: Option<&str>,
         quiet: bool,
         epochs: f64,
-    ) -> Result<Self, CliError> {
+    ) -> Result<Self, SessionError> {
         let metrics = metrics.map(|p| MetricsFile::open(p, name, owner)).transpose()?;
         let tty = std::io::stderr().is_terminal() && !quiet;
         let bar = if tty {
@@ -441,7 +450,7 @@ impl Reporter {
     }
 
     /// Writes one JSON object to the metrics file.
-    pub fn record(&mut self, event: &str, body: Value) -> Result<(), CliError> {
+    pub fn record(&mut self, event: &str, body: Value) -> Result<(), SessionError> {
         if let Some(m) = &mut self.metrics {
             let mut obj = match self.rank {
                 Some(r) => json!({ "event": event, "rank": r }),
@@ -455,7 +464,7 @@ impl Reporter {
                 Err(e) => {
                     let msg = format!("metrics file {}: cannot write: {e}", m.path.display());
                     if self.fatal_metrics_errors {
-                        return Err(CliError::run(format!("{msg} (--checkpoint-errors fatal)")));
+                        return Err(SessionError::run(format!("{msg} (--checkpoint-errors fatal)")));
                     }
                     if !self.metrics_failing {
                         self.metrics_failing = true;
@@ -482,7 +491,7 @@ impl Reporter {
     }
 
     /// An evaluation.
-    pub fn eval(&mut self, e: &EvalLine) -> Result<(), CliError> {
+    pub fn eval(&mut self, e: &EvalLine) -> Result<(), SessionError> {
         self.last_eval = Some(e.test_accuracy);
         self.say(&format!(
             "epoch {:6.2}  iter {:6}  {:7.1}s  lr {:.4}  train loss {:.4}  test loss {:.4}  test acc {:6.2}%  {:7.0} img/s  learners {:?}",
@@ -503,7 +512,7 @@ impl Reporter {
     }
 
     /// The end of the run (the summary line, and a note when the input pipeline bounded it).
-    pub fn finish(&mut self, s: &Summary) -> Result<(), CliError> {
+    pub fn finish(&mut self, s: &Summary) -> Result<(), SessionError> {
         self.bar.finish_and_clear();
         let tta = match (s.target_accuracy, s.time_to_target_seconds, s.epochs_to_target) {
             (Some(t), Some(secs), Some(ep)) => format!("reached {:.2}% in {secs:.1} s ({ep:.2} epochs)", 100.0 * t),
@@ -547,7 +556,7 @@ impl Reporter {
         self.record_end(s)
     }
 
-    fn record_end(&mut self, s: &Summary) -> Result<(), CliError> {
+    fn record_end(&mut self, s: &Summary) -> Result<(), SessionError> {
         let mut body = serde_json::to_value(s).unwrap_or(Value::Null);
         if let Some(o) = body.as_object_mut() {
             o.remove("evaluations");

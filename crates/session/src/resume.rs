@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use crate::config::{TrainConfig, TrainFile};
-use crate::error::CliError;
+use crate::error::SessionError;
 use crate::settings::{Resume, SETTINGS, SettingInfo};
 
 /// Whether a resumed run may change setting `key` (the table of [`crate::settings`] says).
@@ -39,17 +39,34 @@ pub fn config_to_file(cfg: &TrainConfig) -> TrainFile {
 /// The saved settings with the `given` ones (flags and `--config`) on top; a given value
 /// that would change what the run computes (model, data, optimiser, seed, synchroniser)
 /// is refused, naming the flag and both values.
-pub fn merge(saved: TrainFile, given: TrainFile) -> Result<TrainFile, CliError> {
-    let s = serde_json::to_value(&saved).map_err(CliError::run)?;
-    let g = serde_json::to_value(&given).map_err(CliError::run)?;
+pub fn merge(saved: TrainFile, given: TrainFile) -> Result<TrainFile, SessionError> {
+    let s = serde_json::to_value(&saved).map_err(SessionError::run)?;
+    let g = serde_json::to_value(&given).map_err(SessionError::run)?;
     if let (Value::Object(s), Value::Object(g)) = (&s, &g) {
         for (k, v) in g {
             if v.is_null() || changeable(k) {
                 continue;
             }
+            // The synchroniser's options, option by option: giving one at its saved value is
+            // no change.
+            if let (Value::Object(given), "sync-options") = (v, k.as_str()) {
+                let saved = s.get(k).and_then(Value::as_object);
+                for (opt, value) in given {
+                    let old = saved.and_then(|m| m.get(opt));
+                    let text = |v: &Value| v.as_str().map(String::from).unwrap_or_else(|| v.to_string());
+                    if old.map(text) != Some(text(value)) {
+                        return Err(SessionError::usage(format!(
+                            "the synchroniser's option {opt} cannot change when resuming: the checkpoint's run has {}, given {}; start a new run for another value",
+                            old.map(text).unwrap_or_else(|| "none".into()),
+                            text(value)
+                        )));
+                    }
+                }
+                continue;
+            }
             let old = s.get(k).cloned().unwrap_or(Value::Null);
             if &old != v {
-                return Err(CliError::usage(format!(
+                return Err(SessionError::usage(format!(
                     "--{k} cannot change when resuming: the checkpoint's run has {}, given {v}; a resume may change \
                      only what does not redefine the run (limits such as --epochs, devices, logging, checkpoints, \
                      a lower --lr): start a new run for anything else",
@@ -63,7 +80,7 @@ pub fn merge(saved: TrainFile, given: TrainFile) -> Result<TrainFile, CliError> 
     if let (Some(old), Some(new)) = (saved.lr, given.lr)
         && new > old
     {
-        return Err(CliError::usage(format!(
+        return Err(SessionError::usage(format!(
             "--lr {new} is higher than the run's {old}: a resumed run may only lower the learning rate (to continue \
              a run that diverged); start a new run for a higher one"
         )));
@@ -172,5 +189,22 @@ mod tests {
         let e =
             merge(saved, TrainFile { model: Some("resnet20".into()), ..TrainFile::default() }).unwrap_err().to_string();
         assert!(e.contains("--model") && e.contains("lenet5"), "{e}");
+    }
+
+    #[test]
+    fn a_synchroniser_option_given_at_its_saved_value_is_no_change() {
+        let opts = |pairs: &[(&str, &str)]| {
+            Some(pairs.iter().map(|(k, v)| (k.to_string(), toml::Value::String(v.to_string()))).collect())
+        };
+        let saved =
+            TrainFile { sync_options: opts(&[("alpha", "0.3"), ("central-momentum", "0.5")]), ..TrainFile::default() };
+        let same = TrainFile { sync_options: opts(&[("alpha", "0.3")]), ..TrainFile::default() };
+        assert!(merge(saved.clone(), same).is_ok());
+        let other = TrainFile { sync_options: opts(&[("alpha", "0.2")]), ..TrainFile::default() };
+        let e = merge(saved.clone(), other).unwrap_err().to_string();
+        assert!(e.contains("option alpha cannot change") && e.contains("has 0.3, given 0.2"), "{e}");
+        let new = TrainFile { sync_options: opts(&[("sma-form", "paper")]), ..TrainFile::default() };
+        let e = merge(saved, new).unwrap_err().to_string();
+        assert!(e.contains("has none, given paper"), "{e}");
     }
 }

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use crate::checkpoint::{self, CheckpointArgs, CheckpointPolicy, DivergencePolicy};
 use crate::config::{TrainConfig, TrainFile};
-use crate::error::CliError;
+use crate::error::SessionError;
 use crate::registry::SyncRegistry;
 use crate::report::{Reporter, Summary};
 use crate::signals::Interrupt;
@@ -25,12 +25,13 @@ pub struct Session {
     quiet: bool,
     progress: Option<crate::report::ProgressSink>,
     signals: bool,
+    data: Option<train::Data>,
 }
 
 impl Session {
     /// A run with `settings` (unset ones take their defaults) and the built-in
     /// synchronisers. Nothing is checked or loaded until [`Session::run`].
-    pub fn new(settings: TrainFile) -> Result<Self, CliError> {
+    pub fn new(settings: TrainFile) -> Result<Self, SessionError> {
         Ok(Session::from_settings(settings))
     }
 
@@ -43,6 +44,7 @@ impl Session {
             quiet: false,
             progress: None,
             signals: false,
+            data: None,
         }
     }
 
@@ -54,10 +56,18 @@ impl Session {
 
     /// A run with the settings of a config file (if any) overridden by `flags`; errors about
     /// a value of the file name the file and its key.
-    pub fn from_sources(file: Option<(PathBuf, TrainFile)>, flags: TrainFile) -> Result<Self, CliError> {
+    pub fn from_sources(file: Option<(PathBuf, TrainFile)>, flags: TrainFile) -> Result<Self, SessionError> {
         let mut s = Session::new(flags)?;
         s.file = file;
         Ok(s)
+    }
+
+    /// Trains on these datasets instead of loading them from the settings (`dataset`,
+    /// `data-dir`, ...): datasets of your own, or one load shared by many runs. The settings
+    /// still say how they are trained on (augmentation, normalisation).
+    pub fn data(mut self, data: train::Data) -> Self {
+        self.data = Some(data);
+        self
     }
 
     /// The synchronisers `--sync` may name (yours among them: [`SyncRegistry::register`]).
@@ -89,7 +99,7 @@ impl Session {
     }
 
     /// Stop cleanly on Ctrl-C and SIGTERM (write a checkpoint, then return
-    /// [`CliError::Interrupted`]), as `crossbow train` does. Off by default: a library does
+    /// [`SessionError::Interrupted`]), as `crossbow train` does. Off by default: a library does
     /// not take over its host program's signals unless asked.
     pub fn handle_signals(mut self, on: bool) -> Self {
         self.signals = on;
@@ -98,11 +108,11 @@ impl Session {
 
     /// The validated settings of this run (what it would train with; resuming: the
     /// checkpoint's, with the changes given), and its checkpoint and divergence policies.
-    pub fn resolve(&self) -> Result<TrainConfig, CliError> {
+    pub fn resolve(&self) -> Result<TrainConfig, SessionError> {
         Ok(self.plan(&crossbow_replica::Solo)?.cfg)
     }
 
-    fn plan(&self, world: &dyn crossbow_replica::ProcessGroup) -> Result<Plan, CliError> {
+    fn plan(&self, world: &dyn crossbow_replica::ProcessGroup) -> Result<Plan, SessionError> {
         let given = self.file.as_ref().map(|(_, f)| f.clone()).unwrap_or_default().overridden_by(self.settings.clone());
         let metrics_given = given.metrics.is_some();
         let resumed = match &self.resume {
@@ -117,7 +127,7 @@ impl Session {
             Some((path, ckpt)) => {
                 let mut saved = saved_settings(ckpt.state.get("config").cloned().unwrap_or_default(), &self.registry)
                     .map_err(|e| {
-                    CliError::usage(format!("--resume {}: the saved settings are unreadable: {e}", path.display()))
+                    SessionError::usage(format!("--resume {}: the saved settings are unreadable: {e}", path.display()))
                 })?;
                 if saved.normalize.is_none() {
                     saved.normalize = resume::saved_normalize(&ckpt.state);
@@ -151,13 +161,13 @@ impl Session {
     /// recover from, or a signal when [`Session::handle_signals`] is on) and returns the
     /// summary. Under `mpirun`/`srun` this process is one rank of the job (with the `mpi`
     /// feature); every rank calls `run`.
-    pub fn run(self) -> Result<Summary, CliError> {
+    pub fn run(self) -> Result<Summary, SessionError> {
         self.start()?.run()
     }
 
     /// The run started, ready for its first iteration: a [`Trainer`] to take one iteration
     /// at a time ([`Session::run`] is `start()?.run()`).
-    pub fn start(self) -> Result<Trainer, CliError> {
+    pub fn start(self) -> Result<Trainer, SessionError> {
         // Signals are honoured from the start: a Ctrl-C while the data load or the engine
         // starts stops the run before its first iteration (nothing to save yet).
         let interrupt = if self.signals { Interrupt::install()? } else { Interrupt::none() };
@@ -165,7 +175,7 @@ impl Session {
         if let Some(t) = given.mpi_timeout
             && !(t.is_finite() && t > 0.0)
         {
-            return Err(CliError::usage(format!("--mpi-timeout must be a positive number, got {t}")));
+            return Err(SessionError::usage(format!("--mpi-timeout must be a positive number, got {t}")));
         }
         // With several ranks, rank 0 reads the checkpoint and broadcasts it.
         let world = crate::processes::World::start(given.mpi_timeout)?;
@@ -174,7 +184,7 @@ impl Session {
             Err(e) => {
                 // Every rank stops on a signal after the same iteration (they agree on it),
                 // and exits by itself once rank 0's checkpoint is on disk.
-                if !matches!(e, CliError::Interrupted { .. }) {
+                if !matches!(e, SessionError::Interrupted { .. }) {
                     world.stop_all(&format!("error: {e}"), e.exit_code() as u8);
                 }
                 Err(e)
@@ -186,7 +196,7 @@ impl Session {
         mut self,
         world: &crate::processes::World,
         interrupt: Interrupt,
-    ) -> Result<Box<dyn crate::train::Steps>, CliError> {
+    ) -> Result<Box<dyn crate::train::Steps>, SessionError> {
         let Plan { mut cfg, resumed, policy, divergence, changes, metrics_given } = self.plan(&*world.group)?;
         // A resumed run's saved metrics file is relative to its checkpoint folder; a copied or
         // moved folder whose metrics lay outside it writes its own, inside it (never into the
@@ -254,6 +264,7 @@ impl Session {
             interrupt,
             world: std::sync::Arc::clone(&world.group),
             line,
+            data: self.data.take(),
         };
         train::start(&cfg, &self.registry, reporter, opts)
     }

@@ -40,7 +40,7 @@ fn say_note(slot: &AtomicPtr<Vec<u8>>) {
     }
 }
 
-use crate::error::CliError;
+use crate::error::SessionError;
 
 /// SIGINT's number.
 pub const SIGINT: i32 = 2;
@@ -59,7 +59,7 @@ pub struct Interrupt {
 
 impl Interrupt {
     /// Installs the handlers (once per process is enough; later calls add nothing harmful).
-    pub fn install() -> Result<Self, CliError> {
+    pub fn install() -> Result<Self, SessionError> {
         let signal = Arc::new(AtomicUsize::new(0));
         #[cfg(unix)]
         {
@@ -78,7 +78,7 @@ impl Interrupt {
                 // SAFETY: the action only swaps and stores atomics, loads a pointer, and calls
                 // write(2) and _exit(2), which are async-signal-safe.
                 unsafe { signal_hook::low_level::register(sig, action) }
-                    .map_err(|e| CliError::run(format!("cannot install the handler of signal {sig}: {e}")))?;
+                    .map_err(|e| SessionError::run(format!("cannot install the handler of signal {sig}: {e}")))?;
             }
         }
         #[cfg(not(unix))]
@@ -94,10 +94,10 @@ impl Interrupt {
 
     /// An error to stop with when a signal arrived during start-up (before any iteration:
     /// there is nothing to save).
-    pub fn during_startup(&self, stage: &str) -> Result<(), CliError> {
+    pub fn during_startup(&self, stage: &str) -> Result<(), SessionError> {
         match self.signal.load(Ordering::SeqCst) {
             0 => Ok(()),
-            s => Err(CliError::Interrupted {
+            s => Err(SessionError::Interrupted {
                 code: exit_code(s as i32),
                 msg: format!(
                     "stopped by {} while {stage}, before the first iteration; nothing to save",

@@ -12,7 +12,7 @@
 //!     }
 //! }
 //! let summary = trainer.finish()?;
-//! # Ok::<(), crossbow_session::CliError>(())
+//! # Ok::<(), crossbow_session::SessionError>(())
 //! ```
 //!
 //! A [`Config`] holds the same settings as `crossbow train`'s flags and config files (the
@@ -29,7 +29,7 @@ use crossbow_replica::schedule::Schedule;
 use crossbow_tensor::DeviceSpec;
 
 use crate::config::{LearnersPerDevice, TrainFile};
-use crate::error::CliError;
+use crate::error::SessionError;
 use crate::processes::World;
 use crate::registry::SyncRegistry;
 use crate::report::{EvalLine, Summary};
@@ -131,6 +131,12 @@ impl Config {
         self
     }
 
+    /// Trains on these datasets instead of loading them ([`Session::data`]).
+    pub fn data(mut self, data: crate::Data) -> Self {
+        self.session = self.session.data(data);
+        self
+    }
+
     /// The synchronisers [`Config::sync`] may name (yours among them).
     pub fn registry(mut self, registry: SyncRegistry) -> Self {
         self.session = self.session.registry(registry);
@@ -181,7 +187,7 @@ pub struct Trainer {
 impl Trainer {
     /// Checks the settings, loads the data, starts the engine (and resumes, with
     /// [`Config::resume`]): a run ready for its first iteration.
-    pub fn new(config: Config) -> Result<Trainer, CliError> {
+    pub fn new(config: Config) -> Result<Trainer, SessionError> {
         config.into_session().start()
     }
 
@@ -189,14 +195,14 @@ impl Trainer {
         Trainer { steps: Some(steps), last: None, world }
     }
 
-    fn steps(&mut self) -> Result<&mut Box<dyn Steps>, CliError> {
-        self.steps.as_mut().ok_or_else(|| CliError::run("the run has ended"))
+    fn steps(&mut self) -> Result<&mut Box<dyn Steps>, SessionError> {
+        self.steps.as_mut().ok_or_else(|| SessionError::run("the run has ended"))
     }
 
     /// One iteration; `None` once the run has reached its epoch limit or its target (then
     /// [`Trainer::finish`]). A divergence rolled back (`--on-divergence rollback`) is not an
     /// iteration: the next one after it is returned.
-    pub fn step(&mut self) -> Result<Option<IterationRecord>, CliError> {
+    pub fn step(&mut self) -> Result<Option<IterationRecord>, SessionError> {
         loop {
             let steps = self.steps()?;
             if steps.finished() {
@@ -215,9 +221,9 @@ impl Trainer {
 
     /// Evaluates the central model now (reported and recorded like the scheduled
     /// evaluations; an iteration the schedule evaluated is not evaluated again).
-    pub fn evaluate(&mut self) -> Result<EvalLine, CliError> {
+    pub fn evaluate(&mut self) -> Result<EvalLine, SessionError> {
         let Some(rec) = self.last.clone() else {
-            return Err(CliError::usage("evaluate: no iteration has run yet (call step first)"));
+            return Err(SessionError::usage("evaluate: no iteration has run yet (call step first)"));
         };
         let r = self.steps()?.evaluate(&rec);
         r.map_err(|e| self.failed(e))
@@ -225,31 +231,31 @@ impl Trainer {
 
     /// Writes a checkpoint of the run now and returns its path once it is on disk. Without
     /// a checkpoint folder ([`Config::checkpoint_dir`]) it is refused and the run goes on.
-    pub fn save(&mut self) -> Result<PathBuf, CliError> {
+    pub fn save(&mut self) -> Result<PathBuf, SessionError> {
         match self.steps()?.save() {
-            Err(e @ CliError::Usage(_)) => Err(e),
+            Err(e) if e.is_usage() => Err(e),
             r => r.map_err(|e| self.failed(e)),
         }
     }
 
     /// Ends the run: the final evaluation (unless the last iteration was evaluated), the
     /// final checkpoint, and the summary.
-    pub fn finish(mut self) -> Result<Summary, CliError> {
-        let steps = self.steps.take().ok_or_else(|| CliError::run("the run has ended"))?;
+    pub fn finish(mut self) -> Result<Summary, SessionError> {
+        let steps = self.steps.take().ok_or_else(|| SessionError::run("the run has ended"))?;
         steps.finish(self.last.take()).map_err(|e| self.failed(e))
     }
 
     /// Steps to the end, then [`Trainer::finish`].
-    pub fn run(mut self) -> Result<Summary, CliError> {
+    pub fn run(mut self) -> Result<Summary, SessionError> {
         while self.step()?.is_some() {}
         self.finish()
     }
 
     /// An error ends the run: with several ranks every other rank is stopped with it (a
     /// signal's stop excepted: the ranks agree on that one themselves).
-    fn failed(&mut self, e: CliError) -> CliError {
+    fn failed(&mut self, e: SessionError) -> SessionError {
         self.steps = None;
-        if !matches!(e, CliError::Interrupted { .. }) {
+        if !matches!(e, SessionError::Interrupted { .. }) {
             self.world.stop_all(&format!("error: {e}"), e.exit_code() as u8);
         }
         e

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use crossbow_session::{CliError, Config, DatasetKind, DeviceSpec, Learners, ModelKind, Schedule, Trainer};
+use crossbow_session::{Config, DatasetKind, DeviceSpec, Learners, ModelKind, Schedule, SessionError, Trainer};
 
 fn tmp(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("crossbow-session-trainer-{name}-{}", std::process::id()));
@@ -53,7 +53,7 @@ fn evaluate_and_save_on_demand_and_resume_from_the_save() {
         sink.lock().unwrap().push(l.to_string());
     }))
     .unwrap();
-    assert!(matches!(t.evaluate(), Err(CliError::Usage(_))), "evaluate before any step is an error");
+    assert!(matches!(t.evaluate(), Err(SessionError::Usage(_))), "evaluate before any step is an error");
     for _ in 0..20 {
         t.step().unwrap().expect("a step");
     }
@@ -83,7 +83,7 @@ fn save_without_a_checkpoint_folder_is_refused() {
     let mut t = Trainer::new(config()).unwrap();
     t.step().unwrap();
     let e = t.save().unwrap_err();
-    assert!(matches!(e, CliError::Usage(_)), "{e}");
+    assert!(matches!(e, SessionError::Usage(_)), "{e}");
     assert!(e.to_string().contains("checkpoint_dir"), "{e}");
     // The run goes on after a refused save.
     assert!(t.step().unwrap().is_some());
@@ -95,4 +95,28 @@ fn bad_typed_settings_are_refused_with_the_setting_named() {
     assert!(e.to_string().contains("batch-size"), "{e}");
     let Err(e) = Trainer::new(config().sync("nonesuch")) else { panic!("unknown synchroniser accepted") };
     assert!(e.to_string().contains("nonesuch"), "{e}");
+}
+
+/// Errors are typed: a program tells bad data from a divergence without reading the message,
+/// and the command line's exit code follows the variant.
+#[test]
+fn errors_say_what_went_wrong_by_their_variant() {
+    // A folder of the right layout with no images: the data's own error, the user's input.
+    let dir = tmp("empty-data");
+    std::fs::create_dir_all(dir.join("train/a")).unwrap();
+    std::fs::create_dir_all(dir.join("val/a")).unwrap();
+    let empty = config().dataset(DatasetKind::Folder, &dir);
+    let e = match Trainer::new(empty) {
+        Err(e) => e,
+        Ok(t) => t.run().expect_err("a folder without images trained"),
+    };
+    assert!(matches!(e, SessionError::Data(_)), "{e:?}");
+    assert_eq!(e.exit_code(), 2, "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+    // A rate that can only diverge, without a rollback: Diverged, exit code 1.
+    let e = Trainer::new(config().lr(1e6, Schedule::Constant)).unwrap().run().expect_err("lr 1e6 trained");
+    assert!(matches!(e, SessionError::Diverged(_)), "{e:?}");
+    assert!(e.to_string().starts_with("training diverged"), "{e}");
+    assert_eq!(e.exit_code(), 1);
+    assert!(!e.is_usage());
 }

@@ -3,9 +3,9 @@
 //! the central model every 200 iterations, then the summary (`cargo run --release -p
 //! crossbow-train-lenet`).
 
-use crossbow_session::{CliError, Config, Learners, ModelKind, Schedule, Trainer};
+use crossbow_session::{Config, Learners, ModelKind, Schedule, SessionError, Trainer};
 
-fn main() -> Result<(), CliError> {
+fn main() -> Result<(), SessionError> {
     let config = Config::new(ModelKind::LeNet5)
         .sizes(20_000, 2_000)
         .learners(Learners::Fixed(2))

@@ -28,12 +28,11 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use crate::config::{TrainConfig, TrainFile};
-use crate::error::CliError;
+use crate::error::SessionError;
 use crate::registry::SyncRegistry;
-use crate::report::{EvalLine, Reporter};
-use crate::train::{build_graph, load_data, train_with};
+use crate::report::EvalLine;
 use clap::Args;
-use crossbow_replica::engine::CpuDevices;
+use crossbow_session::{Session, load_data};
 use serde::{Deserialize, Serialize};
 
 mod report;
@@ -222,28 +221,28 @@ const SMA_KEYS: &[&str] = &["bn-group"];
 
 /// A variant: `SYNC[/KEY=VALUE...]`, each key a setting, a synchroniser option flag of
 /// `registry` (`alpha=0.1`) or `opt.OPTION`.
-fn parse_variant(s: &str, registry: &SyncRegistry) -> Result<Variant, CliError> {
+fn parse_variant(s: &str, registry: &SyncRegistry) -> Result<Variant, SessionError> {
     let mut parts = s.split('/');
     let sync = parts.next().unwrap_or("").trim().to_string();
     if sync.is_empty() {
-        return Err(CliError::usage(format!("--sync '{s}': a variant starts with a synchroniser name")));
+        return Err(SessionError::usage(format!("--sync '{s}': a variant starts with a synchroniser name")));
     }
     let mut toml_text = format!("sync = {:?}\n", sync);
     let mut options = String::new();
     let mut only_sma = true;
     for p in parts {
         let Some((k, v)) = p.split_once('=') else {
-            return Err(CliError::usage(format!("--sync '{s}': '{p}' is not key=value")));
+            return Err(SessionError::usage(format!("--sync '{s}': '{p}' is not key=value")));
         };
         let (k, v) = (k.trim(), v.trim());
         if k.is_empty() || v.is_empty() {
-            return Err(CliError::usage(format!("--sync '{s}': '{p}' needs a key and a value")));
+            return Err(SessionError::usage(format!("--sync '{s}': '{p}' needs a key and a value")));
         }
         // `opt.KEY=VALUE`: a synchroniser option (`--sync-opt KEY=VALUE`); SMA's options,
         // like its settings, do not matter with one learner.
         if let Some(opt) = k.strip_prefix("opt.").map(String::from).or_else(|| registry.flag_option(k)) {
             if opt.is_empty() {
-                return Err(CliError::usage(format!("--sync '{s}': '{p}' names no option after 'opt.'")));
+                return Err(SessionError::usage(format!("--sync '{s}': '{p}' names no option after 'opt.'")));
             }
             if sync != "sma" {
                 only_sma = false;
@@ -263,7 +262,7 @@ fn parse_variant(s: &str, registry: &SyncRegistry) -> Result<Variant, CliError> 
         toml_text.push_str(&options);
     }
     let file: TrainFile = toml::from_str(&toml_text)
-        .map_err(|e| CliError::usage(format!("--sync '{s}': {}", e.to_string().trim().replace('\n', " "))))?;
+        .map_err(|e| SessionError::usage(format!("--sync '{s}': {}", e.to_string().trim().replace('\n', " "))))?;
     Ok(Variant { label: s.trim().to_string(), sync, file, only_sma_settings: only_sma })
 }
 
@@ -315,21 +314,22 @@ fn configs(args: &TtaArgs, variants: &[Variant]) -> Vec<Config> {
 }
 
 /// Runs the experiment; `--sync` names synchronisers of `registry`.
-pub fn run_tta(args: &TtaArgs, registry: &SyncRegistry) -> Result<(), CliError> {
+pub fn run_tta(args: &TtaArgs, registry: &SyncRegistry) -> Result<(), SessionError> {
     crate::processes::one_process_only("experiment tta")?;
     if args.learners.is_empty() || args.batch_size.is_empty() || args.sync.is_empty() || args.seeds == 0 {
-        return Err(CliError::usage("--learners, --batch-size, --sync and --seeds must not be empty"));
+        return Err(SessionError::usage("--learners, --batch-size, --sync and --seeds must not be empty"));
     }
     if args.lr.is_empty() || args.lr.iter().any(|l| !(l.is_finite() && *l > 0.0)) {
-        return Err(CliError::usage(format!("--lr {:?}: every rate must be a finite number > 0", args.lr)));
+        return Err(SessionError::usage(format!("--lr {:?}: every rate must be a finite number > 0", args.lr)));
     }
     if (1..=args.seeds).contains(&args.tune_seed) && args.lr.len() > 1 {
-        return Err(CliError::usage(format!(
+        return Err(SessionError::usage(format!(
             "--tune-seed {} is one of the evaluation seeds 1..={}: pick another so the tuning does not flatter",
             args.tune_seed, args.seeds
         )));
     }
-    std::fs::create_dir_all(&args.out).map_err(|e| CliError::usage(format!("--out {}: {e}", args.out.display())))?;
+    std::fs::create_dir_all(&args.out)
+        .map_err(|e| SessionError::usage(format!("--out {}: {e}", args.out.display())))?;
     let base = TrainFile {
         model: Some(args.model.clone()),
         dataset: Some(args.dataset.clone()),
@@ -350,15 +350,19 @@ pub fn run_tta(args: &TtaArgs, registry: &SyncRegistry) -> Result<(), CliError> 
     };
     let variants = args.sync.iter().map(|s| parse_variant(s, registry)).collect::<Result<Vec<_>, _>>()?;
     let configs = configs(args, &variants);
-    let make = |c: &Config, seed: u64, lr: f64| -> Result<TrainConfig, CliError> {
-        let f = base.clone().overridden_by(c.variant.file.clone()).overridden_by(TrainFile {
+    // The settings of one run (checked before anything runs).
+    let file = |c: &Config, seed: u64, lr: f64| -> TrainFile {
+        base.clone().overridden_by(c.variant.file.clone()).overridden_by(TrainFile {
             learners_per_device: Some(crate::settings::Word(c.k.to_string())),
             batch_size: Some(c.b),
             seed: Some(seed),
             lr: Some(lr),
             ..TrainFile::default()
-        });
-        TrainConfig::from_file_with(f, registry).map_err(|e| CliError::usage(format!("{} (lr {lr}): {e}", c.key())))
+        })
+    };
+    let make = |c: &Config, seed: u64, lr: f64| -> Result<TrainConfig, SessionError> {
+        TrainConfig::from_file_with(file(c, seed, lr), registry)
+            .map_err(|e| SessionError::usage(format!("{} (lr {lr}): {e}", c.key())))
     };
     // Validate every run before running anything.
     for c in &configs {
@@ -370,16 +374,15 @@ pub fn run_tta(args: &TtaArgs, registry: &SyncRegistry) -> Result<(), CliError> 
     // (seed 1) so every configuration sees the same data; the seed varies init and order.
     let data_cfg = TrainConfig::from_file_with(TrainFile { seed: Some(1), ..base.clone() }, registry)?;
     let data = load_data(&data_cfg)?;
-    let threads = args.threads.unwrap_or_else(crate::train::cores);
 
     let target = if args.target > 1.0 { args.target / 100.0 } else { args.target };
     if !(args.final_epochs.is_finite() && args.final_epochs > 0.0) {
-        return Err(CliError::usage(format!("--final-epochs {}: must be a number > 0", args.final_epochs)));
+        return Err(SessionError::usage(format!("--final-epochs {}: must be a number > 0", args.final_epochs)));
     }
     let log_path = args.out.join("runs.jsonl");
     let mut done: Vec<Run> = if args.resume { read_runs(&log_path)? } else { vec![] };
     if !args.resume && log_path.exists() {
-        std::fs::remove_file(&log_path).map_err(|e| CliError::run(format!("{}: {e}", log_path.display())))?;
+        std::fs::remove_file(&log_path).map_err(|e| SessionError::run(format!("{}: {e}", log_path.display())))?;
     }
     let find = |done: &[Run], phase: &str, c: &Config, seed: u64, lr: f64| -> Option<usize> {
         done.iter().position(|r| {
@@ -391,12 +394,9 @@ pub fn run_tta(args: &TtaArgs, registry: &SyncRegistry) -> Result<(), CliError> 
                 && (r.lr - lr).abs() <= 1e-12 * lr.max(1.0)
         })
     };
-    let one_run = |phase: &str, c: &Config, seed: u64, lr: f64, n: usize, total: usize| -> Result<Run, CliError> {
-        let cfg = make(c, seed, lr)?;
-        let graph = build_graph(&cfg, &data)?;
-        let mut rep = Reporter::silent();
-        let sync = registry.build_for(&cfg)?.cpu();
-        let res = train_with(&cfg, &data, graph, Box::new(CpuDevices { count: 1, threads }), sync, &mut rep);
+    let one_run = |phase: &str, c: &Config, seed: u64, lr: f64, n: usize, total: usize| -> Result<Run, SessionError> {
+        // A run through the public session, on the data loaded once for all runs.
+        let res = Session::new(file(c, seed, lr))?.registry(registry.clone()).quiet(true).data(data.clone()).run();
         let run = match res {
             Ok(s) => {
                 let curve: Vec<CurvePoint> = s.evaluations.iter().map(CurvePoint::from).collect();
@@ -513,7 +513,7 @@ pub fn run_tta(args: &TtaArgs, registry: &SyncRegistry) -> Result<(), CliError> 
         "tune": tune_runs,
         "eval": eval_runs,
     }))
-    .map_err(CliError::run)?;
+    .map_err(SessionError::run)?;
     write(&args.out.join("results.json"), &json)?;
     plot(&args.out.join("accuracy_vs_epochs.svg"), &eval_runs, args, Plot::AccuracyByEpoch)?;
     plot(&args.out.join("accuracy_vs_time.svg"), &eval_runs, args, Plot::AccuracyByTime)?;

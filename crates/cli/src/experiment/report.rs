@@ -8,7 +8,7 @@ use std::path::Path;
 use plotters::prelude::*;
 
 use super::{Config, CurvePoint, Run, TtaArgs};
-use crate::error::CliError;
+use crate::error::SessionError;
 
 /// (variant, k, b).
 pub(super) type ConfigKey = (String, usize, usize);
@@ -43,32 +43,32 @@ pub(super) fn final_accuracy(curve: &[CurvePoint], epochs: f64) -> f64 {
     if tail.is_empty() { last.test_accuracy } else { tail.iter().sum::<f64>() / tail.len() as f64 }
 }
 
-pub(super) fn read_runs(p: &Path) -> Result<Vec<Run>, CliError> {
+pub(super) fn read_runs(p: &Path) -> Result<Vec<Run>, SessionError> {
     if !p.exists() {
         return Ok(vec![]);
     }
-    let text = std::fs::read_to_string(p).map_err(|e| CliError::run(format!("{}: {e}", p.display())))?;
+    let text = std::fs::read_to_string(p).map_err(|e| SessionError::run(format!("{}: {e}", p.display())))?;
     text.lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(i, l)| {
-            serde_json::from_str(l).map_err(|e| CliError::usage(format!("{} line {}: {e}", p.display(), i + 1)))
+            serde_json::from_str(l).map_err(|e| SessionError::usage(format!("{} line {}: {e}", p.display(), i + 1)))
         })
         .collect()
 }
 
-pub(super) fn append_run(p: &Path, r: &Run) -> Result<(), CliError> {
-    let line = serde_json::to_string(r).map_err(CliError::run)?;
+pub(super) fn append_run(p: &Path, r: &Run) -> Result<(), SessionError> {
+    let line = serde_json::to_string(r).map_err(SessionError::run)?;
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(p)
-        .map_err(|e| CliError::run(format!("{}: {e}", p.display())))?;
-    writeln!(f, "{line}").map_err(|e| CliError::run(format!("{}: {e}", p.display())))
+        .map_err(|e| SessionError::run(format!("{}: {e}", p.display())))?;
+    writeln!(f, "{line}").map_err(|e| SessionError::run(format!("{}: {e}", p.display())))
 }
 
-pub(super) fn write(p: &Path, s: &str) -> Result<(), CliError> {
-    std::fs::write(p, s).map_err(|e| CliError::run(format!("{}: {e}", p.display())))
+pub(super) fn write(p: &Path, s: &str) -> Result<(), SessionError> {
+    std::fs::write(p, s).map_err(|e| SessionError::run(format!("{}: {e}", p.display())))
 }
 
 /// Median over all runs, a miss counting as +inf (`None` when most missed).
@@ -218,13 +218,13 @@ pub(super) enum Plot {
 }
 
 /// One panel per batch size; a line per configuration through seed 1's evaluations.
-pub(super) fn plot(path: &Path, runs: &[Run], args: &TtaArgs, what: Plot) -> Result<(), CliError> {
+pub(super) fn plot(path: &Path, runs: &[Run], args: &TtaArgs, what: Plot) -> Result<(), SessionError> {
     let by_time = what == Plot::AccuracyByTime;
     let y_of = |p: &CurvePoint| match what {
         Plot::SpreadByEpoch => p.spread,
         _ => Some(p.test_accuracy),
     };
-    let err = |e: &dyn std::fmt::Display| CliError::run(format!("{}: {e}", path.display()));
+    let err = |e: &dyn std::fmt::Display| SessionError::run(format!("{}: {e}", path.display()));
     let panels = args.batch_size.len().max(1);
     let root = SVGBackend::new(path, (480 * panels as u32, 420)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;

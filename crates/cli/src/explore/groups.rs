@@ -14,7 +14,7 @@ use super::report::print_table;
 use super::state::{ExploreState, GroupState};
 use super::{Configuration, Select, gcd};
 use crate::config::{BnEval, LearnersPerDevice};
-use crate::error::CliError;
+use crate::error::SessionError;
 use crate::registry::SyncRegistry;
 use crate::report::{EvalLine, Reporter};
 use crate::source::{PipelineSource, TestSet};
@@ -36,7 +36,7 @@ pub(super) struct SharedStream {
 }
 
 impl SharedStream {
-    pub(super) fn unit(&mut self, seq: u64) -> Result<&Batch, CliError> {
+    pub(super) fn unit(&mut self, seq: u64) -> Result<&Batch, SessionError> {
         while self.first + self.units.len() as u64 <= seq {
             let t0 = Instant::now();
             let b = self.pipeline.next_batch()?;
@@ -44,12 +44,13 @@ impl SharedStream {
             self.decoded += 1;
             self.units.push_back(b);
         }
-        let i = seq.checked_sub(self.first).ok_or_else(|| CliError::run(format!("unit {seq} was already dropped")))?;
-        self.units.get(i as usize).ok_or_else(|| CliError::run(format!("unit {seq} is missing")))
+        let i =
+            seq.checked_sub(self.first).ok_or_else(|| SessionError::run(format!("unit {seq} was already dropped")))?;
+        self.units.get(i as usize).ok_or_else(|| SessionError::run(format!("unit {seq} is missing")))
     }
 
     /// One learner's batch: units `from..from + n`, concatenated.
-    pub(super) fn batch(&mut self, from: u64, n: usize) -> Result<OwnedBatch, CliError> {
+    pub(super) fn batch(&mut self, from: u64, n: usize) -> Result<OwnedBatch, SessionError> {
         let mut out = OwnedBatch { images: vec![], labels: vec![] };
         for s in from..from + n as u64 {
             self.unit(s)?;
@@ -198,7 +199,7 @@ impl Ctx<'_> {
         per_epoch: usize,
         stream_norm: &crossbow_data::Normalize,
         saved_layout: Option<&[usize]>,
-    ) -> Result<Group, CliError> {
+    ) -> Result<Group, SessionError> {
         let cfg = &conf.cfg;
         let sync = self.registry.build_for(cfg)?.cpu();
         let graph = build_graph(cfg, self.data)?;
@@ -248,9 +249,9 @@ impl Ctx<'_> {
         per_epoch: usize,
         stream_norm: &crossbow_data::Normalize,
         saved: &GroupState,
-    ) -> Result<Group, CliError> {
+    ) -> Result<Group, SessionError> {
         if saved.id != conf.id {
-            return Err(CliError::usage(format!(
+            return Err(SessionError::usage(format!(
                 "--resume: the saved state's configuration #{} is not #{}",
                 saved.id, conf.id
             )));
@@ -293,8 +294,8 @@ impl Ctx<'_> {
         g: &mut Group,
         stream: &mut SharedStream,
         per_epoch: usize,
-    ) -> Result<Stepped, CliError> {
-        let Some(engine) = g.engine.as_mut() else { return Err(CliError::run("stepping a stopped configuration")) };
+    ) -> Result<Stepped, SessionError> {
+        let Some(engine) = g.engine.as_mut() else { return Err(SessionError::run("stepping a stopped configuration")) };
         let t0 = Instant::now();
         let mut batches = Vec::with_capacity(engine.learners());
         for _ in 0..engine.learners() {
@@ -304,7 +305,7 @@ impl Ctx<'_> {
         let rec = match engine.step(batches, per_epoch) {
             Ok(r) => r,
             Err(crossbow_replica::ReplicaError::Diverged(why)) => return Ok(Stepped::Diverged(why)),
-            Err(e) => return Err(CliError::run(format!("configuration #{} ({}): {e}", g.conf.id, g.conf.label()))),
+            Err(e) => return Err(SessionError::run(format!("configuration #{} ({}): {e}", g.conf.id, g.conf.label()))),
         };
         // The divergence watch of `crossbow train`.
         if let Some(why) = g.watch.check(engine, &rec, self.data.train.num_classes())? {
@@ -327,8 +328,10 @@ impl Ctx<'_> {
 
     /// Evaluates group `g`'s central model as `crossbow train` does (recalibrating batch-norm
     /// statistics first when configured).
-    pub(super) fn evaluate(&mut self, g: &mut Group, rec: &IterationRecord) -> Result<f64, CliError> {
-        let Some(engine) = g.engine.as_mut() else { return Err(CliError::run("evaluating a stopped configuration")) };
+    pub(super) fn evaluate(&mut self, g: &mut Group, rec: &IterationRecord) -> Result<f64, SessionError> {
+        let Some(engine) = g.engine.as_mut() else {
+            return Err(SessionError::run("evaluating a stopped configuration"));
+        };
         let window = std::mem::take(&mut g.window);
         let line = crate::train::evaluate_central(
             engine,
@@ -353,7 +356,7 @@ impl Ctx<'_> {
             100.0 * ev.0,
             g.status
         ));
-        let mut body = serde_json::to_value(&line).map_err(CliError::run)?;
+        let mut body = serde_json::to_value(&line).map_err(SessionError::run)?;
         if let Some(o) = body.as_object_mut() {
             o.insert("id".into(), json!(g.conf.id));
         }
@@ -371,7 +374,7 @@ pub(super) enum Stepped {
 }
 
 /// Marks group `g` diverged and frees its engine; the others go on.
-pub(super) fn mark_diverged(ctx: &mut Ctx<'_>, g: &mut Group, why: &str) -> Result<(), CliError> {
+pub(super) fn mark_diverged(ctx: &mut Ctx<'_>, g: &mut Group, why: &str) -> Result<(), SessionError> {
     g.status = Status::Diverged(g.epoch());
     g.engine = None;
     g.tuner = None;
@@ -387,7 +390,7 @@ pub(super) fn run_groups(
     select: &Select,
     fractions: &[f64],
     resume: Option<ExploreState>,
-) -> Result<Outcome, CliError> {
+) -> Result<Outcome, SessionError> {
     let first = &confs[0].cfg;
     let g = confs.iter().map(|c| c.cfg.batch_size).fold(0, gcd);
     let most = confs
@@ -623,7 +626,7 @@ pub(super) fn grow(
     groups: &mut [Group],
     survivors: &[usize],
     mut freed: usize,
-) -> Result<(), CliError> {
+) -> Result<(), SessionError> {
     let mut progress = true;
     while freed > 0 && progress {
         progress = false;

@@ -41,7 +41,7 @@ use crossbow_replica::engine::CpuDevices;
 use serde_json::json;
 
 use crate::config::{TrainConfig, TrainFile};
-use crate::error::CliError;
+use crate::error::SessionError;
 use crate::registry::SyncRegistry;
 use crate::report::Reporter;
 use crate::train::{Hardware, build_graph, load_data, resolve_hardware};
@@ -142,8 +142,8 @@ pub struct Exploration {
     pub select: Select,
 }
 
-fn bad(path: &Path, what: String) -> CliError {
-    CliError::usage(format!("config file {}: {what}", path.display()))
+fn bad(path: &Path, what: String) -> SessionError {
+    SessionError::usage(format!("config file {}: {what}", path.display()))
 }
 
 fn show(v: &toml::Value) -> String {
@@ -176,7 +176,12 @@ fn apply(f: &mut TrainFile, key: &str, v: &toml::Value, registry: &SyncRegistry)
 }
 
 /// The values of one `[space]` key: a non-empty list, or a range table.
-fn values_of(path: &Path, key: &str, v: &toml::Value, registry: &SyncRegistry) -> Result<Vec<toml::Value>, CliError> {
+fn values_of(
+    path: &Path,
+    key: &str,
+    v: &toml::Value,
+    registry: &SyncRegistry,
+) -> Result<Vec<toml::Value>, SessionError> {
     let at = |what: String| bad(path, format!("[space] {key}: {what}"));
     let values = match v {
         toml::Value::Array(list) if list.is_empty() => {
@@ -193,7 +198,7 @@ fn values_of(path: &Path, key: &str, v: &toml::Value, registry: &SyncRegistry) -
                     return Err(at(format!("unknown range key '{k}' (a range has min, max, steps and scale)")));
                 }
             }
-            let num = |k: &str| -> Result<f64, CliError> {
+            let num = |k: &str| -> Result<f64, SessionError> {
                 let x = t.get(k).ok_or_else(|| at(format!("the range needs '{k}'")))?;
                 as_real(x)
                     .filter(|x| x.is_finite())
@@ -242,7 +247,7 @@ fn values_of(path: &Path, key: &str, v: &toml::Value, registry: &SyncRegistry) -
     Ok(values)
 }
 
-fn parse_select(path: &Path, v: Option<&toml::Value>) -> Result<Select, CliError> {
+fn parse_select(path: &Path, v: Option<&toml::Value>) -> Result<Select, SessionError> {
     let mut s = Select { eta: None, rungs: None, top_k: 1, target: None, grow: false };
     let Some(v) = v else { return Ok(s) };
     let t = v.as_table().ok_or_else(|| bad(path, "[select] must be a table".into()))?;
@@ -278,7 +283,7 @@ fn parse_select(path: &Path, v: Option<&toml::Value>) -> Result<Select, CliError
 
 /// Reads an exploration file: the base settings, the space and the selection rule, every
 /// configuration validated as `crossbow train` would (nothing runs before all are good).
-pub fn read(path: &Path, registry: &SyncRegistry) -> Result<Exploration, CliError> {
+pub fn read(path: &Path, registry: &SyncRegistry) -> Result<Exploration, SessionError> {
     let text = std::fs::read_to_string(path).map_err(|e| bad(path, e.to_string()))?;
     // The TOML syntax (and the line of an error) as `crossbow train --config` reports it.
     let mut table: toml::Table = toml::from_str(&text).map_err(|e| {
@@ -359,9 +364,16 @@ pub fn read(path: &Path, registry: &SyncRegistry) -> Result<Exploration, CliErro
 
 /// The error of a configuration, naming the `[space]` key and value that make it bad (or all
 /// of its settings, when only their combination is bad).
-fn blame(path: &Path, base: &TrainFile, picked: &[(String, toml::Value)], e: CliError, reg: &SyncRegistry) -> CliError {
+fn blame(
+    path: &Path,
+    base: &TrainFile,
+    picked: &[(String, toml::Value)],
+    e: SessionError,
+    reg: &SyncRegistry,
+) -> SessionError {
     let prefix = format!("config file {}: ", path.display());
-    let strip = |e: CliError| e.to_string().strip_prefix(&prefix).map(String::from).unwrap_or_else(|| e.to_string());
+    let strip =
+        |e: SessionError| e.to_string().strip_prefix(&prefix).map(String::from).unwrap_or_else(|| e.to_string());
     for (key, v) in picked {
         let mut one = TrainFile::default();
         if apply(&mut one, key, v, reg).is_err() {
@@ -396,7 +408,7 @@ pub fn rung_fractions(select: &Select, n: usize) -> Vec<f64> {
 }
 
 /// `crossbow explore`.
-pub fn run(args: &ExploreArgs, registry: &SyncRegistry) -> Result<(), CliError> {
+pub fn run(args: &ExploreArgs, registry: &SyncRegistry) -> Result<(), SessionError> {
     crate::processes::one_process_only("explore")?;
     let ex = read(&args.config, registry)?;
     let n = ex.configs.len();
@@ -456,18 +468,18 @@ pub fn run(args: &ExploreArgs, registry: &SyncRegistry) -> Result<(), CliError> 
             .map_err(|e| bad(&ex.path, format!("configuration #{} ({}): {e}", c.id, c.label())))?;
     }
     std::fs::create_dir_all(&args.out)
-        .map_err(|e| CliError::usage(format!("--out {}: cannot create: {e}", args.out.display())))?;
+        .map_err(|e| SessionError::usage(format!("--out {}: cannot create: {e}", args.out.display())))?;
     let settings: Vec<Vec<(String, String)>> = ex.configs.iter().map(|c| c.settings.clone()).collect();
     let resumed = match (args.resume, args.sequential) {
         (true, true) => {
-            return Err(CliError::usage(
+            return Err(SessionError::usage(
                 "--resume continues a joint exploration; --sequential runs (a measurement) start over",
             ));
         }
         (true, false) => Some(state::load(&args.out, &settings, &fractions)?),
         (false, _) => {
             if state::dir(&args.out).join("explore.json").exists() {
-                return Err(CliError::usage(format!(
+                return Err(SessionError::usage(format!(
                     "--out {}: holds a stopped exploration (state/); continue it with --resume, or use another folder",
                     args.out.display()
                 )));

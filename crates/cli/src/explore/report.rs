@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::ExploreArgs;
 use super::groups::{Ctx, Group, Outcome, Status};
-use crate::error::CliError;
+use crate::error::SessionError;
 
 pub(super) fn print_table(groups: &[Group]) {
     eprintln!("  {:<4} {:<44} {:>7} {:>9}  status", "id", "settings", "epoch", "accuracy");
@@ -48,7 +48,7 @@ pub(super) fn ranking(o: &Outcome) -> Vec<usize> {
     order
 }
 
-pub(super) fn finish(ctx: &mut Ctx<'_>, args: &ExploreArgs, mut o: Outcome) -> Result<(), CliError> {
+pub(super) fn finish(ctx: &mut Ctx<'_>, args: &ExploreArgs, mut o: Outcome) -> Result<(), SessionError> {
     let wall = ctx.wall.elapsed().as_secs_f64();
     let order = ranking(&o);
     let budget = o.groups.first().map(|g| g.conf.cfg.epochs).unwrap_or(0.0);
@@ -89,15 +89,15 @@ pub(super) fn finish(ctx: &mut Ctx<'_>, args: &ExploreArgs, mut o: Outcome) -> R
         print!("{text}");
         let rank_path = args.out.join("ranking.txt");
         std::fs::write(&rank_path, &text)
-            .map_err(|e| CliError::run(format!("{}: cannot write: {e}", rank_path.display())))?;
+            .map_err(|e| SessionError::run(format!("{}: cannot write: {e}", rank_path.display())))?;
         plot(&args.out.join("accuracy.svg"), &o.groups)?;
         ctx.reporter.record("end", json!({ "winner": null, "all_diverged": true }))?;
-        return Err(CliError::run(format!(
+        return Err(SessionError::run(format!(
             "every configuration diverged (ranking in {}); lower the learning rates of the search",
             rank_path.display()
         )));
     }
-    let best = toml::to_string(&crate::resume::config_to_file(&w.conf.cfg)).map_err(CliError::run)?;
+    let best = toml::to_string(&crate::resume::config_to_file(&w.conf.cfg)).map_err(SessionError::run)?;
     let header = format!(
         "# The {} of {} configurations explored from {} (#{}: {}), test accuracy {:.2}%.\n# crossbow train --config {}\n",
         if stopped.is_some() { "leader so far (the exploration was stopped)" } else { "best" },
@@ -109,7 +109,7 @@ pub(super) fn finish(ctx: &mut Ctx<'_>, args: &ExploreArgs, mut o: Outcome) -> R
         best_path.display()
     );
     std::fs::write(&best_path, header + &best)
-        .map_err(|e| CliError::run(format!("{}: cannot write: {e}", best_path.display())))?;
+        .map_err(|e| SessionError::run(format!("{}: cannot write: {e}", best_path.display())))?;
     let share = format!(
         "pipeline: {} samples decoded and augmented ({}) for the {} the configurations trained on (what running them one after another decodes): {:.2}x fewer; waited {:.2} s for it, {:.2} s assembling batches; batch-norm recalibration drew {} more samples, per configuration (not shared)",
         o.decoded_samples,
@@ -146,7 +146,7 @@ pub(super) fn finish(ctx: &mut Ctx<'_>, args: &ExploreArgs, mut o: Outcome) -> R
     print!("{text}");
     let rank_path = args.out.join("ranking.txt");
     std::fs::write(&rank_path, &text)
-        .map_err(|e| CliError::run(format!("{}: cannot write: {e}", rank_path.display())))?;
+        .map_err(|e| SessionError::run(format!("{}: cannot write: {e}", rank_path.display())))?;
     plot(&args.out.join("accuracy.svg"), &o.groups)?;
     if let Some((sig, steps, state)) = stopped {
         let resume = if state.as_os_str().is_empty() {
@@ -158,7 +158,7 @@ pub(super) fn finish(ctx: &mut Ctx<'_>, args: &ExploreArgs, mut o: Outcome) -> R
                 args.out.display()
             )
         };
-        return Err(CliError::Interrupted {
+        return Err(SessionError::Interrupted {
             code: crate::signals::exit_code(sig),
             msg: format!(
                 "stopped by {} after {steps} steps; the ranking so far is in {} and its leader in {}{resume}",
@@ -197,8 +197,8 @@ pub(super) fn finish(ctx: &mut Ctx<'_>, args: &ExploreArgs, mut o: Outcome) -> R
 /// Test accuracy against wall time of the exploration, one line per configuration with a
 /// marker at every evaluation (so a configuration evaluated once still shows), and the legend
 /// in a panel of its own beside the chart (it never covers a curve).
-pub(super) fn plot(path: &Path, groups: &[Group]) -> Result<(), CliError> {
-    let err = |e: &dyn std::fmt::Display| CliError::run(format!("{}: {e}", path.display()));
+pub(super) fn plot(path: &Path, groups: &[Group]) -> Result<(), SessionError> {
+    let err = |e: &dyn std::fmt::Display| SessionError::run(format!("{}: {e}", path.display()));
     let legend_rows = groups.len().max(1) as u32;
     let height = (480u32).max(40 + 18 * legend_rows);
     let root = SVGBackend::new(path, (1000, height)).into_drawing_area();

@@ -12,7 +12,7 @@ use crossbow_replica::engine::{EngineSnapshot, IterationRecord};
 use serde::{Deserialize, Serialize};
 
 use super::groups::{Group, SharedStream, Status};
-use crate::error::CliError;
+use crate::error::SessionError;
 use crate::report::EvalLine;
 use crate::train::{DivergenceWatch, Window};
 
@@ -73,8 +73,8 @@ fn group_file(out: &Path, id: usize) -> PathBuf {
     dir(out).join(format!("group-{id}.safetensors"))
 }
 
-fn io(path: &Path, e: impl std::fmt::Display) -> CliError {
-    CliError::run(format!("{}: {e}", path.display()))
+fn io(path: &Path, e: impl std::fmt::Display) -> SessionError {
+    SessionError::run(format!("{}: {e}", path.display()))
 }
 
 /// Saves the loop's position and every live group's engine into `OUT/state`.
@@ -89,7 +89,7 @@ pub(super) fn save(
     rung: usize,
     steps: u64,
     wall_secs: f64,
-) -> Result<PathBuf, CliError> {
+) -> Result<PathBuf, SessionError> {
     let d = dir(out);
     std::fs::create_dir_all(&d).map_err(|e| io(&d, format!("cannot create: {e}")))?;
     let mut states = vec![];
@@ -97,7 +97,7 @@ pub(super) fn save(
         if let Some(engine) = &g.engine {
             let mut file = CheckpointFile::new(serde_json::json!({ "id": g.conf.id }));
             engine.snapshot()?.to_checkpoint(&mut file)?;
-            file.write_atomic(&group_file(out, g.conf.id)).map_err(|e| CliError::run(e.to_string()))?;
+            file.write_atomic(&group_file(out, g.conf.id)).map_err(|e| SessionError::run(e.to_string()))?;
         }
         states.push(GroupState {
             id: g.conf.id,
@@ -133,7 +133,7 @@ pub(super) fn save(
         groups: states,
     };
     let path = d.join("explore.json");
-    let text = serde_json::to_string_pretty(&state).map_err(CliError::run)?;
+    let text = serde_json::to_string_pretty(&state).map_err(SessionError::run)?;
     let tmp = d.join(".explore.json.tmp");
     std::fs::write(&tmp, text).map_err(|e| io(&tmp, e))?;
     std::fs::rename(&tmp, &path).map_err(|e| io(&path, e))?;
@@ -145,26 +145,26 @@ pub(super) fn load(
     out: &Path,
     configurations: &[Vec<(String, String)>],
     fractions: &[f64],
-) -> Result<ExploreState, CliError> {
+) -> Result<ExploreState, SessionError> {
     let path = dir(out).join("explore.json");
     let text = std::fs::read_to_string(&path).map_err(|e| {
-        CliError::usage(format!(
+        SessionError::usage(format!(
             "--resume: {}: {e} (no stopped exploration to resume in {})",
             path.display(),
             out.display()
         ))
     })?;
     let state: ExploreState = serde_json::from_str(&text)
-        .map_err(|e| CliError::usage(format!("--resume: {}: unreadable: {e}", path.display())))?;
+        .map_err(|e| SessionError::usage(format!("--resume: {}: unreadable: {e}", path.display())))?;
     if state.version != VERSION {
-        return Err(CliError::usage(format!(
+        return Err(SessionError::usage(format!(
             "--resume: {} is of format {}, this crossbow reads {VERSION}",
             path.display(),
             state.version
         )));
     }
     if state.configurations != configurations || state.rung_fractions != fractions {
-        return Err(CliError::usage(format!(
+        return Err(SessionError::usage(format!(
             "--resume: {} explored another space or other rungs than this --config ({} configurations then, {} now): resume with the same file",
             path.display(),
             state.configurations.len(),
@@ -175,9 +175,9 @@ pub(super) fn load(
 }
 
 /// The saved engine of configuration `id`.
-pub(super) fn engine_of(out: &Path, id: usize) -> Result<EngineSnapshot, CliError> {
+pub(super) fn engine_of(out: &Path, id: usize) -> Result<EngineSnapshot, SessionError> {
     let p = group_file(out, id);
-    let f = CheckpointFile::read(&p).map_err(|e| CliError::usage(format!("--resume: {e}")))?;
+    let f = CheckpointFile::read(&p).map_err(|e| SessionError::usage(format!("--resume: {e}")))?;
     Ok(EngineSnapshot::from_checkpoint(&f, &p)?)
 }
 

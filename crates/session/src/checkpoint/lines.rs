@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use crossbow_replica::checkpoint::CheckpointFile;
 use serde::{Deserialize, Serialize};
 
-use crate::error::CliError;
+use crate::error::SessionError;
 
 /// Which run wrote a checkpoint, and which line of that run's checkpoints it belongs to.
 ///
@@ -92,9 +92,9 @@ pub struct Entry {
 }
 
 /// The checkpoints in `dir`, newest (highest iteration) first.
-pub fn list(dir: &Path) -> Result<Vec<Entry>, CliError> {
+pub fn list(dir: &Path) -> Result<Vec<Entry>, SessionError> {
     let rd = std::fs::read_dir(dir)
-        .map_err(|e| CliError::usage(format!("checkpoint folder {}: cannot list it: {e}", dir.display())))?;
+        .map_err(|e| SessionError::usage(format!("checkpoint folder {}: cannot list it: {e}", dir.display())))?;
     let mut out: Vec<Entry> = rd
         .filter_map(|e| e.ok())
         .filter_map(|e| {
@@ -146,7 +146,7 @@ impl LineHead {
 
 /// Every line of `dir`: its newest file, and what the newest readable header of the line says
 /// (a damaged newest file does not hide whose line it is). Untagged files: each its own line.
-pub fn lines_in(dir: &Path) -> Result<Vec<LineHead>, CliError> {
+pub fn lines_in(dir: &Path) -> Result<Vec<LineHead>, SessionError> {
     let all = list(dir)?;
     let mut heads: Vec<LineHead> = vec![];
     for e in &all {
@@ -188,7 +188,7 @@ pub fn lines_in(dir: &Path) -> Result<Vec<LineHead>, CliError> {
 /// run, unless `share` (each run rotates only its own files, so sharing is safe when asked
 /// for). Untagged files of older versions, and files whose header cannot be read, name no
 /// run and are never counted (nor rotated, unless they carry this line's tag).
-pub fn check_owner(dir: &Path, line: &Line, share: bool, flag: &str) -> Result<(), CliError> {
+pub fn check_owner(dir: &Path, line: &Line, share: bool, flag: &str) -> Result<(), SessionError> {
     if share || !dir.is_dir() {
         return Ok(());
     }
@@ -198,7 +198,7 @@ pub fn check_owner(dir: &Path, line: &Line, share: bool, flag: &str) -> Result<(
         .filter(|h| h.tag.is_some() && h.run.as_ref().is_some_and(|r| *r != line.run))
         .collect();
     if let Some(o) = others.first() {
-        return Err(CliError::usage(format!(
+        return Err(SessionError::usage(format!(
             "{flag} {}: holds the checkpoints of another run ({}{}); this run is {}: use another folder, or --share-checkpoint-dir to keep both runs' checkpoints there (each run rotates only its own files)",
             dir.display(),
             o.describe(),

@@ -7,21 +7,21 @@ use crossbow_replica::ProcessGroup;
 use crossbow_replica::checkpoint::CheckpointFile;
 
 use super::lines::{Entry, LineHead, lines_in, list};
-use crate::error::CliError;
+use crate::error::SessionError;
 
 /// Reads the checkpoint `path` names: a file, or the newest good checkpoint in a folder
 /// (a damaged newer one is skipped with a warning through `warn`). A folder holding several
 /// lines of one run resumes the line written last (the others are named through `warn`); a
 /// folder holding several runs is refused, listing them: name a file instead.
-pub fn load(path: &Path, warn: &mut dyn FnMut(String)) -> Result<(PathBuf, CheckpointFile), CliError> {
-    let meta = std::fs::metadata(path).map_err(|e| CliError::usage(format!("--resume {}: {e}", path.display())))?;
+pub fn load(path: &Path, warn: &mut dyn FnMut(String)) -> Result<(PathBuf, CheckpointFile), SessionError> {
+    let meta = std::fs::metadata(path).map_err(|e| SessionError::usage(format!("--resume {}: {e}", path.display())))?;
     if !meta.is_dir() {
-        let f = CheckpointFile::read(path).map_err(|e| CliError::usage(format!("--resume: {e}")))?;
+        let f = CheckpointFile::read(path).map_err(|e| SessionError::usage(format!("--resume: {e}")))?;
         return Ok((path.to_path_buf(), f));
     }
     let all = list(path)?;
     if all.is_empty() {
-        return Err(CliError::usage(format!(
+        return Err(SessionError::usage(format!(
             "--resume {}: the folder has no checkpoints (ckpt-*.safetensors)",
             path.display()
         )));
@@ -37,7 +37,7 @@ pub fn load(path: &Path, warn: &mut dyn FnMut(String)) -> Result<(PathBuf, Check
                 by_run.push(h);
             }
         }
-        return Err(CliError::usage(format!(
+        return Err(SessionError::usage(format!(
             "--resume {}: the folder holds the checkpoints of {} runs ({}); resume one of them by naming its file",
             path.display(),
             runs.len(),
@@ -72,7 +72,7 @@ pub fn load(path: &Path, warn: &mut dyn FnMut(String)) -> Result<(PathBuf, Check
             Err(err) => warn(format!("skipping a damaged checkpoint: {err}")),
         }
     }
-    Err(CliError::usage(format!(
+    Err(SessionError::usage(format!(
         "--resume {}: none of the {} checkpoints of the line it would resume is readable",
         path.display(),
         candidates.len()
@@ -87,7 +87,7 @@ pub fn load_in_world(
     path: &Path,
     world: &dyn ProcessGroup,
     warn: &mut dyn FnMut(String),
-) -> Result<(PathBuf, CheckpointFile), CliError> {
+) -> Result<(PathBuf, CheckpointFile), SessionError> {
     if world.size() <= 1 {
         return load(path, warn);
     }
@@ -100,8 +100,8 @@ pub fn load_in_world(
 pub fn from_rank0(
     what: &Path,
     world: &dyn ProcessGroup,
-    find: impl FnOnce() -> Result<(PathBuf, CheckpointFile), CliError>,
-) -> Result<(PathBuf, CheckpointFile), CliError> {
+    find: impl FnOnce() -> Result<(PathBuf, CheckpointFile), SessionError>,
+) -> Result<(PathBuf, CheckpointFile), SessionError> {
     if world.size() <= 1 {
         return find();
     }
@@ -109,7 +109,7 @@ pub fn from_rank0(
     // or 2 (any other) and the message.
     let mut buf = Vec::new();
     if world.rank() == 0 {
-        match find().and_then(|(p, f)| Ok((p, f.to_bytes().map_err(|e| CliError::run(e.to_string()))?))) {
+        match find().and_then(|(p, f)| Ok((p, f.to_bytes().map_err(|e| SessionError::run(e.to_string()))?))) {
             Ok((p, bytes)) => {
                 let name = p.to_string_lossy().into_owned().into_bytes();
                 buf.push(1);
@@ -118,13 +118,13 @@ pub fn from_rank0(
                 buf.extend_from_slice(&bytes);
             }
             Err(e) => {
-                buf.push(if matches!(e, CliError::Usage(_)) { 0 } else { 2 });
+                buf.push(if e.is_usage() { 0 } else { 2 });
                 buf.extend_from_slice(e.to_string().as_bytes());
             }
         }
     }
     world.broadcast_bytes(0, &mut buf)?;
-    let bad = || CliError::run(format!("{}: the checkpoint broadcast by rank 0 is garbled", what.display()));
+    let bad = || SessionError::run(format!("{}: the checkpoint broadcast by rank 0 is garbled", what.display()));
     match buf.split_first() {
         Some((1, rest)) if rest.len() >= 8 => {
             let (len, rest) = rest.split_at(8);
@@ -134,11 +134,11 @@ pub fn from_rank0(
             }
             let (name, bytes) = rest.split_at(len);
             let p = PathBuf::from(String::from_utf8_lossy(name).into_owned());
-            let f = CheckpointFile::from_bytes(&p, bytes).map_err(|e| CliError::usage(format!("--resume: {e}")))?;
+            let f = CheckpointFile::from_bytes(&p, bytes).map_err(|e| SessionError::usage(format!("--resume: {e}")))?;
             Ok((p, f))
         }
-        Some((0, msg)) => Err(CliError::usage(format!("{} (rank 0)", String::from_utf8_lossy(msg)))),
-        Some((2, msg)) => Err(CliError::run(format!("{} (rank 0)", String::from_utf8_lossy(msg)))),
+        Some((0, msg)) => Err(SessionError::usage(format!("{} (rank 0)", String::from_utf8_lossy(msg)))),
+        Some((2, msg)) => Err(SessionError::run(format!("{} (rank 0)", String::from_utf8_lossy(msg)))),
         _ => Err(bad()),
     }
 }

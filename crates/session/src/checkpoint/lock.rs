@@ -2,26 +2,27 @@
 
 use std::path::Path;
 
-use crate::error::CliError;
+use crate::error::SessionError;
 
 /// Takes the folder's lock: an OS lock (`flock`) on the folder itself, released when the
 /// process ends, even by `kill -9`, and leaving no file behind. Two runs never write one
 /// folder at once: the second is refused, naming the first's process where the system says
 /// (Linux: `/proc/locks`).
-pub fn lock_folder(dir: &Path) -> Result<std::fs::File, CliError> {
-    let f = std::fs::File::open(dir)
-        .map_err(|e| CliError::usage(format!("checkpoint folder {}: cannot open it to lock it: {e}", dir.display())))?;
+pub fn lock_folder(dir: &Path) -> Result<std::fs::File, SessionError> {
+    let f = std::fs::File::open(dir).map_err(|e| {
+        SessionError::usage(format!("checkpoint folder {}: cannot open it to lock it: {e}", dir.display()))
+    })?;
     match f.try_lock() {
         Ok(()) => Ok(f),
         Err(std::fs::TryLockError::WouldBlock) => {
             let who = lock_holder(dir).map_or_else(|| "another process".to_string(), |p| format!("process {p}"));
-            Err(CliError::usage(format!(
+            Err(SessionError::usage(format!(
                 "checkpoint folder {}: in use by another crossbow run ({who}); two runs never write one folder at once: wait for it to end, or use another folder",
                 dir.display()
             )))
         }
         Err(std::fs::TryLockError::Error(e)) => {
-            Err(CliError::usage(format!("checkpoint folder {}: cannot lock it: {e}", dir.display())))
+            Err(SessionError::usage(format!("checkpoint folder {}: cannot lock it: {e}", dir.display())))
         }
     }
 }

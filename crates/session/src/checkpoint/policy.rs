@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::CliError;
+use crate::error::SessionError;
 
 /// The checkpoint and divergence settings of a run, as given (flags or config-file keys, see
 /// [`crate::settings`]); [`CheckpointArgs::resolve`] turns them, with a resumed run's saved
@@ -180,7 +180,7 @@ impl CheckpointArgs {
         &self,
         saved: Option<(&Option<CheckpointPolicy>, &DivergencePolicy)>,
         resumed_from: Option<&Path>,
-    ) -> Result<(Option<CheckpointPolicy>, DivergencePolicy), CliError> {
+    ) -> Result<(Option<CheckpointPolicy>, DivergencePolicy), SessionError> {
         let saved_ckpt = saved.and_then(|(c, _)| c.clone());
         // A resumed run writes where it was resumed from (or where it is told): the folder
         // saved in the checkpoint may have been moved, copied, or reused by another run.
@@ -205,18 +205,18 @@ impl CheckpointArgs {
                 (self.checkpoint_errors.is_some(), "--checkpoint-errors"),
             ] {
                 if given {
-                    return Err(CliError::usage(format!("{flag} needs --checkpoint-dir")));
+                    return Err(SessionError::usage(format!("{flag} needs --checkpoint-dir")));
                 }
             }
             if action == OnDivergence::Rollback {
-                return Err(CliError::usage(
+                return Err(SessionError::usage(
                     "--on-divergence rollback needs --checkpoint-dir (it reloads the last checkpoint)",
                 ));
             }
         }
         let share = self.share_checkpoint_dir || saved_ckpt.as_ref().is_some_and(|c| c.share);
         if dir.is_none() && self.share_checkpoint_dir {
-            return Err(CliError::usage("--share-checkpoint-dir needs --checkpoint-dir"));
+            return Err(SessionError::usage("--share-checkpoint-dir needs --checkpoint-dir"));
         }
         let policy = dir.map(|dir| CheckpointPolicy { dir, every, keep, on_error, share });
         Ok((policy, DivergencePolicy { action, max_rollbacks }))

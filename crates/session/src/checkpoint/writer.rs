@@ -13,7 +13,7 @@ use crossbow_replica::checkpoint::{CheckpointError, CheckpointFile, write_atomic
 use super::lines::{Line, check_owner, file_name, list};
 use super::lock::lock_folder;
 use super::policy::{CheckpointPolicy, Every};
-use crate::error::CliError;
+use crate::error::SessionError;
 
 /// What the writer thread reports.
 #[derive(Debug)]
@@ -84,18 +84,18 @@ impl Checkpointer {
     /// Creates the folder if needed, checks that a file can be written in it (before any
     /// training) and that it holds no other run's checkpoints (unless the policy shares it),
     /// removes temporary files a killed writer left, and starts the writer for `line`.
-    pub fn start(policy: CheckpointPolicy, resumed_at: u64, line: Line) -> Result<Self, CliError> {
+    pub fn start(policy: CheckpointPolicy, resumed_at: u64, line: Line) -> Result<Self, SessionError> {
         let dir = &policy.dir;
         if dir.exists() && !dir.is_dir() {
-            return Err(CliError::usage(format!("--checkpoint-dir {}: exists and is not a folder", dir.display())));
+            return Err(SessionError::usage(format!("--checkpoint-dir {}: exists and is not a folder", dir.display())));
         }
         std::fs::create_dir_all(dir)
-            .map_err(|e| CliError::usage(format!("--checkpoint-dir {}: cannot create it: {e}", dir.display())))?;
+            .map_err(|e| SessionError::usage(format!("--checkpoint-dir {}: cannot create it: {e}", dir.display())))?;
         let lock = lock_folder(dir)?;
         let probe = dir.join(".crossbow-write-test");
         std::fs::write(&probe, b"ok")
             .and_then(|_| std::fs::remove_file(&probe))
-            .map_err(|e| CliError::usage(format!("--checkpoint-dir {}: cannot write in it: {e}", dir.display())))?;
+            .map_err(|e| SessionError::usage(format!("--checkpoint-dir {}: cannot write in it: {e}", dir.display())))?;
         if let Ok(rd) = std::fs::read_dir(dir) {
             for e in rd.flatten() {
                 let n = e.file_name().to_string_lossy().into_owned();
@@ -162,7 +162,7 @@ impl Checkpointer {
                     }
                 }
             })
-            .map_err(|e| CliError::run(format!("cannot start the checkpoint writer thread: {e}")))?;
+            .map_err(|e| SessionError::run(format!("cannot start the checkpoint writer thread: {e}")))?;
         Ok(Checkpointer {
             policy,
             line,
@@ -247,14 +247,14 @@ impl Checkpointer {
 
     /// Hands `file` (the state after `iteration` iterations) to the writer. Waits only if
     /// the previous checkpoint is still being written.
-    pub fn submit(&mut self, iteration: u64, file: CheckpointFile) -> Result<(), CliError> {
+    pub fn submit(&mut self, iteration: u64, file: CheckpointFile) -> Result<(), SessionError> {
         self.last_iteration = iteration;
         self.submitted = Some(iteration);
         self.last_time = Instant::now();
-        let jobs = self.jobs.as_ref().ok_or_else(|| CliError::run("the checkpoint writer has stopped"))?;
+        let jobs = self.jobs.as_ref().ok_or_else(|| SessionError::run("the checkpoint writer has stopped"))?;
         let tag = self.line.tag.clone();
         jobs.send(Job { iteration, tag, file })
-            .map_err(|_| CliError::run("the checkpoint writer thread has stopped"))?;
+            .map_err(|_| SessionError::run("the checkpoint writer thread has stopped"))?;
         self.pending += 1;
         Ok(())
     }

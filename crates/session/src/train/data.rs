@@ -10,7 +10,7 @@ use crossbow_replica::Graph;
 use crossbow_tensor::Shape;
 
 use crate::config::{AugmentChoice, TrainConfig};
-use crate::error::CliError;
+use crate::error::SessionError;
 
 /// The loaded training and test sets.
 #[derive(Clone)]
@@ -22,10 +22,10 @@ pub struct Data {
 }
 
 /// Loads (or generates) the configured dataset.
-pub fn load_data(cfg: &TrainConfig) -> Result<Data, CliError> {
+pub fn load_data(cfg: &TrainConfig) -> Result<Data, SessionError> {
     let folder = cfg.dataset == DatasetKind::Folder;
     if !folder && cfg.image_size.is_some() {
-        return Err(CliError::usage(format!(
+        return Err(SessionError::usage(format!(
             "{} applies to --dataset folder only ({} images are {}x{})",
             cfg.name_of("image-size"),
             cfg.dataset,
@@ -49,7 +49,7 @@ pub fn load_data(cfg: &TrainConfig) -> Result<Data, CliError> {
 }
 
 /// The model for a dataset's image shape and classes.
-pub fn build_graph(cfg: &TrainConfig, data: &Data) -> Result<Graph, CliError> {
+pub fn build_graph(cfg: &TrainConfig, data: &Data) -> Result<Graph, SessionError> {
     let [c, h, w] = data.train.image_shape();
     Ok(cfg.model.build(&Shape::new(vec![c, h, w]), data.train.num_classes())?)
 }
@@ -62,7 +62,7 @@ pub(super) fn pipeline_for(
     seed: u64,
     start: Cursor,
     share: Option<Share>,
-) -> Result<Pipeline, CliError> {
+) -> Result<Pipeline, SessionError> {
     let mut pc = PipelineConfig::new(cfg.batch_size, seed);
     pc.start = start;
     pc.share = share;
@@ -77,18 +77,18 @@ pub(super) fn pipeline_for(
 
 /// The stream of batch-norm recalibration batches (its own seed, so the training batches are
 /// the same whichever statistics evaluation uses).
-pub fn calibration_pipeline(cfg: &TrainConfig, data: &Data, n: usize, start: Cursor) -> Result<Pipeline, CliError> {
+pub fn calibration_pipeline(cfg: &TrainConfig, data: &Data, n: usize, start: Cursor) -> Result<Pipeline, SessionError> {
     pipeline_for(cfg, data, n.min(8), cfg.seed ^ 0xB17_CA11B, start, None)
 }
 
 /// The normalisation `--normalize` gives for the training set `train` (the test set is
 /// normalised with the same); the error names the setting.
-pub fn normalize_for(cfg: &TrainConfig, train: &Dataset) -> Result<Normalize, CliError> {
+pub fn normalize_for(cfg: &TrainConfig, train: &Dataset) -> Result<Normalize, SessionError> {
     cfg.normalize.resolve(train).map_err(|e| {
         let why = match e {
             crossbow_data::DataError::InvalidConfig(why) => why,
             e => e.to_string(),
         };
-        CliError::usage(format!("{} {}: {why}", cfg.name_of("normalize"), cfg.normalize))
+        SessionError::usage(format!("{} {}: {why}", cfg.name_of("normalize"), cfg.normalize))
     })
 }

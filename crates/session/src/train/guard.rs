@@ -7,7 +7,7 @@ use crossbow_replica::engine::{Engine, IterationRecord, LossRead};
 use serde::{Deserialize, Serialize};
 
 use crate::config::TrainConfig;
-use crate::error::CliError;
+use crate::error::SessionError;
 
 /// A loss this many times the first iteration's (or ln(classes), if larger) means the run
 /// diverged even though it is still finite.
@@ -69,7 +69,7 @@ impl Guard {
         engine: &Engine<B>,
         rec: &IterationRecord,
         classes: usize,
-    ) -> Result<Option<String>, CliError> {
+    ) -> Result<Option<String>, SessionError> {
         let mut watch = DivergenceWatch { first_loss: self.first_loss };
         let why = watch.check(engine, rec, classes)?;
         self.first_loss = watch.first_loss;
@@ -99,7 +99,7 @@ impl DivergenceWatch {
         engine: &Engine<B>,
         rec: &IterationRecord,
         classes: usize,
-    ) -> Result<Option<String>, CliError> {
+    ) -> Result<Option<String>, SessionError> {
         // (No loss read yet: the first iteration with losses read one iteration late.)
         if rec.loss_images > 0 {
             let (first, limit) = self.limit(rec.loss, classes);

@@ -16,7 +16,7 @@ use crossbow_replica::{Graph, ProcessGroup, Solo, Synchroniser};
 
 use crate::checkpoint::{CheckpointPolicy, DivergencePolicy, Line, OnDivergence};
 use crate::config::TrainConfig;
-use crate::error::CliError;
+use crate::error::SessionError;
 use crate::registry::SyncRegistry;
 use crate::report::{EvalLine, Reporter, Summary};
 use crate::signals::Interrupt;
@@ -41,7 +41,7 @@ pub use crate::dispatch::{Hardware, cores, resolve_hardware};
 
 /// Trains as configured, with the synchroniser `cfg.sync_name` of `registry` (for the
 /// built-in ones: [`SyncRegistry::builtin`]), printing progress through `reporter`.
-pub fn train(cfg: &TrainConfig, registry: &SyncRegistry, reporter: &mut Reporter) -> Result<Summary, CliError> {
+pub fn train(cfg: &TrainConfig, registry: &SyncRegistry, reporter: &mut Reporter) -> Result<Summary, SessionError> {
     train_with_opts(cfg, registry, reporter, RunOptions::default())
 }
 
@@ -51,7 +51,7 @@ pub fn train_with_opts(
     registry: &SyncRegistry,
     reporter: &mut Reporter,
     opts: RunOptions,
-) -> Result<Summary, CliError> {
+) -> Result<Summary, SessionError> {
     let (sync, data, graph, hw) = prepare(cfg, registry, reporter, &opts)?;
     struct TrainJob<'a> {
         cfg: &'a TrainConfig,
@@ -67,7 +67,7 @@ pub fn train_with_opts(
             factory: Box<dyn DeviceFactory<B>>,
             sync: Box<dyn Synchroniser<B>>,
             about: Vec<String>,
-        ) -> Result<Summary, CliError> {
+        ) -> Result<Summary, SessionError> {
             for line in &about {
                 self.reporter.say(line);
             }
@@ -84,7 +84,7 @@ pub(crate) fn start(
     registry: &SyncRegistry,
     mut reporter: Reporter,
     opts: RunOptions,
-) -> Result<Box<dyn Steps>, CliError> {
+) -> Result<Box<dyn Steps>, SessionError> {
     let (sync, data, graph, hw) = prepare(cfg, registry, &mut reporter, &opts)?;
     struct StartJob {
         cfg: Arc<TrainConfig>,
@@ -100,7 +100,7 @@ pub(crate) fn start(
             factory: Box<dyn DeviceFactory<B>>,
             sync: Box<dyn Synchroniser<B>>,
             about: Vec<String>,
-        ) -> Result<Box<dyn Steps>, CliError> {
+        ) -> Result<Box<dyn Steps>, SessionError> {
             for line in &about {
                 self.reporter.say(line);
             }
@@ -119,9 +119,12 @@ fn prepare(
     registry: &SyncRegistry,
     reporter: &mut Reporter,
     opts: &RunOptions,
-) -> Result<(crate::registry::BuiltSynchroniser, Data, Graph, Hardware), CliError> {
+) -> Result<(crate::registry::BuiltSynchroniser, Data, Graph, Hardware), SessionError> {
     let sync = registry.build_for(cfg)?;
-    let data = load_data(cfg)?;
+    let data = match &opts.data {
+        Some(d) => d.clone(),
+        None => load_data(cfg)?,
+    };
     for note in data.train.notes().iter().chain(data.test.notes()) {
         reporter.warn(&format!("warning: {}: {note}", cfg.data_dir.display()));
     }
@@ -163,13 +166,13 @@ pub(crate) trait Steps {
     /// The epoch limit or the target is reached.
     fn finished(&self) -> bool;
     /// One iteration and the policies after it; `None` when a divergence was rolled back.
-    fn step(&mut self) -> Result<Option<IterationRecord>, CliError>;
+    fn step(&mut self) -> Result<Option<IterationRecord>, SessionError>;
     /// Evaluates the central model after `rec` (reported and recorded like a scheduled one).
-    fn evaluate(&mut self, rec: &IterationRecord) -> Result<EvalLine, CliError>;
+    fn evaluate(&mut self, rec: &IterationRecord) -> Result<EvalLine, SessionError>;
     /// Writes a checkpoint of the run now and waits until it is on disk.
-    fn save(&mut self) -> Result<std::path::PathBuf, CliError>;
+    fn save(&mut self) -> Result<std::path::PathBuf, SessionError>;
     /// The final evaluation and checkpoint, and the summary.
-    fn finish(self: Box<Self>, last: Option<IterationRecord>) -> Result<Summary, CliError>;
+    fn finish(self: Box<Self>, last: Option<IterationRecord>) -> Result<Summary, SessionError>;
 }
 
 /// Trains `graph` on `data` with any backend and synchroniser: what `crossbow train` runs, and
@@ -183,7 +186,7 @@ pub fn train_with<B: Backend>(
     factory: Box<dyn DeviceFactory<B>>,
     sync: Box<dyn Synchroniser<B>>,
     reporter: &mut Reporter,
-) -> Result<Summary, CliError> {
+) -> Result<Summary, SessionError> {
     train_with_options(cfg, data, graph, factory, sync, reporter, RunOptions::default())
 }
 
@@ -202,6 +205,8 @@ pub struct RunOptions {
     pub world: Arc<dyn ProcessGroup>,
     /// The run and line of checkpoints this process writes (rank 0; `None`: a new run).
     pub line: Option<Line>,
+    /// The datasets, already loaded (`None`: loaded from the settings).
+    pub data: Option<Data>,
 }
 
 impl Default for RunOptions {
@@ -213,6 +218,7 @@ impl Default for RunOptions {
             interrupt: Interrupt::none(),
             world: Arc::new(Solo),
             line: None,
+            data: None,
         }
     }
 }
@@ -226,7 +232,7 @@ pub fn train_with_options<B: Backend>(
     sync: Box<dyn Synchroniser<B>>,
     reporter: &mut Reporter,
     opts: RunOptions,
-) -> Result<Summary, CliError> {
+) -> Result<Summary, SessionError> {
     let (cfg, data) = (Arc::new(cfg.clone()), Arc::new(data.clone()));
     trainer::Trainer::start(cfg, data, graph, factory, sync, Rep::Borrowed(reporter), opts)?.run()
 }

@@ -14,21 +14,26 @@ use super::Data;
 use super::guard::Guard;
 use super::trainer::Trainer;
 use crate::config::{LearnersPerDevice, TrainConfig};
-use crate::error::CliError;
+use crate::error::SessionError;
 
 /// Refuses to resume the run of `file` on other data than it trained on: the fingerprints
 /// of the training and test sets ([`crossbow_data::Fingerprint`]) must equal the saved ones
 /// (a checkpoint of an older version has none and is accepted). Where the files lie does not
 /// matter: a moved data folder is the same data.
-pub(super) fn check_data(cfg: &TrainConfig, data: &Data, path: &Path, file: &CheckpointFile) -> Result<(), CliError> {
+pub(super) fn check_data(
+    cfg: &TrainConfig,
+    data: &Data,
+    path: &Path,
+    file: &CheckpointFile,
+) -> Result<(), SessionError> {
     let Some(saved) = file.state.get("data") else { return Ok(()) };
     for (split, now) in [("train", data.train.fingerprint()), ("test", data.test.fingerprint())] {
         let Some(was) = saved.get(split) else { continue };
         let was: crossbow_data::Fingerprint = serde_json::from_value(was.clone()).map_err(|e| {
-            CliError::usage(format!("--resume {}: the data fingerprint is unreadable: {e}", path.display()))
+            SessionError::usage(format!("--resume {}: the data fingerprint is unreadable: {e}", path.display()))
         })?;
         if was != now {
-            return Err(CliError::usage(format!(
+            return Err(SessionError::usage(format!(
                 "--resume {}: the {} data differ from the run's: {} {} ({}) holds {now}; the run trained on {was}; point {} at the run's data, or start a new run",
                 path.display(),
                 if split == "train" { "training" } else { "test" },
@@ -58,11 +63,11 @@ pub(super) struct RankState {
 
 impl RankState {
     /// The ranks of `file` (empty for a checkpoint of one process).
-    pub(super) fn read(path: &Path, file: &CheckpointFile) -> Result<Vec<RankState>, CliError> {
+    pub(super) fn read(path: &Path, file: &CheckpointFile) -> Result<Vec<RankState>, SessionError> {
         match file.state.get("ranks") {
             None | Some(Value::Null) => Ok(vec![]),
             Some(v) => serde_json::from_value(v.clone()).map_err(|e| {
-                CliError::usage(format!("--resume {}: the ranks' state is unreadable: {e}", path.display()))
+                SessionError::usage(format!("--resume {}: the ranks' state is unreadable: {e}", path.display()))
             }),
         }
     }
@@ -103,7 +108,7 @@ pub(super) fn rank_slice<B: Backend>(
     ranks: &[RankState],
     engine: &Engine<B>,
     device_offset: usize,
-) -> Result<EngineSnapshot, CliError> {
+) -> Result<EngineSnapshot, SessionError> {
     let world = engine.world();
     let (rank, size) = (world.rank(), world.size());
     let layout = engine.layout();
@@ -137,7 +142,7 @@ impl<B: Backend> Trainer<'_, B> {
         file: &CheckpointFile,
         snap: &EngineSnapshot,
         tuner_state: &Value,
-    ) -> Result<Vec<String>, CliError> {
+    ) -> Result<Vec<String>, SessionError> {
         let (cfg, data, engine, run, guard) =
             (&*self.cfg, &*self.data, &mut self.engine, &mut self.run, &mut self.guard);
         let tuner = self.tuner.as_mut();

@@ -14,12 +14,12 @@ use super::restore::{RankState, rank_slice, saved_tuner};
 use super::saving::{report_written, resume_hint};
 use super::trainer::Trainer;
 use crate::checkpoint::{Line, OnDivergence};
-use crate::error::CliError;
+use crate::error::SessionError;
 
 impl<B: Backend> Trainer<'_, B> {
-    /// Stops with [`CliError`] (`--on-divergence stop`, or no rollback left), or rolls back
+    /// Stops with [`SessionError`] (`--on-divergence stop`, or no rollback left), or rolls back
     /// and continues (`--on-divergence rollback`); `why` says what diverged.
-    pub(super) fn rollback(&mut self, why: &str) -> Result<(), CliError> {
+    pub(super) fn rollback(&mut self, why: &str) -> Result<(), SessionError> {
         // Rank 0 (which writes the checkpoints) chooses the checkpoint and sends it to every rank
         // (every rank diverges at the same iteration: the losses and the central model are the
         // same on all).
@@ -55,7 +55,7 @@ impl<B: Backend> Trainer<'_, B> {
                             .to_string()
                     }
                 };
-                CliError::run(format!(
+                SessionError::Diverged(format!(
                     "training diverged: {why}{at}{extra}; {}",
                     likely_cause(cfg, sync_causes.clone())
                 ))

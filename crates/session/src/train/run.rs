@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use super::Data;
 use super::data::{calibration_pipeline, pipeline_for};
 use crate::config::{BnEval, LearnersPerDevice, TrainConfig};
-use crate::error::CliError;
+use crate::error::SessionError;
 use crate::report::{EvalLine, Reporter, Summary};
 use crate::source::{PipelineSource, TestSet};
 
@@ -90,7 +90,7 @@ pub fn evaluate_central<B: Backend>(
     rec: &IterationRecord,
     window: Window,
     ev: Evaluation<'_>,
-) -> Result<EvalLine, CliError> {
+) -> Result<EvalLine, SessionError> {
     if let Some((n, cal)) = ev.calibration {
         let t0 = Instant::now();
         let batches = (0..*n).map(|_| cal.next_batch()).collect::<Result<Vec<_>, _>>()?;
@@ -152,7 +152,7 @@ pub(super) struct Run {
 }
 
 impl Run {
-    pub(super) fn new<B: Backend>(cfg: &TrainConfig, data: &Data, engine: &Engine<B>) -> Result<Self, CliError> {
+    pub(super) fn new<B: Backend>(cfg: &TrainConfig, data: &Data, engine: &Engine<B>) -> Result<Self, SessionError> {
         let n_dev = engine.devices().len();
         // Every rank draws the whole iteration's batches (and keeps its own).
         let max_k = match cfg.learners_per_device {
@@ -225,7 +225,7 @@ impl Run {
 
     /// Continues from what [`Run::save`] wrote: the data streams restart at their saved
     /// positions (the same batches as if they had not stopped).
-    pub(super) fn restore(&mut self, cfg: &TrainConfig, data: &Data, v: &Value) -> Result<(), CliError> {
+    pub(super) fn restore(&mut self, cfg: &TrainConfig, data: &Data, v: &Value) -> Result<(), SessionError> {
         #[derive(Deserialize)]
         struct Saved {
             train_cursor: Cursor,
@@ -242,7 +242,7 @@ impl Run {
             reached: Option<(f64, f64)>,
         }
         let s: Saved = serde_json::from_value(v.clone())
-            .map_err(|e| CliError::usage(format!("checkpoint: the run's state is unreadable: {e}")))?;
+            .map_err(|e| SessionError::usage(format!("checkpoint: the run's state is unreadable: {e}")))?;
         let prefetch = self.source.pipeline.batches_per_epoch().min(64) as usize;
         self.source = PipelineSource {
             pipeline: pipeline_for(cfg, data, prefetch.max(4), cfg.seed, s.train_cursor, self.share)?,
@@ -363,7 +363,7 @@ impl Run {
         engine: &mut Engine<B>,
         rec: &IterationRecord,
         reporter: &mut Reporter,
-    ) -> Result<(), CliError> {
+    ) -> Result<(), SessionError> {
         let window = std::mem::take(&mut self.window);
         let mut line = evaluate_central(
             engine,

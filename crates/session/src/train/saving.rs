@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use super::restore::RankState;
 use super::trainer::Trainer;
 use crate::checkpoint::{Checkpointer, OnWriteError, Written};
-use crate::error::CliError;
+use crate::error::SessionError;
 use crate::report::Reporter;
 use crate::resume::config_to_file;
 use crate::signals;
@@ -32,7 +32,11 @@ pub(super) struct Saver {
 /// with several ranks one all-reduce of three flags, so that a SIGTERM that reaches one rank
 /// stops every rank after the same iteration (with a checkpoint), and rank 0's clock decides
 /// when a checkpoint every N minutes is due.
-pub(super) fn agree(world: &dyn ProcessGroup, sig: Option<i32>, due: bool) -> Result<(Option<i32>, bool), CliError> {
+pub(super) fn agree(
+    world: &dyn ProcessGroup,
+    sig: Option<i32>,
+    due: bool,
+) -> Result<(Option<i32>, bool), SessionError> {
     if world.size() <= 1 {
         return Ok((sig, due));
     }
@@ -57,7 +61,7 @@ pub(super) fn report_written(
     done: Vec<Written>,
     ckpt: &mut Checkpointer,
     reporter: &mut Reporter,
-) -> Result<(), CliError> {
+) -> Result<(), SessionError> {
     for w in done {
         match w {
             Written::Ok { iteration, path, seconds, bytes } => {
@@ -82,7 +86,7 @@ pub(super) fn report_written(
                 };
                 reporter.record("checkpoint_failed", json!({ "iteration": iteration, "error": error }))?;
                 if ckpt.policy().on_error == OnWriteError::Fatal {
-                    return Err(CliError::run(format!(
+                    return Err(SessionError::run(format!(
                         "checkpoint at iteration {iteration} failed: {error}; {keep} (--checkpoint-errors fatal)"
                     )));
                 }
@@ -144,7 +148,7 @@ pub(super) fn resume_hint(world: &dyn ProcessGroup, path: &Path) -> String {
 impl<B: Backend> Trainer<'_, B> {
     /// The checkpoint of the run as it stands: the engine's buffers, copied to the host now (the
     /// only pause), handed to the writer thread.
-    pub(super) fn save(&mut self) -> Result<(), CliError> {
+    pub(super) fn save(&mut self) -> Result<(), SessionError> {
         let t0 = Instant::now();
         let file = self.checkpoint_file()?;
         let copy = t0.elapsed().as_secs_f64();
@@ -154,7 +158,7 @@ impl<B: Backend> Trainer<'_, B> {
             if let Some(o) = file.state.as_object_mut() {
                 // Whose checkpoint this is (rotation and resume go by it), and when it was made
                 // (a folder with several lines of a run resumes the line written last).
-                o.insert("line".into(), serde_json::to_value(c.line()).map_err(CliError::run)?);
+                o.insert("line".into(), serde_json::to_value(c.line()).map_err(SessionError::run)?);
                 let now =
                     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
                 o.insert("written_at".into(), json!(now));
@@ -167,7 +171,7 @@ impl<B: Backend> Trainer<'_, B> {
 
     /// Everything a checkpoint holds: the engine's tensors, and as JSON the settings, the model's
     /// input, the data streams' positions, the run's counters and evaluations, the tuner.
-    fn checkpoint_file(&self) -> Result<Option<CheckpointFile>, CliError> {
+    fn checkpoint_file(&self) -> Result<Option<CheckpointFile>, SessionError> {
         let (cfg, data, engine, run, tuner, guard, opts) =
             (&*self.cfg, &*self.data, &self.engine, &self.run, self.tuner.as_ref(), &self.guard, &self.opts);
         let world = engine.world();
@@ -185,7 +189,7 @@ impl<B: Backend> Trainer<'_, B> {
             // ranks in rank order into one file.
             let mut part = CheckpointFile::new(json!({ "tuner": tuner_state }));
             snap.to_checkpoint(&mut part)?;
-            let bytes = part.to_bytes().map_err(|e| CliError::run(e.to_string()))?;
+            let bytes = part.to_bytes().map_err(|e| SessionError::run(e.to_string()))?;
             let parts = world.gather_bytes(0, &bytes)?;
             if world.rank() != 0 {
                 return Ok(None);
@@ -194,7 +198,7 @@ impl<B: Backend> Trainer<'_, B> {
             let mut ranks = Vec::with_capacity(parts.len());
             for (r, b) in parts.iter().enumerate() {
                 let from = PathBuf::from(format!("(rank {r}'s part of the checkpoint)"));
-                let f = CheckpointFile::from_bytes(&from, b).map_err(|e| CliError::run(e.to_string()))?;
+                let f = CheckpointFile::from_bytes(&from, b).map_err(|e| SessionError::run(e.to_string()))?;
                 let s = EngineSnapshot::from_checkpoint(&f, &from)?;
                 ranks.push(RankState {
                     devices: names(&s),
@@ -246,7 +250,7 @@ impl<B: Backend> Trainer<'_, B> {
             "folder": opts.checkpoint.as_ref().and_then(|p| std::fs::canonicalize(&p.dir).ok()),
         }));
         if let (Some(ranks), Some(o)) = (ranks, file.state.as_object_mut()) {
-            o.insert("ranks".into(), serde_json::to_value(ranks).map_err(CliError::run)?);
+            o.insert("ranks".into(), serde_json::to_value(ranks).map_err(SessionError::run)?);
         }
         snap.to_checkpoint(&mut file)?;
         file.tensors.insert("central/stats".into(), Tensor::vector(central_stats));
@@ -255,13 +259,16 @@ impl<B: Backend> Trainer<'_, B> {
 
     /// Stops on `sig` after the iteration: writes a checkpoint and says how to resume. With
     /// several ranks, the other ranks say their line themselves and return an empty message.
-    pub(super) fn interrupted(&mut self, sig: i32) -> CliError {
+    pub(super) fn interrupted(&mut self, sig: i32) -> SessionError {
         let iteration = self.engine.iteration();
         let code = signals::exit_code(sig);
         let what = format!("stopped by {} after iteration {iteration}", signals::name(sig));
         let _ = self.reporter.record("interrupted", json!({ "signal": sig, "iteration": iteration }));
         if !self.saver.on {
-            return CliError::Interrupted { code, msg: format!("{what}; no checkpoint (no --checkpoint-dir given)") };
+            return SessionError::Interrupted {
+                code,
+                msg: format!("{what}; no checkpoint (no --checkpoint-dir given)"),
+            };
         }
         // Checkpoints still waiting for the writer are older than the one this stop writes: they
         // are skipped, so the stop is one write away (the one being written finishes).
@@ -279,13 +286,13 @@ impl<B: Backend> Trainer<'_, B> {
                 Err(e) => format!("{what}; the checkpoint failed ({e})"),
             };
             if gathered.is_err() {
-                return CliError::Interrupted { code, msg };
+                return SessionError::Interrupted { code, msg };
             }
             // mpirun ends the whole job as soon as rank 0 exits with a signal's code, which would
             // cut this line off: it is said here, whole, and only then may rank 0 leave.
             say_line(&format!("crossbow (rank {}): {msg}", world.rank()));
             let _ = world.all_gather_u64(0);
-            return CliError::Interrupted { code, msg: String::new() };
+            return SessionError::Interrupted { code, msg: String::new() };
         };
         let done = c.flush();
         let written = written.and_then(|_| report_written(done, c, reporter));
@@ -322,6 +329,6 @@ impl<B: Backend> Trainer<'_, B> {
                 )
             }
         };
-        CliError::Interrupted { code, msg }
+        SessionError::Interrupted { code, msg }
     }
 }

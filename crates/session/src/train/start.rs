@@ -14,7 +14,7 @@ use serde_json::json;
 use super::Data;
 use super::run::Run;
 use crate::config::{BnEval, LearnersPerDevice, TrainConfig};
-use crate::error::CliError;
+use crate::error::SessionError;
 use crate::report::Reporter;
 
 /// The auto-tuner of `cfg` (`--learners-per-device auto`: `--max-learners`,
@@ -23,7 +23,7 @@ pub fn auto_tuner<B: Backend>(
     cfg: &TrainConfig,
     engine: &Engine<B>,
     train_len: usize,
-) -> Result<Option<AutoTuner>, CliError> {
+) -> Result<Option<AutoTuner>, SessionError> {
     match cfg.learners_per_device {
         LearnersPerDevice::Auto => {
             let tc = TunerConfig {
@@ -31,7 +31,7 @@ pub fn auto_tuner<B: Backend>(
                 threshold: cfg.tuner_threshold,
                 ..TunerConfig::default()
             };
-            Ok(Some(AutoTuner::new(engine, tc, true).map_err(|e| CliError::usage(e.to_string()))?))
+            Ok(Some(AutoTuner::new(engine, tc, true).map_err(|e| SessionError::usage(e.to_string()))?))
         }
         LearnersPerDevice::Fixed(_) => Ok(None),
     }
@@ -51,7 +51,7 @@ pub fn start_engine<B: Backend>(
     factory: Box<dyn DeviceFactory<B>>,
     sync: Box<dyn Synchroniser<B>>,
     layout: &[usize],
-) -> Result<Engine<B>, CliError> {
+) -> Result<Engine<B>, SessionError> {
     start_engine_in(cfg, graph, factory, sync, layout, Arc::new(Solo))
 }
 
@@ -63,7 +63,7 @@ pub fn start_engine_in<B: Backend>(
     sync: Box<dyn Synchroniser<B>>,
     layout: &[usize],
     world: Arc<dyn ProcessGroup>,
-) -> Result<Engine<B>, CliError> {
+) -> Result<Engine<B>, SessionError> {
     start_engine_planned(cfg, graph, None, factory, sync, layout, world)
 }
 
@@ -77,7 +77,7 @@ pub(super) fn start_engine_planned<B: Backend>(
     sync: Box<dyn Synchroniser<B>>,
     layout: &[usize],
     world: Arc<dyn ProcessGroup>,
-) -> Result<Engine<B>, CliError> {
+) -> Result<Engine<B>, SessionError> {
     let ecfg = EngineConfig {
         batch_size: cfg.batch_size,
         sgd: SgdConfig {
@@ -109,7 +109,7 @@ pub(super) fn announce<B: Backend>(
     run: &Run,
     run_id: &str,
     reporter: &mut Reporter,
-) -> Result<(), CliError> {
+) -> Result<(), SessionError> {
     let (per_epoch, share) = (run.per_epoch, run.share);
     let (sync_name, sync_settings) = engine.synchroniser();
     let sync_line =
@@ -195,7 +195,7 @@ pub(super) fn sync_notes<B: Backend>(
     engine: &Engine<B>,
     noted: &mut usize,
     reporter: &mut Reporter,
-) -> Result<(), CliError> {
+) -> Result<(), SessionError> {
     let k = engine.world_learners();
     if k == *noted {
         return Ok(());

@@ -17,7 +17,7 @@ use super::start::{announce, auto_tuner, start_engine_planned, sync_notes};
 use super::{Data, Rep, RunOptions};
 use crate::checkpoint::{Checkpointer, Line, OnDivergence};
 use crate::config::{LearnersPerDevice, TrainConfig};
-use crate::error::CliError;
+use crate::error::SessionError;
 use crate::report::{EvalLine, Summary};
 
 /// One training run between its start and its end: everything the policies (evaluation,
@@ -51,7 +51,7 @@ impl<'a, B: Backend> Trainer<'a, B> {
         sync: Box<dyn Synchroniser<B>>,
         mut reporter: Rep<'a>,
         opts: RunOptions,
-    ) -> Result<Self, CliError> {
+    ) -> Result<Self, SessionError> {
         let (cfg, data): (&TrainConfig, &Data) = (&Arc::clone(&config), &Arc::clone(&dataset));
         let n_dev = factory.devices().len();
         let world = Arc::clone(&opts.world);
@@ -100,9 +100,9 @@ impl<'a, B: Backend> Trainer<'a, B> {
         // The run's identity (its checkpoints' and its metrics' owner): rank 0's, on every rank.
         let mut line = opts.line.clone().unwrap_or_else(Line::new_run);
         if multi {
-            let mut bytes = serde_json::to_vec(&line).map_err(CliError::run)?;
+            let mut bytes = serde_json::to_vec(&line).map_err(SessionError::run)?;
             world.broadcast_bytes(0, &mut bytes)?;
-            line = serde_json::from_slice(&bytes).map_err(|e| CliError::run(format!("rank 0's run id: {e}")))?;
+            line = serde_json::from_slice(&bytes).map_err(|e| SessionError::run(format!("rank 0's run id: {e}")))?;
         }
         // Only rank 0 writes; the others send it their part of every checkpoint.
         let ckpt = match &opts.checkpoint {
@@ -170,7 +170,7 @@ impl<'a, B: Backend> Trainer<'a, B> {
         snap: &EngineSnapshot,
         saved_ranks: &[RankState],
         run_id: &str,
-    ) -> Result<(), CliError> {
+    ) -> Result<(), SessionError> {
         let Some((_, file)) = self.opts.resume.take() else { return Ok(()) };
         let tuner_state = saved_tuner(&file, saved_ranks, &**self.engine.world());
         let notes = self.continue_from(&file, snap, &tuner_state);
@@ -198,8 +198,8 @@ impl<'a, B: Backend> Trainer<'a, B> {
     }
 
     /// Trains to the epoch limit or the target (or until a signal, returned as
-    /// [`CliError::Interrupted`]), then evaluates, checkpoints and reports the end.
-    pub(super) fn run(mut self) -> Result<Summary, CliError> {
+    /// [`SessionError::Interrupted`]), then evaluates, checkpoints and reports the end.
+    pub(super) fn run(mut self) -> Result<Summary, SessionError> {
         let mut last = None;
         while !self.run.finished(&self.engine) {
             if let Some(rec) = self.iteration()? {
@@ -211,7 +211,7 @@ impl<'a, B: Backend> Trainer<'a, B> {
 
     /// One iteration and what follows it: the divergence guard (a rollback returns `None`),
     /// the tuner, an evaluation, a stop on a signal, a checkpoint.
-    fn iteration(&mut self) -> Result<Option<IterationRecord>, CliError> {
+    fn iteration(&mut self) -> Result<Option<IterationRecord>, SessionError> {
         let mut stepped = self.run.step(&mut self.engine, &mut self.reporter);
         // What happens after this iteration: an evaluation, a checkpoint, a signal, the end.
         // Each looks at the run, so the losses still being read (`LossRead::Lagged`) are
@@ -234,7 +234,7 @@ impl<'a, B: Backend> Trainer<'a, B> {
                     }
                     Ok(None) => {}
                     Err(ReplicaError::Diverged(why)) => stepped = Err(StepError::Diverged(why)),
-                    Err(e) => return Err(CliError::run(e.to_string())),
+                    Err(e) => return Err(SessionError::run(e.to_string())),
                 }
             }
             after = Some((eval_due, sig, due));
@@ -250,7 +250,7 @@ impl<'a, B: Backend> Trainer<'a, B> {
         }
         let rec = match stepped {
             Ok(rec) => rec,
-            Err(StepError::Other(e)) | Err(StepError::Diverged(e)) => return Err(CliError::run(e)),
+            Err(StepError::Other(e)) | Err(StepError::Diverged(e)) => return Err(SessionError::run(e)),
         };
         let layout_before = self.engine.layout();
         if let Some(t) = self.tuner.as_mut() {
@@ -293,7 +293,7 @@ impl<'a, B: Backend> Trainer<'a, B> {
 
     /// The end of the run: the final evaluation, the final checkpoint, the central model's
     /// fingerprint and the summary.
-    fn finish(mut self, last: Option<IterationRecord>) -> Result<Summary, CliError> {
+    fn finish(mut self, last: Option<IterationRecord>) -> Result<Summary, SessionError> {
         let config = Arc::clone(&self.cfg);
         let (cfg, engine) = (&*config, &self.engine);
         if last.is_none() && self.opts.resume.is_some() {
@@ -366,7 +366,7 @@ impl<'a, B: Backend> Trainer<'a, B> {
     }
 
     /// Several ranks: the all-reduce between them, per iteration (median and mean).
-    fn report_rank_allreduce(&mut self) -> Result<(), CliError> {
+    fn report_rank_allreduce(&mut self) -> Result<(), SessionError> {
         let engine = &self.engine;
         let mut t = self.run.rank_allreduce.clone();
         t.sort_by(f64::total_cmp);
@@ -398,41 +398,41 @@ impl<B: Backend> super::Steps for Trainer<'static, B> {
         self.run.finished(&self.engine)
     }
 
-    fn step(&mut self) -> Result<Option<IterationRecord>, CliError> {
+    fn step(&mut self) -> Result<Option<IterationRecord>, SessionError> {
         self.iteration()
     }
 
-    fn evaluate(&mut self, rec: &IterationRecord) -> Result<EvalLine, CliError> {
+    fn evaluate(&mut self, rec: &IterationRecord) -> Result<EvalLine, SessionError> {
         // An iteration already evaluated (by the schedule) is not evaluated twice.
         if let Some(e) = self.run.evals.last().filter(|e| e.iteration == rec.iteration) {
             return Ok(e.clone());
         }
         self.run.evaluate(&mut self.engine, rec, &mut self.reporter)?;
-        self.run.evals.last().cloned().ok_or_else(|| CliError::run("the evaluation recorded nothing"))
+        self.run.evals.last().cloned().ok_or_else(|| SessionError::run("the evaluation recorded nothing"))
     }
 
-    fn save(&mut self) -> Result<PathBuf, CliError> {
+    fn save(&mut self) -> Result<PathBuf, SessionError> {
         if !self.saver.on {
-            return Err(CliError::usage(
+            return Err(SessionError::usage(
                 "this run writes no checkpoints: give it a checkpoint folder (Config::checkpoint_dir, --checkpoint-dir)",
             ));
         }
         Trainer::save(self)?;
         let now = self.engine.iteration();
         let Some(c) = self.ckpt.as_mut() else {
-            return Err(CliError::usage("only rank 0 writes the checkpoints of a run of several ranks"));
+            return Err(SessionError::usage("only rank 0 writes the checkpoints of a run of several ranks"));
         };
         let done = c.flush();
         report_written(done, c, &mut self.reporter)?;
         match (c.last_good(), c.last_good_iteration()) {
             (Some(p), Some(i)) if i == now => Ok(p.to_path_buf()),
-            _ => {
-                Err(CliError::run(format!("the checkpoint of iteration {now} could not be written (see the warning)")))
-            }
+            _ => Err(SessionError::run(format!(
+                "the checkpoint of iteration {now} could not be written (see the warning)"
+            ))),
         }
     }
 
-    fn finish(self: Box<Self>, last: Option<IterationRecord>) -> Result<Summary, CliError> {
+    fn finish(self: Box<Self>, last: Option<IterationRecord>) -> Result<Summary, SessionError> {
         Trainer::finish(*self, last)
     }
 }
