@@ -7,17 +7,25 @@
 # here: S-SGD 0.1, post-local SGD 0.1, SMA 0.025. Seeds interleaved (seed 1 of every variant,
 # then seed 2, ...). One metrics file per run in runs/; a run whose file holds its "end" event
 # is skipped, so the script resumes across sessions (a run cut short starts over).
-# Usage: BIN=path/to/crossbow DATA=path/to/cifar10-50k-jpeg docs/results/sma-full/run.sh
+# After the k = 8 variants: the paper's baseline, S-SGD at the aggregate batch a multi-GPU
+# TensorFlow run would use (k·b = 512: 8 learners of 64, rate 0.4 = 0.1·512/128 by linear
+# scaling, 5 epochs of linear warm-up, Goyal et al.), and one learner of b = 16 (rate 0.0125 =
+# 0.1·16/128 by the same rule).
+# Usage: BIN=path/to/crossbow DATA=path/to/cifar10-50k-jpeg [OUT=dir] [SEEDS="1 2 3"]
+#        [VARIANTS="ssgd sma postlocal large k1"] docs/results/sma-full/run.sh
 set -u
 BIN=${BIN:-target/release/crossbow}
 DATA=${DATA:?DATA must name the cifar10-50k-jpeg folder}
-OUT=$(cd "$(dirname "$0")" && pwd)/runs
+OUT=${OUT:-$(cd "$(dirname "$0")" && pwd)/runs}
+VARIANTS=${VARIANTS:-"ssgd sma postlocal large k1"}
 SEEDS=${SEEDS:-"1 2 3"}
 mkdir -p "$OUT"
 COMMON=(train --model resnet20 --dataset folder --data-dir "$DATA" --image-size 32 --augment crop-flip
-  --learners-per-device 8 --batch-size 16 --schedule multistep:30,45 --epochs 60 --eval-every 1)
+  --epochs 60 --eval-every 1)
+K8=(--learners-per-device 8 --batch-size 16 --schedule multistep:30,45)
 run() { # name, seed, flags...
   local name=$1 seed=$2; shift 2
+  case " $VARIANTS " in *" $name "*) ;; *) return ;; esac
   local m="$OUT/$name-s$seed.jsonl"
   if [ -f "$m" ] && grep -q '"event":"end"' "$m"; then return; fi
   rm -f "$m"
@@ -26,7 +34,11 @@ run() { # name, seed, flags...
   echo "$(date -u +%FT%TZ) end $name seed $seed: exit $?"
 }
 for s in $SEEDS; do
-  run ssgd "$s" --sync ssgd --lr 0.1
-  run sma "$s" --sync sma --lr 0.025
-  run postlocal "$s" --sync sma --sync-opt ssgd-until=30 --lr 0.1
+  run ssgd "$s" "${K8[@]}" --sync ssgd --lr 0.1
+  run sma "$s" "${K8[@]}" --sync sma --lr 0.025
+  run postlocal "$s" "${K8[@]}" --sync sma --sync-opt ssgd-until=30 --lr 0.1
+done
+for s in $SEEDS; do
+  run large "$s" --learners-per-device 8 --batch-size 64 --schedule warmup:5:30,45 --sync ssgd --lr 0.4
+  run k1 "$s" --learners-per-device 1 --batch-size 16 --schedule multistep:30,45 --sync ssgd --lr 0.0125
 done
