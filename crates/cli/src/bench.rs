@@ -655,7 +655,7 @@ pub fn table_line(row: &BenchRow, hw: &str, base: f64) -> String {
     }
 }
 
-fn hw_name(hw: &crate::train::Hardware) -> String {
+fn hw_name(hw: &crate::dispatch::Hardware) -> String {
     match hw {
         crate::dispatch::Hardware::Cpu { count, threads } => format!("cpu:{count} ({threads} threads each)"),
         crate::dispatch::Hardware::Cuda { ordinals } => {

@@ -108,9 +108,9 @@ fn bad_values_are_refused_before_training() {
         refused(&tiny(&[flag, value]), needle);
     }
     // One CPU device more than this machine has cores.
-    let too_many = format!("cpu:{}", crossbow_cli::train::cores() + 1);
+    let too_many = format!("cpu:{}", crossbow_cli::dispatch::cores() + 1);
     let args: Vec<String> = ["train", "--devices", &too_many].map(String::from).to_vec();
-    refused(&args, &format!("--devices {too_many}: this machine has {} core", crossbow_cli::train::cores()));
+    refused(&args, &format!("--devices {too_many}: this machine has {} core", crossbow_cli::dispatch::cores()));
 }
 
 #[test]

@@ -20,12 +20,14 @@
 //!
 //! The parts: [`settings`] (every setting declared once) and [`config`] (validated),
 //! [`registry`] (synchronisers by name), [`dispatch`] (CPU or CUDA, one generic job),
-//! [`trainer`] (the typed API), [`train`] (the run itself, also for a backend and
+//! [`trainer`] (the typed API), [`branch`] (a configuration fed batches from outside, as
+//! `crossbow explore` runs several from one stream), [`train`] (the run itself, also for a backend and
 //! synchroniser of your own),
 //! [`checkpoint`] and [`resume`] (files that belong to their run), [`report`] (printing and
 //! the metrics file), [`signals`], [`preflight`] (what fits, before anything is allocated),
 //! [`processes`] (several ranks).
 
+pub mod branch;
 pub mod checkpoint;
 pub mod config;
 pub mod diagnostics;
@@ -45,6 +47,7 @@ pub mod source;
 pub mod train;
 pub mod trainer;
 
+pub use branch::{Branch, BranchState, BranchStep};
 pub use config::{TrainConfig, TrainFile};
 pub use crossbow_data::DatasetKind;
 pub use crossbow_replica::ModelKind;

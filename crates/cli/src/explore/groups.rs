@@ -6,19 +6,18 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crossbow_data::{Batch, Cursor, Pipeline, PipelineConfig};
-use crossbow_kernels::CpuBackend;
-use crossbow_replica::engine::{AutoTuner, CpuDevices, Engine, IterationRecord, TrainBatch};
+use crossbow_replica::engine::{CpuDevices, IterationRecord};
+use crossbow_session::branch::OwnedBatch;
+use crossbow_session::{Branch, BranchStep, Data};
 use serde_json::json;
 
 use super::report::print_table;
 use super::state::{ExploreState, GroupState};
 use super::{Configuration, Select, gcd};
-use crate::config::{BnEval, LearnersPerDevice};
+use crate::config::LearnersPerDevice;
 use crate::error::SessionError;
 use crate::registry::SyncRegistry;
 use crate::report::{EvalLine, Reporter};
-use crate::source::{PipelineSource, TestSet};
-use crate::train::{Data, auto_tuner, build_graph, calibration_pipeline, start_engine};
 
 /// The batches every group draws from: unit batches of `g` images from one pipeline, kept
 /// from the slowest live group's position to the fastest's.
@@ -72,20 +71,6 @@ impl SharedStream {
     }
 }
 
-pub(super) struct OwnedBatch {
-    pub(super) images: Vec<f32>,
-    pub(super) labels: Vec<f32>,
-}
-
-impl TrainBatch for OwnedBatch {
-    fn images(&self) -> &[f32] {
-        &self.images
-    }
-    fn labels(&self) -> &[f32] {
-        &self.labels
-    }
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(super) enum Status {
     Running,
@@ -116,16 +101,12 @@ impl std::fmt::Display for Status {
 /// One configuration while it runs.
 pub(super) struct Group {
     pub(super) conf: Configuration,
-    pub(super) engine: Option<Engine<CpuBackend>>,
-    pub(super) tuner: Option<AutoTuner>,
+    /// Its learners, engine, tuner and evaluation while it is live.
+    pub(super) branch: Option<Branch>,
     /// Units per learner batch (`batch size / g`).
     pub(super) units: usize,
     pub(super) next_unit: u64,
-    pub(super) calibration: Option<(usize, PipelineSource)>,
-    pub(super) test: TestSet,
     pub(super) next_eval: f64,
-    pub(super) window: crate::train::Window,
-    pub(super) train_secs: f64,
     pub(super) evals: Vec<EvalLine>,
     /// Accuracy at each rung reached.
     pub(super) rungs: Vec<f64>,
@@ -136,8 +117,6 @@ pub(super) struct Group {
     pub(super) calibration_samples: u64,
     /// Samples of one epoch of the unit stream.
     pub(super) per_epoch: usize,
-    /// The divergence watch of `crossbow train`.
-    pub(super) watch: crate::train::DivergenceWatch,
 }
 
 impl Group {
@@ -171,7 +150,8 @@ pub(super) struct Outcome {
 pub(super) struct Ctx<'a> {
     pub(super) data: &'a Data,
     pub(super) registry: &'a SyncRegistry,
-    pub(super) hw: (usize, usize),
+    /// The CPU core groups every configuration runs on.
+    pub(super) cores: CpuDevices,
     pub(super) reporter: Reporter,
     pub(super) wall: Instant,
     /// Wall seconds before this process (a resumed exploration).
@@ -198,37 +178,15 @@ impl Ctx<'_> {
         g: usize,
         per_epoch: usize,
         stream_norm: &crossbow_data::Normalize,
-        saved_layout: Option<&[usize]>,
     ) -> Result<Group, SessionError> {
-        let cfg = &conf.cfg;
-        let sync = self.registry.build_for(cfg)?.cpu();
-        let graph = build_graph(cfg, self.data)?;
-        let factory = Box::new(CpuDevices { count: self.hw.0, threads: self.hw.1 });
-        let layout = match (saved_layout, cfg.learners_per_device) {
-            (Some(l), _) => l.to_vec(),
-            (None, LearnersPerDevice::Auto) => vec![1; self.hw.0],
-            (None, LearnersPerDevice::Fixed(m)) => vec![m; self.hw.0],
-        };
-        let engine = start_engine(cfg, graph, factory, sync, &layout)?;
-        let tuner = auto_tuner(cfg, &engine, self.data.train.len())?;
-        let calibration = match cfg.bn_eval {
-            BnEval::Recalibrate(n) if engine.graph().stats_len > 0 => {
-                Some((n, PipelineSource { pipeline: calibration_pipeline(cfg, self.data, n, Cursor::default())? }))
-            }
-            _ => None,
-        };
+        let branch = Branch::start(&conf.cfg, self.data, self.registry, &self.cores, stream_norm, None)?;
         Ok(Group {
             conf: conf.clone(),
-            learners: engine.layout(),
-            engine: Some(engine),
-            tuner,
-            units: cfg.batch_size / g,
+            learners: branch.layout(),
+            branch: Some(branch),
+            units: conf.cfg.batch_size / g,
             next_unit: 0,
-            calibration,
-            test: TestSet { dataset: Arc::clone(&self.data.test), normalize: stream_norm.clone() },
-            next_eval: cfg.eval_every,
-            window: crate::train::Window::default(),
-            train_secs: 0.0,
+            next_eval: conf.cfg.eval_every,
             evals: vec![],
             rungs: vec![],
             status: Status::Running,
@@ -236,7 +194,6 @@ impl Ctx<'_> {
             iterations: 0,
             calibration_samples: 0,
             per_epoch,
-            watch: crate::train::DivergenceWatch::default(),
         })
     }
 
@@ -256,36 +213,32 @@ impl Ctx<'_> {
                 saved.id, conf.id
             )));
         }
-        let mut gr = self.start_group(conf, g, per_epoch, stream_norm, Some(&saved.learners))?;
-        gr.status = saved.status;
-        gr.learners = saved.learners.clone();
-        gr.next_unit = saved.next_unit;
-        gr.next_eval = saved.next_eval;
-        gr.window = saved.window.clone();
-        gr.train_secs = saved.train_secs;
-        gr.evals = saved.evals.clone();
-        gr.rungs = saved.rungs.clone();
-        gr.samples = saved.samples;
-        gr.iterations = saved.iterations;
-        gr.calibration_samples = saved.calibration_samples;
-        gr.watch = saved.watch.clone();
-        if !gr.live() {
-            gr.engine = None;
-            gr.tuner = None;
-            gr.calibration = None;
-            return Ok(gr);
-        }
-        let snap = super::state::engine_of(&self.out, conf.id)?;
-        if let Some(engine) = gr.engine.as_mut() {
-            engine.restore(&snap)?;
-        }
-        if let (Some(t), Some(v)) = (gr.tuner.as_mut(), &saved.tuner) {
-            t.restore(v)?;
-        }
-        if let (Some((n, cal)), Some(cursor)) = (gr.calibration.as_mut(), saved.calibration_cursor) {
-            *cal = PipelineSource { pipeline: calibration_pipeline(&conf.cfg, self.data, *n, cursor)? };
-        }
-        Ok(gr)
+        let branch = match (&saved.branch, saved.status) {
+            (Some(b), Status::Running) => Some(Branch::resume(
+                &conf.cfg,
+                self.data,
+                self.registry,
+                &self.cores,
+                stream_norm,
+                (b, &super::state::group_file(&self.out, conf.id)),
+            )?),
+            _ => None,
+        };
+        Ok(Group {
+            conf: conf.clone(),
+            branch,
+            units: conf.cfg.batch_size / g,
+            next_unit: saved.next_unit,
+            next_eval: saved.next_eval,
+            evals: saved.evals.clone(),
+            rungs: saved.rungs.clone(),
+            status: saved.status,
+            samples: saved.samples,
+            iterations: saved.iterations,
+            learners: saved.learners.clone(),
+            calibration_samples: saved.calibration_samples,
+            per_epoch,
+        })
     }
 
     /// One iteration of group `g`.
@@ -295,58 +248,35 @@ impl Ctx<'_> {
         stream: &mut SharedStream,
         per_epoch: usize,
     ) -> Result<Stepped, SessionError> {
-        let Some(engine) = g.engine.as_mut() else { return Err(SessionError::run("stepping a stopped configuration")) };
-        let t0 = Instant::now();
-        let mut batches = Vec::with_capacity(engine.learners());
-        for _ in 0..engine.learners() {
+        let Some(branch) = g.branch.as_mut() else { return Err(SessionError::run("stepping a stopped configuration")) };
+        let mut batches = Vec::with_capacity(branch.learners());
+        for _ in 0..branch.learners() {
             batches.push(stream.batch(g.next_unit, g.units)?);
             g.next_unit += g.units as u64;
         }
-        let rec = match engine.step(batches, per_epoch) {
-            Ok(r) => r,
-            Err(crossbow_replica::ReplicaError::Diverged(why)) => return Ok(Stepped::Diverged(why)),
+        let (rec, tuning) = match branch.step(batches, per_epoch) {
+            Ok(BranchStep::Trained { record, tuning }) => (record, tuning),
+            Ok(BranchStep::Diverged(why)) => return Ok(Stepped::Diverged(why)),
             Err(e) => return Err(SessionError::run(format!("configuration #{} ({}): {e}", g.conf.id, g.conf.label()))),
         };
-        // The divergence watch of `crossbow train`.
-        if let Some(why) = g.watch.check(engine, &rec, self.data.train.num_classes())? {
-            return Ok(Stepped::Diverged(why));
+        g.samples = branch.samples();
+        g.iterations = branch.iteration();
+        for ev in tuning {
+            self.say(&format!("#{} {}", g.conf.id, ev.line()));
+            self.reporter.record("tuner", json!({ "id": g.conf.id, "event": ev }))?;
         }
-        let secs = t0.elapsed().as_secs_f64();
-        g.train_secs += secs;
-        g.window.add(&rec, secs);
-        g.samples = engine.samples();
-        g.iterations = engine.iteration();
-        if let Some(t) = g.tuner.as_mut() {
-            for ev in t.after_step(engine, &rec)? {
-                self.say(&format!("#{} {}", g.conf.id, ev.line()));
-                self.reporter.record("tuner", json!({ "id": g.conf.id, "event": ev }))?;
-            }
-        }
-        g.learners = engine.layout();
+        g.learners = branch.layout();
         Ok(Stepped::Ok(rec))
     }
 
     /// Evaluates group `g`'s central model as `crossbow train` does (recalibrating batch-norm
     /// statistics first when configured).
     pub(super) fn evaluate(&mut self, g: &mut Group, rec: &IterationRecord) -> Result<f64, SessionError> {
-        let Some(engine) = g.engine.as_mut() else {
+        let Some(branch) = g.branch.as_mut() else {
             return Err(SessionError::run("evaluating a stopped configuration"));
         };
-        let window = std::mem::take(&mut g.window);
-        let line = crate::train::evaluate_central(
-            engine,
-            rec,
-            window,
-            crate::train::Evaluation {
-                test: &mut g.test,
-                calibration: g.calibration.as_mut(),
-                train_seconds: &mut g.train_secs,
-                wall: (self.wall, 0.0),
-            },
-        )?;
-        if let Some((n, _)) = &g.calibration {
-            g.calibration_samples += (*n * g.conf.cfg.batch_size) as u64;
-        }
+        let line = branch.evaluate(rec, (self.wall, 0.0))?;
+        g.calibration_samples = branch.calibration_samples();
         let ev = (line.test_accuracy, line.test_loss);
         self.say(&format!(
             "#{:<3} {:<40} epoch {:6.2}  test acc {:6.2}%  {}",
@@ -376,9 +306,7 @@ pub(super) enum Stepped {
 /// Marks group `g` diverged and frees its engine; the others go on.
 pub(super) fn mark_diverged(ctx: &mut Ctx<'_>, g: &mut Group, why: &str) -> Result<(), SessionError> {
     g.status = Status::Diverged(g.epoch());
-    g.engine = None;
-    g.tuner = None;
-    g.calibration = None;
+    g.branch = None;
     ctx.say(&format!("#{} {}: diverged ({why}); stopped, the others go on", g.conf.id, g.conf.label()));
     ctx.reporter.record("diverged", json!({ "id": g.conf.id, "epoch": g.epoch(), "why": why }))
 }
@@ -400,7 +328,7 @@ pub(super) fn run_groups(
                 LearnersPerDevice::Auto => c.cfg.max_learners,
                 LearnersPerDevice::Fixed(m) => m,
             };
-            k * ctx.hw.0 * c.cfg.batch_size / g
+            k * ctx.cores.count * c.cfg.batch_size / g
         })
         .max()
         .unwrap_or(1);
@@ -410,14 +338,14 @@ pub(super) fn run_groups(
     if let crate::config::AugmentChoice::Set(a) = first.augment {
         pc.augment = Some(a);
     }
-    pc.normalize = Some(crate::train::normalize_for(first, &ctx.data.train)?);
+    pc.normalize = Some(Branch::normalize(first, ctx.data)?);
     let mut pipeline = Pipeline::new(Arc::clone(&ctx.data.train), pc.clone())?;
     let per_epoch = pipeline.batches_per_epoch() as usize * g;
     let norm = pipeline.normalize().clone();
     let (mut groups, mut last, mut rung, mut steps, mut stream) = match resume {
         None => {
             let groups =
-                confs.iter().map(|c| ctx.start_group(c, g, per_epoch, &norm, None)).collect::<Result<Vec<_>, _>>()?;
+                confs.iter().map(|c| ctx.start_group(c, g, per_epoch, &norm)).collect::<Result<Vec<_>, _>>()?;
             let stream =
                 SharedStream { pipeline, first: 0, units: VecDeque::new(), decoded: 0, wait_secs: 0.0, copy_secs: 0.0 };
             (groups, vec![None; confs.len()], 0, 0u64, stream)
@@ -459,7 +387,7 @@ pub(super) fn run_groups(
             .enumerate()
             .filter(|(_, gr)| gr.live())
             .filter(|(_, gr)| {
-                let k = gr.engine.as_ref().map(|e| e.learners()).unwrap_or(1);
+                let k = gr.branch.as_ref().map(|b| b.learners()).unwrap_or(1);
                 if final_rung {
                     !crate::limits::epoch_limit_reached(
                         gr.samples,
@@ -527,7 +455,7 @@ pub(super) fn run_groups(
                 // The rung stops a group at the iteration nearest to it, which may fall just
                 // short of an evaluation that is due there: this evaluation stands for it (not
                 // a second one an iteration later at the "same" epoch).
-                let k = groups[i].engine.as_ref().map(|e| e.learners()).unwrap_or(1);
+                let k = groups[i].branch.as_ref().map(|b| b.learners()).unwrap_or(1);
                 let step_epochs = (k * groups[i].conf.cfg.batch_size) as f64 / per_epoch.max(1) as f64;
                 if groups[i].conf.cfg.eval_every_iterations.is_none() && groups[i].next_eval - rec.epoch < step_epochs {
                     let every = groups[i].conf.cfg.eval_every;
@@ -554,10 +482,8 @@ pub(super) fn run_groups(
         for &i in &ranked[keep..] {
             groups[i].status = Status::Pruned(rung);
             freed += groups[i].learners.iter().sum::<usize>();
-            // Dropping the engine frees its memory now.
-            groups[i].engine = None;
-            groups[i].tuner = None;
-            groups[i].calibration = None;
+            // Dropping the branch frees its memory now.
+            groups[i].branch = None;
         }
         ctx.reporter.record(
             "rung",
@@ -603,8 +529,7 @@ pub(super) fn run_groups(
         {
             ctx.evaluate(gr, &rec)?;
         }
-        gr.engine = None;
-        gr.tuner = None;
+        gr.branch = None;
     }
     Ok(Outcome {
         groups,
@@ -635,21 +560,11 @@ pub(super) fn grow(
                 break;
             }
             let gr = &mut groups[i];
-            if gr.tuner.is_some() {
-                continue; // the auto-tuner decides its learners
-            }
-            let Some(engine) = gr.engine.as_mut() else { continue };
-            let layout = engine.layout();
-            let Some((d, &k)) = layout.iter().enumerate().min_by_key(|(_, k)| **k) else { continue };
-            let fp = engine.footprint();
-            let fits = engine
-                .memory_budget(d)
-                .is_none_or(|b| fp.fixed_bytes_per_device + fp.bytes_per_learner * (k as u64 + 1) <= b);
-            if k >= gr.conf.cfg.max_learners || !fits {
+            let Some(branch) = gr.branch.as_mut() else { continue };
+            if !branch.try_add_learner()? {
                 continue;
             }
-            engine.add_learner(d)?;
-            gr.learners = engine.layout();
+            gr.learners = branch.layout();
             freed -= 1;
             progress = true;
             let line = format!("#{} {}: takes a freed learner, now {:?}", gr.conf.id, gr.conf.label(), gr.learners);

@@ -41,10 +41,11 @@ use crossbow_replica::engine::CpuDevices;
 use serde_json::json;
 
 use crate::config::{TrainConfig, TrainFile};
+use crate::dispatch::{Hardware, resolve_hardware};
 use crate::error::SessionError;
 use crate::registry::SyncRegistry;
 use crate::report::Reporter;
-use crate::train::{Hardware, build_graph, load_data, resolve_hardware};
+use crossbow_session::{Branch, load_data};
 
 mod groups;
 mod report;
@@ -448,8 +449,8 @@ pub fn run(args: &ExploreArgs, registry: &SyncRegistry) -> Result<(), SessionErr
         }
     }
     let mut notes = vec![];
-    let hw = match resolve_hardware(&first.devices, first.threads, &mut |l| notes.push(l))? {
-        Hardware::Cpu { count, threads } => (count, threads),
+    let cores = match resolve_hardware(&first.devices, first.threads, &mut |l| notes.push(l))? {
+        Hardware::Cpu { count, threads } => CpuDevices { count, threads },
         Hardware::Cuda { .. } => {
             return Err(bad(
                 &ex.path,
@@ -461,10 +462,7 @@ pub fn run(args: &ExploreArgs, registry: &SyncRegistry) -> Result<(), SessionErr
         }
     };
     for c in &ex.configs {
-        let sync = registry.build_for(&c.cfg)?.cpu();
-        let graph = build_graph(&c.cfg, &data)?;
-        let factory = CpuDevices { count: hw.0, threads: hw.1 };
-        crate::preflight::check_run(&c.cfg, &data, &graph, &factory, &*sync)
+        Branch::check(&c.cfg, &data, registry, &cores)
             .map_err(|e| bad(&ex.path, format!("configuration #{} ({}): {e}", c.id, c.label())))?;
     }
     std::fs::create_dir_all(&args.out)
@@ -503,7 +501,7 @@ pub fn run(args: &ExploreArgs, registry: &SyncRegistry) -> Result<(), SessionErr
     let mut ctx = Ctx {
         data: &data,
         registry,
-        hw,
+        cores,
         reporter,
         wall: Instant::now(),
         wall_before: resumed.as_ref().map_or(0.0, |s| s.wall_secs),

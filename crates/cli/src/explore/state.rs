@@ -6,18 +6,16 @@
 
 use std::path::{Path, PathBuf};
 
-use crossbow_data::Cursor;
-use crossbow_replica::checkpoint::CheckpointFile;
-use crossbow_replica::engine::{EngineSnapshot, IterationRecord};
+use crossbow_replica::engine::IterationRecord;
+use crossbow_session::BranchState;
 use serde::{Deserialize, Serialize};
 
 use super::groups::{Group, SharedStream, Status};
 use crate::error::SessionError;
 use crate::report::EvalLine;
-use crate::train::{DivergenceWatch, Window};
 
 /// The format of `explore.json`.
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 /// One configuration's place in the loop.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -27,20 +25,15 @@ pub(super) struct GroupState {
     pub(super) learners: Vec<usize>,
     pub(super) next_unit: u64,
     pub(super) next_eval: f64,
-    pub(super) window: Window,
-    pub(super) train_secs: f64,
     pub(super) evals: Vec<EvalLine>,
     pub(super) rungs: Vec<f64>,
     pub(super) samples: u64,
     pub(super) iterations: u64,
     pub(super) calibration_samples: u64,
-    pub(super) watch: DivergenceWatch,
     /// The record of its last iteration (the rungs evaluate at it).
     pub(super) last: Option<IterationRecord>,
-    /// Its recalibration stream's position.
-    pub(super) calibration_cursor: Option<Cursor>,
-    /// Its auto-tuner's state.
-    pub(super) tuner: Option<serde_json::Value>,
+    /// A live configuration's branch (its engine is in `group-<id>.safetensors`).
+    pub(super) branch: Option<BranchState>,
 }
 
 /// The loop's position.
@@ -69,7 +62,7 @@ pub(super) fn dir(out: &Path) -> PathBuf {
     out.join("state")
 }
 
-fn group_file(out: &Path, id: usize) -> PathBuf {
+pub(super) fn group_file(out: &Path, id: usize) -> PathBuf {
     dir(out).join(format!("group-{id}.safetensors"))
 }
 
@@ -94,28 +87,23 @@ pub(super) fn save(
     std::fs::create_dir_all(&d).map_err(|e| io(&d, format!("cannot create: {e}")))?;
     let mut states = vec![];
     for (g, rec) in groups.iter().zip(last) {
-        if let Some(engine) = &g.engine {
-            let mut file = CheckpointFile::new(serde_json::json!({ "id": g.conf.id }));
-            engine.snapshot()?.to_checkpoint(&mut file)?;
-            file.write_atomic(&group_file(out, g.conf.id)).map_err(|e| SessionError::run(e.to_string()))?;
-        }
+        let branch = match &g.branch {
+            Some(b) => Some(b.save(&group_file(out, g.conf.id), serde_json::json!({ "id": g.conf.id }))?),
+            None => None,
+        };
         states.push(GroupState {
             id: g.conf.id,
             status: g.status,
             learners: g.learners.clone(),
             next_unit: g.next_unit,
             next_eval: g.next_eval,
-            window: g.window.clone(),
-            train_secs: g.train_secs,
             evals: g.evals.clone(),
             rungs: g.rungs.clone(),
             samples: g.samples,
             iterations: g.iterations,
             calibration_samples: g.calibration_samples,
-            watch: g.watch.clone(),
             last: rec.clone(),
-            calibration_cursor: g.calibration.as_ref().map(|(_, c)| c.pipeline.cursor()),
-            tuner: g.tuner.as_ref().map(|t| t.save()).transpose()?,
+            branch,
         });
     }
     let state = ExploreState {
@@ -172,13 +160,6 @@ pub(super) fn load(
         )));
     }
     Ok(state)
-}
-
-/// The saved engine of configuration `id`.
-pub(super) fn engine_of(out: &Path, id: usize) -> Result<EngineSnapshot, SessionError> {
-    let p = group_file(out, id);
-    let f = CheckpointFile::read(&p).map_err(|e| SessionError::usage(format!("--resume: {e}")))?;
-    Ok(EngineSnapshot::from_checkpoint(&f, &p)?)
 }
 
 /// Removes the state of a finished exploration (nothing left to resume).

@@ -32,12 +32,15 @@ mod start;
 mod tests;
 mod trainer;
 
-pub use data::{Data, build_graph, calibration_pipeline, load_data, normalize_for};
-pub use guard::{DivergenceWatch, EXPLODED_LOSS_FACTOR};
-pub use run::{Evaluation, Window, evaluate_central};
-pub use start::{auto_tuner, start_engine, start_engine_in};
+pub use data::{Data, build_graph, load_data};
+// The engine-level pieces `Branch` and the trainer share; drivers outside the crate use
+// `Session`, `Trainer` or `Branch`.
+pub(crate) use data::{calibration_pipeline, normalize_for};
+pub(crate) use guard::DivergenceWatch;
+pub(crate) use run::{Evaluation, Window, evaluate_central};
+pub(crate) use start::{auto_tuner, start_engine};
 
-pub use crate::dispatch::{Hardware, cores, resolve_hardware};
+pub(crate) use crate::dispatch::{Hardware, cores, resolve_hardware};
 
 /// Trains as configured, with the synchroniser `cfg.sync_name` of `registry` (for the
 /// built-in ones: [`SyncRegistry::builtin`]), printing progress through `reporter`.
