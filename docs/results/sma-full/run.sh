@@ -11,18 +11,22 @@
 # TensorFlow run would use (k·b = 512: 8 learners of 64, rate 0.4 = 0.1·512/128 by linear
 # scaling, 5 epochs of linear warm-up, Goyal et al.), and one learner of b = 16 (rate 0.0125 =
 # 0.1·16/128 by the same rule).
+# Then SMA's best form in the k = 8 pull screen (../sma-screens/screen-pull8.sh: central
+# momentum 0, rate 0.025) and k = 4 (rates: the k = 4 schedule screen's picks, S-SGD and
+# post-local SGD 0.05, SMA 0.025).
 # Usage: BIN=path/to/crossbow DATA=path/to/cifar10-50k-jpeg [OUT=dir] [SEEDS="1 2 3"]
-#        [VARIANTS="ssgd sma postlocal large k1"] docs/results/sma-full/run.sh
+#        [VARIANTS="ssgd sma postlocal large k1 smacm0 ssgd4 sma4 postlocal4"] docs/results/sma-full/run.sh
 set -u
 BIN=${BIN:-target/release/crossbow}
 DATA=${DATA:?DATA must name the cifar10-50k-jpeg folder}
 OUT=${OUT:-$(cd "$(dirname "$0")" && pwd)/runs}
-VARIANTS=${VARIANTS:-"ssgd sma postlocal large k1"}
+VARIANTS=${VARIANTS:-"ssgd sma postlocal large k1 smacm0 ssgd4 sma4 postlocal4"}
 SEEDS=${SEEDS:-"1 2 3"}
 mkdir -p "$OUT"
 COMMON=(train --model resnet20 --dataset folder --data-dir "$DATA" --image-size 32 --augment crop-flip
   --epochs 60 --eval-every 1)
 K8=(--learners-per-device 8 --batch-size 16 --schedule multistep:30,45)
+K4=(--learners-per-device 4 --batch-size 16 --schedule multistep:30,45)
 run() { # name, seed, flags...
   local name=$1 seed=$2; shift 2
   case " $VARIANTS " in *" $name "*) ;; *) return ;; esac
@@ -41,4 +45,10 @@ done
 for s in $SEEDS; do
   run large "$s" --learners-per-device 8 --batch-size 64 --schedule warmup:5:30,45 --sync ssgd --lr 0.4
   run k1 "$s" --learners-per-device 1 --batch-size 16 --schedule multistep:30,45 --sync ssgd --lr 0.0125
+done
+for s in $SEEDS; do
+  run smacm0 "$s" "${K8[@]}" --sync sma --central-momentum 0 --lr 0.025
+  run ssgd4 "$s" "${K4[@]}" --sync ssgd --lr 0.05
+  run sma4 "$s" "${K4[@]}" --sync sma --lr 0.025
+  run postlocal4 "$s" "${K4[@]}" --sync sma --sync-opt ssgd-until=30 --lr 0.05
 done
