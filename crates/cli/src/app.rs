@@ -264,28 +264,27 @@ fn run(cli: Cli, matches: &clap::ArgMatches, registry: &SyncRegistry) -> Result<
             // fails stops the others.
             crate::bench::tuner_alone(a.tuner)?;
             let world = crate::processes::World::start(a.mpi_timeout)?;
-            let result = crate::bench::run_cli(
-                registry,
-                a.sync.as_deref(),
-                &a.sync_opt.iter().fold(SyncOptions::new(), |o, (k, v)| o.option(k, v)),
-                &a.model,
-                &a.batch_size,
-                &a.learners,
-                &a.devices,
-                a.threads,
-                a.iterations,
-                a.warmup,
-                a.loss_read,
-                a.tuner,
-                a.max_learners,
-                a.json.as_deref(),
-                a.folder.as_ref().map(|dir| crate::bench::FolderInput {
+            let req = crate::bench::BenchRequest {
+                sync: a.sync.clone(),
+                sync_options: a.sync_opt.iter().fold(SyncOptions::new(), |o, (k, v)| o.option(k, v)),
+                models: a.model.clone(),
+                batches: a.batch_size.clone(),
+                learners: a.learners.clone(),
+                devices: a.devices.clone(),
+                threads: a.threads,
+                iterations: a.iterations,
+                warmup: a.warmup,
+                loss_read: a.loss_read,
+                with_tuner: a.tuner,
+                max_learners: a.max_learners,
+                json: a.json.clone(),
+                folder: a.folder.as_ref().map(|dir| crate::bench::FolderInput {
                     dir: dir.clone(),
                     image_size: a.image_size.unwrap_or(crossbow_data::DEFAULT_IMAGE_SIZE),
                     workers: a.workers.unwrap_or(2),
                 }),
-                std::sync::Arc::clone(&world.group),
-            );
+            };
+            let result = crate::bench::run_cli(registry, &req, std::sync::Arc::clone(&world.group));
             if let Err(e) = &result {
                 world.stop_all(&format!("error: {e}"), e.exit_code() as u8);
             }

@@ -180,36 +180,46 @@ fn engine<B: Backend>(
     Ok(Engine::in_world(graph.clone(), cfg, factory, sync, Box::new(HostAllReduce), &vec![m; n], world)?)
 }
 
-/// Measures `iterations` training iterations (after `warmup`) with `m` learners per device,
-/// synchronised by `sync`, in one process.
-#[allow(clippy::too_many_arguments)]
+/// One measurement: `learners` per device of `model` (its `graph`) at `batch` per learner,
+/// `iterations` timed after `warmup`, losses read as `loss_read` says (by default as
+/// `crossbow train` reads them).
+#[derive(Clone, Copy)]
+pub struct Measure<'a> {
+    /// The model measured.
+    pub model: ModelKind,
+    /// Its graph.
+    pub graph: &'a Graph,
+    /// Batch per learner.
+    pub batch: usize,
+    /// Learners per device.
+    pub learners: usize,
+    /// Untimed iterations first.
+    pub warmup: usize,
+    /// Timed iterations.
+    pub iterations: usize,
+    /// When losses are read; `None`: as `crossbow train`.
+    pub loss_read: Option<LossRead>,
+}
+
+/// Measures `spec` synchronised by `sync`, in one process.
 pub fn measure<B: Backend>(
-    model: ModelKind,
-    graph: &Graph,
-    batch: usize,
-    m: usize,
+    spec: &Measure,
     factory: Box<dyn DeviceFactory<B>>,
     sync: Box<dyn Synchroniser<B>>,
-    warmup: usize,
-    iterations: usize,
 ) -> Result<BenchRow, SessionError> {
-    measure_in(model, graph, batch, m, factory, sync, (warmup, iterations, None), Arc::new(Solo))
+    measure_in(spec, factory, sync, Arc::new(Solo))
 }
 
 /// [`measure`] as one rank of `world` (a collective: every rank calls it with the same
-/// arguments; `m` learners on each device of every rank). Every rank returns the same row,
-/// the job's.
-#[allow(clippy::too_many_arguments)]
+/// arguments; `spec.learners` on each device of every rank). Every rank returns the same
+/// row, the job's.
 pub fn measure_in<B: Backend>(
-    model: ModelKind,
-    graph: &Graph,
-    batch: usize,
-    m: usize,
+    spec: &Measure,
     factory: Box<dyn DeviceFactory<B>>,
     sync: Box<dyn Synchroniser<B>>,
-    (warmup, iterations, loss_read): (usize, usize, Option<LossRead>),
     world: Arc<dyn ProcessGroup>,
 ) -> Result<BenchRow, SessionError> {
+    let Measure { model, graph, batch, learners: m, warmup, iterations, loss_read } = *spec;
     let n = factory.devices().len();
     let mut e = engine(graph, batch, factory, sync, m, Arc::clone(&world))?;
     // As `crossbow train` does: one iteration late on GPUs, unless told.
@@ -347,6 +357,39 @@ fn check_json_path(p: &std::path::Path) -> Result<(), SessionError> {
     Ok(())
 }
 
+/// What `crossbow bench` measures: its command line as values.
+#[derive(Clone, Debug, Default)]
+pub struct BenchRequest {
+    /// The synchroniser; `None`: each model's default, as `crossbow train`.
+    pub sync: Option<String>,
+    /// Its options.
+    pub sync_options: SyncOptions,
+    /// Model names; empty: LeNet-5, ResNet-20 and ResNet-32.
+    pub models: Vec<String>,
+    /// Batches per learner.
+    pub batches: Vec<usize>,
+    /// Learners per device.
+    pub learners: Vec<usize>,
+    /// The devices (`--devices`).
+    pub devices: String,
+    /// CPU threads per device; `None`: the cores shared out.
+    pub threads: Option<usize>,
+    /// Timed iterations per configuration.
+    pub iterations: usize,
+    /// Untimed iterations first.
+    pub warmup: usize,
+    /// When losses are read; `None`: as `crossbow train`.
+    pub loss_read: Option<LossRead>,
+    /// Also run the auto-tuner's search.
+    pub with_tuner: bool,
+    /// The tuner's learner cap.
+    pub max_learners: usize,
+    /// Where rank 0 writes the rows as JSON.
+    pub json: Option<PathBuf>,
+    /// The image folder the models take their inputs from.
+    pub folder: Option<FolderInput>,
+}
+
 /// `crossbow bench`: every (model, batch, learners) configuration in one process, then the
 /// tuner's pick per (model, batch); prints markdown tables and optionally writes JSON. Every
 /// engine is synchronised by `registry`'s synchroniser `sync` made from `sync_options`.
@@ -354,25 +397,26 @@ fn check_json_path(p: &std::path::Path) -> Result<(), SessionError> {
 /// each configuration is measured by all ranks together, `learners` counting the learners on
 /// each device of every rank; rank 0 alone prints and writes `json`. `with_tuner` is refused
 /// with several ranks.
-#[allow(clippy::too_many_arguments)]
-pub fn run_cli(
-    registry: &SyncRegistry,
-    sync: Option<&str>,
-    sync_options: &SyncOptions,
-    models: &[String],
-    batches: &[usize],
-    learners: &[usize],
-    devices: &str,
-    threads: Option<usize>,
-    iterations: usize,
-    warmup: usize,
-    loss_read: Option<LossRead>,
-    with_tuner: bool,
-    max_learners: usize,
-    json: Option<&std::path::Path>,
-    folder: Option<FolderInput>,
-    world: Arc<dyn ProcessGroup>,
-) -> Result<(), SessionError> {
+pub fn run_cli(registry: &SyncRegistry, req: &BenchRequest, world: Arc<dyn ProcessGroup>) -> Result<(), SessionError> {
+    let BenchRequest {
+        sync,
+        sync_options,
+        models,
+        batches,
+        learners,
+        devices,
+        threads,
+        iterations,
+        warmup,
+        loss_read,
+        with_tuner,
+        max_learners,
+        json,
+        folder,
+    } = req;
+    let (sync, sync_options, json) = (sync.as_deref(), sync_options, json.as_deref());
+    let (threads, iterations, warmup, loss_read, with_tuner, max_learners) =
+        (*threads, *iterations, *warmup, *loss_read, *with_tuner, *max_learners);
     use crate::dispatch::{dispatch, resolve_hardware};
     use crossbow_replica::engine::AllReduceChoice;
     let models: Vec<ModelKind> = if models.is_empty() {
@@ -463,16 +507,8 @@ pub fn run_cli(
         for &b in batches {
             let mut base = None;
             for &m in learners {
-                let job = MeasureJob {
-                    model,
-                    graph: &graph,
-                    batch: b,
-                    learners: m,
-                    warmup,
-                    iterations,
-                    loss_read,
-                    world: &world,
-                };
+                let spec = Measure { model, graph: &graph, batch: b, learners: m, warmup, iterations, loss_read };
+                let job = MeasureJob { spec, world: &world };
                 let mut row = dispatch(&hw, registry.build(sync_of(model), sync_options)?, AllReduceChoice::Auto, job)?;
                 let b0 = *base.get_or_insert(row.images_per_sec);
                 let mut line = table_line(&row, &hw_name(&hw), b0);
@@ -552,13 +588,7 @@ fn load_input(f: &FolderInput) -> Result<Arc<Dataset>, SessionError> {
 }
 
 struct MeasureJob<'a> {
-    model: ModelKind,
-    graph: &'a Graph,
-    batch: usize,
-    learners: usize,
-    warmup: usize,
-    iterations: usize,
-    loss_read: Option<LossRead>,
+    spec: Measure<'a>,
     world: &'a Arc<dyn ProcessGroup>,
 }
 
@@ -570,9 +600,7 @@ impl crate::dispatch::Job for MeasureJob<'_> {
         sync: Box<dyn Synchroniser<B>>,
         _about: Vec<String>,
     ) -> Result<BenchRow, SessionError> {
-        let w = Arc::clone(self.world);
-        let steps = (self.warmup, self.iterations, self.loss_read);
-        measure_in(self.model, self.graph, self.batch, self.learners, factory, sync, steps, w)
+        measure_in(&self.spec, factory, sync, Arc::clone(self.world))
     }
 }
 
@@ -734,7 +762,8 @@ mod tests {
         let devices = Box::new(crossbow_replica::engine::CpuDevices { count: 1, threads: 1 });
         let sync: Box<dyn Synchroniser<crossbow_kernels::CpuBackend>> =
             Box::new(crossbow_replica::sync::Independent::default());
-        let r = measure(model, &graph, 4, 2, devices, sync, 1, 3).unwrap();
+        let spec = Measure { model, graph: &graph, batch: 4, learners: 2, warmup: 1, iterations: 3, loss_read: None };
+        let r = measure(&spec, devices, sync).unwrap();
         // 2 learners x 4 images x 3 measured iterations (the warm-up is not counted).
         assert_eq!((r.images, r.ranks, r.learners_total), (24, 1, 2));
         assert!(r.rank_allreduce.is_none());

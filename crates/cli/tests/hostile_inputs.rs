@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crossbow_cli::SyncRegistry;
 use crossbow_cli::config::{TrainConfig, TrainFile};
-use crossbow_cli::preflight::memory_needs;
+use crossbow_cli::preflight::{MemoryAsk, memory_needs};
 use crossbow_cli::report::Reporter;
 use crossbow_cli::train::{build_graph, load_data, train};
 use crossbow_kernels::CpuBackend;
@@ -210,21 +210,18 @@ fn the_memory_check_uses_the_engines_own_figures() {
     let sync = SyncRegistry::builtin().build_for(&cfg).unwrap().cpu();
     // The plan the check measures is the one the engine then runs (lowered once).
     let plan = crossbow_cli::preflight::train_plan(&graph, cfg.batch_size).unwrap();
-    let needs = memory_needs(
-        &be,
-        &graph,
-        &plan,
-        cfg.batch_size,
-        cfg.eval_batch_size.min(data.test.len()),
-        data.test.len(),
-        None,
-        sync.learner_buffers(),
-        sync.device_buffers(),
-        data.train.image_shape().iter().product(),
-        3,
-        cfg.workers,
-    )
-    .unwrap();
+    let ask = MemoryAsk {
+        batch: cfg.batch_size,
+        eval_batch: cfg.eval_batch_size.min(data.test.len()),
+        test_len: data.test.len(),
+        recalibrate: None,
+        learner_buffers: sync.learner_buffers(),
+        device_buffers: sync.device_buffers(),
+        image_len: data.train.image_shape().iter().product(),
+        max_learners: 3,
+        workers: cfg.workers,
+    };
+    let needs = memory_needs(&be, &graph, &plan, &ask).unwrap();
     let ecfg = EngineConfig {
         batch_size: cfg.batch_size,
         sgd: SgdConfig { lr: 0.01, momentum: 0.9, weight_decay: 0.0, nesterov: false },

@@ -130,26 +130,50 @@ fn executor_bytes<B: Backend>(be: &B, graph: &Graph, batch: usize, mode: Mode) -
         .ok_or_else(|| too_big("the executor"))
 }
 
-/// The memory a run of `cfg` needs, computed from the memory plan (as the engine's
+/// What sizes a run's memory besides its graph and training plan (the inputs of
+/// [`memory_needs`]).
+#[derive(Clone, Copy, Debug)]
+pub struct MemoryAsk {
+    /// Training batch per learner.
+    pub batch: usize,
+    /// Evaluation batch, at most `test_len`.
+    pub eval_batch: usize,
+    /// Test images.
+    pub test_len: usize,
+    /// Batch-norm recalibration batches, if any.
+    pub recalibrate: Option<usize>,
+    /// The synchroniser's buffers (model-sized) per learner and per device.
+    pub learner_buffers: usize,
+    /// See `learner_buffers`.
+    pub device_buffers: usize,
+    /// Floats per input image.
+    pub image_len: usize,
+    /// The most learners all devices together may run (it sizes the pipeline's prefetch).
+    pub max_learners: usize,
+    /// Data-pipeline worker threads.
+    pub workers: usize,
+}
+
+/// The memory a run needs, computed from the memory plan (as the engine's
 /// [`crossbow_replica::engine::Footprint`] is) without allocating. `be` is a learner's
-/// backend (its thread count sizes the convolution workspace); `eval_batch` at most
-/// `test_len`; `recalibrate` the batch-norm recalibration batches, if any; `max_learners`
-/// the most learners all devices together may run (it sizes the pipeline's prefetch).
-#[allow(clippy::too_many_arguments)]
+/// backend (its thread count sizes the convolution workspace).
 pub fn memory_needs<B: Backend>(
     be: &B,
     graph: &Graph,
     train: &TrainPlan,
-    batch: usize,
-    eval_batch: usize,
-    test_len: usize,
-    recalibrate: Option<usize>,
-    learner_buffers: usize,
-    device_buffers: usize,
-    image_len: usize,
-    max_learners: usize,
-    workers: usize,
+    ask: &MemoryAsk,
 ) -> Result<MemoryNeeds, String> {
+    let MemoryAsk {
+        batch,
+        eval_batch,
+        test_len,
+        recalibrate,
+        learner_buffers,
+        device_buffers,
+        image_len,
+        max_learners,
+        workers,
+    } = *ask;
     let (program, p) = (&*train.program, &*train.plan);
     let ws = workspace_len(be, program).max(1);
     let len = graph.param_len;
@@ -346,21 +370,19 @@ pub fn check_run<B: Backend>(
     let image_len = data.train.image_shape().iter().product();
     let bad_batch = |e: String| SessionError::usage(format!("{} {}: {e}", cfg.name_of("batch-size"), cfg.batch_size));
     let train = train_plan(graph, cfg.batch_size).map_err(bad_batch)?;
-    let needs = memory_needs(
-        &be,
-        graph,
-        &train,
-        cfg.batch_size,
+    let ask = MemoryAsk {
+        batch: cfg.batch_size,
         eval_batch,
-        data.test.len(),
+        test_len: data.test.len(),
         recalibrate,
-        sync.learner_buffers(),
-        sync.device_buffers(),
+        learner_buffers: sync.learner_buffers(),
+        device_buffers: sync.device_buffers(),
         image_len,
-        most,
-        cfg.workers,
-    )
-    .map_err(|e| SessionError::usage(format!("{} {}: {e}", cfg.name_of("batch-size"), cfg.batch_size)))?;
+        max_learners: most,
+        workers: cfg.workers,
+    };
+    let needs = memory_needs(&be, graph, &train, &ask)
+        .map_err(|e| SessionError::usage(format!("{} {}: {e}", cfg.name_of("batch-size"), cfg.batch_size)))?;
     let asks: Vec<DeviceAsk> = devices
         .iter()
         .enumerate()

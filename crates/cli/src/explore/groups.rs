@@ -436,8 +436,8 @@ pub(super) fn run_groups(
             if let Some(sig) = ctx.interrupt.requested(steps) {
                 // Stop here, between steps: save everything a resume needs.
                 let wall = ctx.wall.elapsed().as_secs_f64() + ctx.wall_before;
-                let path =
-                    super::state::save(&ctx.out, &ctx.run_id, &groups, &last, &stream, fractions, rung, steps, wall)?;
+                let at = super::state::Position { fractions, rung, steps, wall_secs: wall };
+                let path = super::state::save(&ctx.out, &ctx.run_id, &groups, &last, &stream, &at)?;
                 ctx.reporter.record("interrupted", json!({ "signal": sig, "steps": steps, "state": path }))?;
                 stopped = Some((sig, steps, path));
                 break 'run;

@@ -70,19 +70,24 @@ fn io(path: &Path, e: impl std::fmt::Display) -> SessionError {
     SessionError::run(format!("{}: {e}", path.display()))
 }
 
+/// Where the search loop stands: its rungs, the rung it is on, steps taken, wall seconds.
+pub(super) struct Position<'a> {
+    pub(super) fractions: &'a [f64],
+    pub(super) rung: usize,
+    pub(super) steps: u64,
+    pub(super) wall_secs: f64,
+}
+
 /// Saves the loop's position and every live group's engine into `OUT/state`.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn save(
     out: &Path,
     run: &str,
     groups: &[Group],
     last: &[Option<IterationRecord>],
     stream: &SharedStream,
-    fractions: &[f64],
-    rung: usize,
-    steps: u64,
-    wall_secs: f64,
+    at: &Position,
 ) -> Result<PathBuf, SessionError> {
+    let Position { fractions, rung, steps, wall_secs } = *at;
     let d = dir(out);
     std::fs::create_dir_all(&d).map_err(|e| io(&d, format!("cannot create: {e}")))?;
     let mut states = vec![];
