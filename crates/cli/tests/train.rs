@@ -135,6 +135,19 @@ fn metrics_file_has_one_json_line_per_evaluation() {
     assert_eq!(settings["alpha_rule"], "1/k");
     assert_eq!(settings["central_momentum"], 0.9);
     assert!(lines[1]["test_accuracy"].as_f64().unwrap() > 0.0);
+    // Where the time went: the phases add up to the wall time, and the training time is
+    // iterations, input wait and recalibration (none here: LeNet-5 has no batch norm).
+    let end = &lines[4];
+    let phase = |k: &str| end["phases"][k].as_f64().unwrap();
+    let names = ["steps", "input_wait", "recalibration", "evaluation", "checkpoints", "other"];
+    let sum: f64 = names.iter().map(|k| phase(k)).sum();
+    let wall = end["wall_seconds"].as_f64().unwrap();
+    assert!((sum - wall).abs() <= 1e-3 * wall + 1e-3, "phases {} add to {sum}, wall {wall}", end["phases"]);
+    let train_secs = end["train_seconds"].as_f64().unwrap();
+    let trained = phase("steps") + phase("input_wait") + phase("recalibration");
+    assert!((trained - train_secs).abs() < 1e-6, "{trained} vs {train_secs}");
+    assert!(phase("evaluation") > 0.0 && phase("steps") > 0.0);
+    assert_eq!(phase("recalibration"), 0.0);
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -81,12 +81,51 @@ pub struct Summary {
     /// `train_seconds`): a large share means the input pipeline, not the model, bounds the run.
     #[serde(default)]
     pub input_wait_seconds: f64,
+    /// Where the wall time went (absent from the summaries of earlier versions).
+    #[serde(default)]
+    pub phases: Phases,
     /// Folder data decoded while training (`--decode streaming`): the bad files met, by split
     /// (empty when there were none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub data_notes: Vec<String>,
     /// Every evaluation, in order.
     pub evaluations: Vec<EvalLine>,
+}
+
+/// Where a run's wall time went, seconds (a resumed run: its processes together). The
+/// auto-tuner's probing is not a phase of its own: it costs as the iterations it runs at the
+/// learner counts it tries, inside `steps`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct Phases {
+    /// Training iterations (forward, backward, synchronisation), waiting for input excluded.
+    pub steps: f64,
+    /// Waiting for the input pipeline's training batches.
+    pub input_wait: f64,
+    /// Batch-norm recalibration of the central model before evaluations.
+    pub recalibration: f64,
+    /// Evaluating the central model on the test set (and `--diagnostics`).
+    pub evaluation: f64,
+    /// Checkpoints: the pause while the buffers are copied for the writer thread.
+    pub checkpoints: f64,
+    /// The rest of the wall time: start-up, data loading, reporting, the end of the run.
+    pub other: f64,
+}
+
+impl Phases {
+    /// One line: each phase's seconds and share of the wall time.
+    pub fn line(&self) -> String {
+        let total = self.steps + self.input_wait + self.recalibration + self.evaluation + self.checkpoints + self.other;
+        let part = |name: &str, x: f64| format!("{name} {x:.1} s ({:.1}%)", 100.0 * x / total.max(1e-9));
+        format!(
+            "time: {}, {}, {}, {}, {}, {}",
+            part("steps", self.steps),
+            part("input wait", self.input_wait),
+            part("recalibration", self.recalibration),
+            part("evaluation", self.evaluation),
+            part("checkpoints", self.checkpoints),
+            part("other", self.other)
+        )
+    }
 }
 
 /// `n word` or `n words`: "1 iteration", "2 iterations".
@@ -525,6 +564,7 @@ impl Reporter {
         if let Some(line) = input_bound_line(s) {
             self.warn(&line);
         }
+        self.say(&s.phases.line());
         for note in &s.data_notes {
             self.warn(&format!("warning: {note}"));
         }
@@ -607,6 +647,7 @@ mod tests {
             wall_seconds: train,
             images_per_sec: 100.0,
             input_wait_seconds: wait,
+            phases: Phases::default(),
             data_notes: vec![],
             evaluations: vec![],
         }

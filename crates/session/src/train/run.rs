@@ -15,7 +15,7 @@ use super::Data;
 use super::data::{calibration_pipeline, pipeline_for};
 use crate::config::{BnEval, LearnersPerDevice, TrainConfig};
 use crate::error::SessionError;
-use crate::report::{EvalLine, Reporter, Summary};
+use crate::report::{EvalLine, Phases, Reporter, Summary};
 use crate::source::{PipelineSource, TestSet};
 
 /// Why [`Run::step`] failed.
@@ -116,6 +116,14 @@ pub fn evaluate_central<B: Backend>(
     })
 }
 
+/// The seconds a run spends outside its iterations, kept across a resume.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+pub(super) struct SidePhases {
+    pub(super) recalibration: f64,
+    pub(super) evaluation: f64,
+    pub(super) checkpoints: f64,
+}
+
 /// The state of a training run between iterations: data streams, the evaluation schedule,
 /// the clock and what the evaluations found.
 pub(super) struct Run {
@@ -136,6 +144,8 @@ pub(super) struct Run {
     pub(super) train_secs: f64,
     /// Of that, waiting for training batches.
     pub(super) input_wait_secs: f64,
+    /// Recalibration (also in `train_secs`), evaluation and checkpoint seconds.
+    pub(super) phases: SidePhases,
     /// The last training loss read (what the progress line shows).
     pub(super) shown_loss: f64,
     pub(super) window: Window,
@@ -193,6 +203,7 @@ impl Run {
             wall_before: 0.0,
             train_secs: 0.0,
             input_wait_secs: 0.0,
+            phases: SidePhases::default(),
             shown_loss: 0.0,
             window: Window::default(),
             evals: vec![],
@@ -215,6 +226,7 @@ impl Run {
             "next_eval": self.schedule.next_eval,
             "train_seconds": self.train_secs,
             "input_wait_seconds": self.input_wait_secs,
+            "phases": self.phases,
             "wall_seconds": self.wall.elapsed().as_secs_f64() + self.wall_before,
             "window": self.window,
             "evaluations": self.evals,
@@ -235,6 +247,8 @@ impl Run {
             // Absent from checkpoints of earlier versions.
             #[serde(default)]
             input_wait_seconds: f64,
+            #[serde(default)]
+            phases: SidePhases,
             wall_seconds: f64,
             window: Window,
             evaluations: Vec<EvalLine>,
@@ -255,6 +269,7 @@ impl Run {
         self.schedule.next_eval = s.next_eval;
         self.train_secs = s.train_seconds;
         self.input_wait_secs = s.input_wait_seconds;
+        self.phases = s.phases;
         self.wall_before = s.wall_seconds;
         self.wall = Instant::now();
         self.window = s.window;
@@ -365,6 +380,7 @@ impl Run {
         reporter: &mut Reporter,
     ) -> Result<(), SessionError> {
         let window = std::mem::take(&mut self.window);
+        let (t0, before) = (Instant::now(), self.train_secs);
         let mut line = evaluate_central(
             engine,
             rec,
@@ -379,6 +395,9 @@ impl Run {
         if let Some(d) = self.diagnostics.as_mut() {
             line.diagnostics = Some(d.measure(engine, &mut self.test)?);
         }
+        let recalibration = self.train_secs - before;
+        self.phases.recalibration += recalibration;
+        self.phases.evaluation += (t0.elapsed().as_secs_f64() - recalibration).max(0.0);
         let ev = (line.test_accuracy, line.test_loss);
         reporter.eval(&line)?;
         self.best = self.best.max(ev.0);
@@ -390,6 +409,22 @@ impl Run {
         }
         self.evals.push(line);
         Ok(())
+    }
+
+    /// Where the wall time went so far.
+    pub(super) fn phases(&self) -> Phases {
+        let SidePhases { recalibration, evaluation, checkpoints } = self.phases;
+        let wall = self.wall.elapsed().as_secs_f64() + self.wall_before;
+        let steps = (self.train_secs - recalibration - self.input_wait_secs).max(0.0);
+        let counted = steps + self.input_wait_secs + recalibration + evaluation + checkpoints;
+        Phases {
+            steps,
+            input_wait: self.input_wait_secs,
+            recalibration,
+            evaluation,
+            checkpoints,
+            other: (wall - counted).max(0.0),
+        }
     }
 
     pub(super) fn summary<B: Backend>(&self, cfg: &TrainConfig, engine: &Engine<B>) -> Summary {
@@ -420,6 +455,7 @@ impl Run {
             wall_seconds: self.wall.elapsed().as_secs_f64() + self.wall_before,
             images_per_sec: engine.samples() as f64 / self.train_secs.max(1e-9),
             input_wait_seconds: self.input_wait_secs,
+            phases: self.phases(),
             data_notes: [self.source.pipeline.dataset(), &self.test.dataset]
                 .iter()
                 .filter_map(|d| d.streaming_report().and_then(|r| r.summary(d.split())))

@@ -166,6 +166,7 @@ impl<B: Backend> Trainer<'_, B> {
             c.submit(engine.iteration(), file)?;
         }
         self.reporter.record("checkpoint", json!({ "iteration": engine.iteration(), "copy_seconds": copy }))?;
+        self.run.phases.checkpoints += t0.elapsed().as_secs_f64();
         Ok(())
     }
 
