@@ -6,7 +6,8 @@
 # cifar10-4k schedule screen at k = 8 (a shorter budget: 30 epochs of 3,200 images), not tuned
 # here: S-SGD 0.1, post-local SGD 0.1, SMA 0.025. Seeds interleaved (seed 1 of every variant,
 # then seed 2, ...). One metrics file per run in runs/; a run whose file holds its "end" event
-# is skipped, so the script resumes across sessions (a run cut short starts over).
+# is skipped, and a run cut short continues from its checkpoint (CKPT), so the script resumes
+# across sessions.
 # After the k = 8 variants: the paper's baseline, S-SGD at the aggregate batch a multi-GPU
 # TensorFlow run would use (k·b = 512: 8 learners of 64, rate 0.4 = 0.1·512/128 by linear
 # scaling, 5 epochs of linear warm-up, Goyal et al.), and one learner of b = 16 (rate 0.0125 =
@@ -20,6 +21,8 @@ set -u
 BIN=${BIN:-target/release/crossbow}
 DATA=${DATA:?DATA must name the cifar10-50k-jpeg folder}
 OUT=${OUT:-$(cd "$(dirname "$0")" && pwd)/runs}
+# Checkpoints (every 5 minutes, the newest kept): a run cut short resumes from them.
+CKPT=${CKPT:-$OUT/../ckpt}
 VARIANTS=${VARIANTS:-"ssgd sma postlocal large k1 smacm0 ssgd4 sma4 postlocal4"}
 SEEDS=${SEEDS:-"1 2 3"}
 mkdir -p "$OUT"
@@ -30,11 +33,18 @@ K4=(--learners-per-device 4 --batch-size 16 --schedule multistep:30,45)
 run() { # name, seed, flags...
   local name=$1 seed=$2; shift 2
   case " $VARIANTS " in *" $name "*) ;; *) return ;; esac
-  local m="$OUT/$name-s$seed.jsonl"
+  local m="$OUT/$name-s$seed.jsonl" ck="$CKPT/$name-s$seed"
   if [ -f "$m" ] && grep -q '"event":"end"' "$m"; then return; fi
-  rm -f "$m"
-  echo "$(date -u +%FT%TZ) start $name seed $seed"
-  nice -n 10 "$BIN" "${COMMON[@]}" --seed "$seed" --metrics "$m" "$@" > "$OUT/$name-s$seed.log" 2>&1
+  if compgen -G "$ck/*.safetensors" > /dev/null; then
+    # Cut short (a stopped session): continue from its newest checkpoint, bit for bit.
+    echo "$(date -u +%FT%TZ) resume $name seed $seed"
+    nice -n 10 "$BIN" train --resume "$ck" --metrics "$m" >> "$OUT/$name-s$seed.log" 2>&1
+  else
+    rm -f "$m"
+    echo "$(date -u +%FT%TZ) start $name seed $seed"
+    nice -n 10 "$BIN" "${COMMON[@]}" --seed "$seed" --metrics "$m" --checkpoint-dir "$ck" --checkpoint-every 5m \
+      --keep-checkpoints 1 "$@" > "$OUT/$name-s$seed.log" 2>&1
+  fi
   echo "$(date -u +%FT%TZ) end $name seed $seed: exit $?"
 }
 for s in $SEEDS; do
