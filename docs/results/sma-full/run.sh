@@ -12,18 +12,19 @@
 # TensorFlow run would use (k·b = 512: 8 learners of 64, rate 0.4 = 0.1·512/128 by linear
 # scaling, 5 epochs of linear warm-up, Goyal et al.), and one learner of b = 16 (rate 0.0125 =
 # 0.1·16/128 by the same rule).
-# Then k = 4 (rates: the k = 4 schedule screen's picks, S-SGD and post-local SGD 0.05, SMA
-# 0.025) and SMA with central momentum 0 at k = 8 (it tied 1/k with both momenta in the pull
-# screen, ../sma-screens/screen-pull8.sh; rate 0.025).
+# Then SMA's best form in the k = 8 screens (../sma-screens/screen-strong8.sh: alpha = 0.5 with
+# z moved by the mean of the corrections, rate 0.05), k = 4 (rates: the k = 4 schedule
+# screen's picks, S-SGD and post-local SGD 0.05, SMA 0.025) and SMA with central momentum 0 at
+# k = 8 (it tied 1/k with both momenta in the pull screen, screen-pull8.sh; rate 0.025).
 # Usage: BIN=path/to/crossbow DATA=path/to/cifar10-50k-jpeg [OUT=dir] [SEEDS="1 2 3"]
-#        [VARIANTS="ssgd sma postlocal large k1 smacm0 ssgd4 sma4 postlocal4"] docs/results/sma-full/run.sh
+#        [VARIANTS="ssgd sma postlocal large k1 smabest ssgd4 sma4 postlocal4 smacm0"] docs/results/sma-full/run.sh
 set -u
 BIN=${BIN:-target/release/crossbow}
 DATA=${DATA:?DATA must name the cifar10-50k-jpeg folder}
 OUT=${OUT:-$(cd "$(dirname "$0")" && pwd)/runs}
 # Checkpoints (every 5 minutes, the newest kept): a run cut short resumes from them.
 CKPT=${CKPT:-$OUT/../ckpt}
-VARIANTS=${VARIANTS:-"ssgd sma postlocal large k1 smacm0 ssgd4 sma4 postlocal4"}
+VARIANTS=${VARIANTS:-"ssgd sma postlocal large k1 smabest ssgd4 sma4 postlocal4 smacm0"}
 SEEDS=${SEEDS:-"1 2 3"}
 mkdir -p "$OUT"
 COMMON=(train --model resnet20 --dataset folder --data-dir "$DATA" --image-size 32 --augment crop-flip
@@ -57,6 +58,7 @@ for s in $SEEDS; do
   run k1 "$s" --learners-per-device 1 --batch-size 16 --schedule multistep:30,45 --sync ssgd --lr 0.0125
 done
 for s in $SEEDS; do
+  run smabest "$s" "${K8[@]}" --sync sma --alpha 0.5 --sync-opt central-step=mean --lr 0.05
   run ssgd4 "$s" "${K4[@]}" --sync ssgd --lr 0.05
   run sma4 "$s" "${K4[@]}" --sync sma --lr 0.025
   run postlocal4 "$s" "${K4[@]}" --sync sma --sync-opt ssgd-until=30 --lr 0.05
