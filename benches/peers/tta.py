@@ -135,12 +135,13 @@ def datasets(args):
     if args.dataset == "cifar10":
         xtr, ytr = read_cifar_bin(sorted(glob.glob(os.path.join(args.data_dir, "data_batch_*.bin"))))
         xte, yte = read_cifar_bin([os.path.join(args.data_dir, "test_batch.bin")])
-    elif args.dataset == "fashion-mnist":
+    elif args.dataset in ("fashion-mnist", "mnist"):
+        # crossbow's `mnist` reads any idx-format set, Fashion-MNIST among them.
         d = args.data_dir
         xtr, ytr = read_idx(find(d, "train-images-idx3-ubyte*"), find(d, "train-labels-idx1-ubyte*"))
         xte, yte = read_idx(find(d, "t10k-images-idx3-ubyte*"), find(d, "t10k-labels-idx1-ubyte*"))
     else:
-        raise SystemExit(f"--dataset {args.dataset}: cifar10, fashion-mnist or folder")
+        raise SystemExit(f"--dataset {args.dataset}: cifar10, mnist (any idx-format set, e.g. Fashion-MNIST) or folder")
     if args.train_size:
         xtr, ytr = xtr[: args.train_size], ytr[: args.train_size]
     if args.test_size:

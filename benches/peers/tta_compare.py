@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Time to accuracy, crossbow against PyTorch on the same cores and data (issue 49).
 
-Each side's learning rate and batch size (and PyTorch's memory format) are tuned on one grid
-with a tuning seed, by seconds to the target (a miss ranks after every hit, then by final
+Each side's learning rate and batch size are tuned on one grid with a tuning seed (PyTorch in
+the faster of its memory formats at each batch size, by images/s over a short run first), by
+seconds to the target (a miss ranks after every hit, then by final
 accuracy); then both run at their picks on seeds 1..N, alternating (crossbow, PyTorch,
 crossbow, ...), so a slow moment of a shared machine falls on both. Every run counts: medians
 over all seeds with a miss as infinitely slow, ranges over the hits.
@@ -68,12 +69,13 @@ def crossbow_run(a, b, lr, seed):
                    "learners": learners, "curve": curve}, a)
 
 
-def torch_run(a, b, lr, seed, fmt):
+def torch_run(a, b, lr, seed, fmt, probe_epochs=None):
+    epochs = probe_epochs or a.epochs
     cmd = [a.python, os.path.join(HERE, "tta.py"), "--model", a.model, "--dataset", a.dataset, "--data-dir",
-           a.data_dir, "--batch-size", str(b), "--lr", str(lr), "--schedule", a.schedule, "--epochs", str(a.epochs),
+           a.data_dir, "--batch-size", str(b), "--lr", str(lr), "--schedule", a.schedule, "--epochs", str(epochs),
            "--eval-every", str(a.eval_every), "--seed", str(seed), "--threads", str(a.threads), "--target",
            str(a.target), "--memory-format", fmt, "--workers", str(a.workers)] + a.torch_flags.split()
-    if a.run_to_end:
+    if a.run_to_end or probe_epochs:
         cmd.append("--run-to-end")
     rc, out, rss = run_child(cmd)
     try:
@@ -82,7 +84,7 @@ def torch_run(a, b, lr, seed, fmt):
         r = {"curve": []}
     return finish({"side": "pytorch", "batch": b, "lr": lr, "seed": seed, "rc": rc, "memory_format": fmt,
                    "peak_rss_mb": rss, "peak_rss_workers_mb": r.get("peak_rss_workers_mb"),
-                   "curve": r.get("curve", [])}, a)
+                   "images_per_sec": r.get("images_per_sec"), "curve": r.get("curve", [])}, a)
 
 
 def finish(r, a):
@@ -128,6 +130,8 @@ def main():
     p.add_argument("--batch-size", default="16,32,64")
     p.add_argument("--lr", default="0.025,0.05,0.1")
     p.add_argument("--formats", default="nchw,channels_last")
+    p.add_argument("--format-probe-epochs", type=float, default=1,
+                   help="epochs of the short run that picks PyTorch's memory format per batch size")
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--tune-seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=os.cpu_count())
@@ -154,20 +158,33 @@ def main():
         with open(path, "a") as f:
             f.write(json.dumps(r) + "\n")
         print(f"{phase} {r['side']:8} b={r['batch']} lr={r['lr']} seed={r['seed']} {r.get('memory_format') or ''} "
-              f"-> {'%.1f s' % r['seconds_to_target'] if r['reached'] else 'miss'}, final {100 * r['final_accuracy']:.1f}%",
+              f"-> {'%.1f s' % r['seconds_to_target'] if r['reached'] else 'miss'}, final {100 * r['final_accuracy']:.1f}%"
+              + (f", {r['images_per_sec']:.0f} img/s in steps" if phase == "format" and r.get("images_per_sec") else ""),
               flush=True)
 
     grid = [(int(b), float(lr)) for b in a.batch_size.split(",") for lr in a.lr.split(",")]
     formats = a.formats.split(",")
+    # PyTorch's memory format per batch size: the faster in steps/s over a short run (the format
+    # changes the speed, not what is computed), so the grid is tuned once, in the faster one.
+    fmt_of = {}
+    for b in sorted({b for b, _ in grid}):
+        if len(formats) == 1:
+            fmt_of[b] = formats[0]
+            continue
+        lr = sorted({lr for bb, lr in grid if bb == b})[0]
+        for fmt in formats:
+            if ("format", "pytorch", b, lr, a.tune_seed, fmt) not in have:
+                record(torch_run(a, b, lr, a.tune_seed, fmt, probe_epochs=a.format_probe_epochs), "format")
+        probes = [r for r in runs if r["phase"] == "format" and r["batch"] == b and r.get("images_per_sec")]
+        fmt_of[b] = max(probes, key=lambda r: r["images_per_sec"])["memory_format"] if probes else formats[0]
     # Tuning, alternating sides.
     for b, lr in grid:
         probe = {"phase": "tune", "batch": b, "lr": lr, "seed": a.tune_seed}
         if key({**probe, "side": "crossbow"}) not in have:
             record(crossbow_run(a, b, lr, a.tune_seed), "tune")
-        for fmt in formats:
-            if key({**probe, "side": "pytorch", "memory_format": fmt}) not in have:
-                record(torch_run(a, b, lr, a.tune_seed, fmt), "tune")
-    tune = [r for r in runs if r["phase"] == "tune"]
+        if key({**probe, "side": "pytorch", "memory_format": fmt_of[b]}) not in have:
+            record(torch_run(a, b, lr, a.tune_seed, fmt_of[b]), "tune")
+    tune = [r for r in runs if r["phase"] == "tune" and (r["side"] == "crossbow" or r.get("memory_format") == fmt_of[r["batch"]])]
     pick = {s: min((r for r in tune if r["side"] == s), key=rank) for s in ("crossbow", "pytorch")}
     for seed in range(1, a.seeds + 1):
         for side in ("crossbow", "pytorch"):
@@ -187,16 +204,29 @@ def main():
         secs = [r["seconds_to_target"] for r in ev]
         hits = [s for s in secs if s is not None]
         rows.append((side, c, ev, median_with_misses(secs), (min(hits), max(hits)) if hits else None,
+                     median_with_misses([r["epochs_to_target"] for r in ev]),
                      statistics.median([r["final_accuracy"] for r in ev]) if ev else 0.0,
                      statistics.median([r["peak_rss_mb"] for r in ev]) if ev else 0.0))
     lines = [f"# Time to {100 * a.target:g}%: {a.model} on {a.dataset} {a.data_dir}, {a.threads} threads, "
              f"schedule {a.schedule}, {a.epochs:g} epochs at most", "",
-             "| side | pick (tuning seed) | reached | seconds to target: median [range] | final accuracy (median) | peak RSS MB |",
-             "|---|---|---|---|---|---|"]
-    for side, c, ev, med, rng, fin, rss in rows:
+             "| side | pick (tuning seed) | reached | seconds to target: median [range] | epochs to target (median) "
+             "| final accuracy (median) | peak RSS MB |",
+             "|---|---|---|---|---|---|---|"]
+    for side, c, ev, med, rng, ep, fin, rss in rows:
         what = f"b {c['batch']}, lr {c['lr']}" + (f", {c['memory_format']}" if c.get("memory_format") else "")
+        # crossbow's learners at the end of each run (the tuner's pick; a list per device).
+        learners = sorted({json.dumps(r["learners"]) for r in ev if r.get("learners")})
+        if learners:
+            what += f", learners {' / '.join(learners)}"
         lines.append(f"| {side} | {what} | {sum(r['reached'] for r in ev)}/{len(ev)} | "
-                     f"{'%.1f' % med if med else 'miss'} {'[%.1f, %.1f]' % rng if rng else ''} | {100 * fin:.1f}% | {rss:.0f} |")
+                     f"{'%.1f' % med if med else 'miss'} {'[%.1f, %.1f]' % rng if rng else ''} | "
+                     f"{'%.2f' % ep if ep else 'miss'} | {100 * fin:.1f}% | {rss:.0f} |")
+    probes = [r for r in runs if r["phase"] == "format"]
+    if probes:
+        lines += ["", "PyTorch's memory format per batch size (images/s in steps, one short run each): " + "; ".join(
+            f"b {b}: " + ", ".join(f"{r['memory_format']} {r['images_per_sec']:.0f}" for r in probes
+                                  if r["batch"] == b and r.get("images_per_sec")) + f" -> {fmt_of[b]}"
+            for b in sorted(fmt_of))]
     if rows[0][3] and rows[1][3]:
         lines += ["", f"PyTorch's median over crossbow's: **{rows[1][3] / rows[0][3]:.2f}x**"]
     lines += ["", f"({time.strftime('%Y-%m-%d')}, `{' '.join(sys.argv)}`)"]
