@@ -65,8 +65,10 @@ def crossbow_run(a, b, lr, seed):
     evals = [r for r in recs if r.get("event") == "eval"]
     curve = [{"epoch": e["epoch"], "seconds": e["wall_seconds"], "test_accuracy": e["test_accuracy"]} for e in evals]
     learners = evals[-1].get("learners") if evals else None
+    # Where the run's wall time went (steps, input wait, recalibration, evaluation, checkpoints).
+    phases = next((r.get("phases") for r in recs if r.get("event") == "end"), None)
     return finish({"side": "crossbow", "batch": b, "lr": lr, "seed": seed, "rc": rc, "peak_rss_mb": rss,
-                   "learners": learners, "curve": curve}, a)
+                   "learners": learners, "phases": phases, "curve": curve}, a)
 
 
 def torch_run(a, b, lr, seed, fmt, probe_epochs=None):
@@ -210,7 +212,7 @@ def main():
     lines = [f"# Time to {100 * a.target:g}%: {a.model} on {a.dataset} {a.data_dir}, {a.threads} threads, "
              f"schedule {a.schedule}, {a.epochs:g} epochs at most", "",
              "| side | pick (tuning seed) | reached | seconds to target: median [range] | epochs to target (median) "
-             "| final accuracy (median) | peak RSS MB |",
+             "| accuracy at the end (median) | peak RSS MB |",
              "|---|---|---|---|---|---|---|"]
     for side, c, ev, med, rng, ep, fin, rss in rows:
         what = f"b {c['batch']}, lr {c['lr']}" + (f", {c['memory_format']}" if c.get("memory_format") else "")
@@ -229,6 +231,9 @@ def main():
             for b in sorted(fmt_of))]
     if rows[0][3] and rows[1][3]:
         lines += ["", f"PyTorch's median over crossbow's: **{rows[1][3] / rows[0][3]:.2f}x**"]
+    lines += ["", "Accuracy at the end: the mean of the evaluations in a run's last "
+              f"{a.final_epochs:g} epochs, " + ("at the end of the schedule." if a.run_to_end else
+                                                 "where it stopped (at the target, or at the last epoch on a miss).")]
     lines += ["", f"({time.strftime('%Y-%m-%d')}, `{' '.join(sys.argv)}`)"]
     open(os.path.join(a.out, "table.md"), "w").write("\n".join(lines) + "\n")
     print("\n".join(lines))
