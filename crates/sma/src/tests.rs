@@ -751,32 +751,42 @@ fn the_stability_analysis_predicts_growth_on_quadratics() {
     use crossbow_replica::testing::harness::SyncDriver;
     use stability::Linearised;
     let lr = 0.1f32;
-    let cases: Vec<(SmaForm, usize, AlphaRule, f32)> = vec![
-        (SmaForm::LocalMomentum, 1, AlphaRule::OneOverK, 0.9),
-        (SmaForm::LocalMomentum, 2, AlphaRule::OneOverK, 0.9),
-        (SmaForm::LocalMomentum, 4, AlphaRule::OneOverK, 0.9),
-        (SmaForm::LocalMomentum, 4, AlphaRule::OneOverK, 0.0),
-        (SmaForm::LocalMomentum, 4, AlphaRule::Fixed(0.1), 0.9),
-        (SmaForm::LocalMomentum, 8, AlphaRule::Fixed(0.05), 0.0),
-        (SmaForm::Paper, 4, AlphaRule::OneOverK, 0.9),
-        (SmaForm::Paper, 8, AlphaRule::Fixed(0.1), 0.9),
+    use CentralStep::{Mean, Sum};
+    let cases: Vec<(SmaForm, usize, AlphaRule, CentralStep, f32)> = vec![
+        (SmaForm::LocalMomentum, 1, AlphaRule::OneOverK, Sum, 0.9),
+        (SmaForm::LocalMomentum, 2, AlphaRule::OneOverK, Sum, 0.9),
+        (SmaForm::LocalMomentum, 4, AlphaRule::OneOverK, Sum, 0.9),
+        (SmaForm::LocalMomentum, 4, AlphaRule::OneOverK, Sum, 0.0),
+        (SmaForm::LocalMomentum, 4, AlphaRule::Fixed(0.1), Sum, 0.9),
+        (SmaForm::LocalMomentum, 8, AlphaRule::Fixed(0.05), Sum, 0.0),
+        (SmaForm::Paper, 4, AlphaRule::OneOverK, Sum, 0.9),
+        (SmaForm::Paper, 8, AlphaRule::Fixed(0.1), Sum, 0.9),
+        // The strong pulls of the k = 8 screens, z moved by the mean of the corrections:
+        // α = 0.5 (SMA's best form there) and α = 1, with and without central momentum.
+        (SmaForm::LocalMomentum, 8, AlphaRule::Fixed(0.5), Mean, 0.9),
+        (SmaForm::LocalMomentum, 8, AlphaRule::Fixed(0.5), Mean, 0.0),
+        (SmaForm::LocalMomentum, 8, AlphaRule::Fixed(1.0), Mean, 0.9),
+        (SmaForm::LocalMomentum, 8, AlphaRule::Fixed(1.0), Mean, 0.0),
     ];
     let mut checked = (0, 0);
-    for (form, k, alpha, muz) in cases {
-        let lin = Linearised::new(form, k, alpha, CentralStep::Sum, 0.9, muz as f64);
+    for (form, k, alpha, step, muz) in cases {
+        let lin = Linearised::new(form, k, alpha, step, 0.9, muz as f64);
         // Test points: the middle of every stable interval and of every gap, and points
-        // just inside and outside the first limit.
+        // just inside and outside the first limit; a few rates when nothing is stable.
         let iv = lin.stable_intervals();
         let mut points: Vec<f64> = iv.iter().map(|(a, b)| 0.5 * (a + b)).collect();
         points.extend(iv.windows(2).map(|w| 0.5 * (w[0].1 + w[1].0)));
         if let Some(&(0.0, to)) = iv.first() {
             points.extend([0.8 * to, 1.15 * to, 0.3 * to]);
         }
+        if iv.is_empty() {
+            points.extend([0.02, 0.1, 0.5]);
+        }
         points.retain(|&x| x > 0.0 && x < 4.4 && (lin.spectral_radius(x).ln()).abs() > 2e-3);
         let h: Vec<f32> = points.iter().map(|&gh| (gh / lr as f64) as f32).collect();
         let starts: Vec<Vec<f32>> =
             (0..k).map(|j| (0..h.len()).map(|i| 1.0 + 0.3 * ((i * 7 + j * 3) % 5) as f32).collect()).collect();
-        let sma = Sma::new(None, muz).with_form(form).with_alpha(alpha);
+        let sma = Sma::new(None, muz).with_form(form).with_alpha(alpha).with_central_step(step);
         let mut drv = SyncDriver::new(Box::new(sma), k, &starts);
         let cfg = SgdConfig { lr, momentum: 0.9, weight_decay: 0.0, nesterov: false };
         let size = |drv: &SyncDriver| -> Vec<f64> {
@@ -801,21 +811,24 @@ fn the_stability_analysis_predicts_growth_on_quadratics() {
             let last = (0..marks.len()).filter(|&m| ok(sizes[m][i])).max().unwrap_or(0);
             if want < 0.0 && last < marks.len() - 1 {
                 // Shrunk below the range: it decays, which is all that can be read.
-                assert!(sizes[marks.len() - 1][i] < sizes[last][i], "{form:?} k={k} γh={gh:.3}: did not shrink");
+                assert!(
+                    sizes[marks.len() - 1][i] < sizes[last][i],
+                    "{form:?} k={k} {step:?} γh={gh:.3}: did not shrink"
+                );
                 checked.0 += 1;
                 continue;
             }
             // From the first mark of 40 or more (the fastest modes have faded), or earlier
             // when the value leaves the range before.
             let first = (0..last).find(|&m| marks[m] >= 40).unwrap_or(0);
-            assert!(last > first, "{form:?} k={k} γh={gh:.3}: no window to measure");
+            assert!(last > first, "{form:?} k={k} {step:?} γh={gh:.3}: no window to measure");
             let (t1, t2) = (marks[first] as f64, marks[last] as f64);
             let got = (sizes[last][i].ln() - sizes[first][i].ln()) / (t2 - t1);
             // A Jordan block or a slowly fading second mode adds about ln(t2/t1)/(t2 - t1).
             let slack = 0.25 * want.abs() + 2.0 * (t2 / t1).ln() / (t2 - t1);
             assert!(
                 (got - want).abs() <= slack,
-                "{form:?} k={k} α={alpha} μ_z={muz} γh={gh:.3}: growth per iteration {got:.5}, predicted {want:.5} over iterations {t1}..{t2} ({})",
+                "{form:?} k={k} α={alpha} {step:?} μ_z={muz} γh={gh:.3}: growth per iteration {got:.5}, predicted {want:.5} over iterations {t1}..{t2} ({})",
                 lin.describe()
             );
             if want > 0.0 { checked.1 += 1 } else { checked.0 += 1 }
