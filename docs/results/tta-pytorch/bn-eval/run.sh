@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Is batch-norm recalibration (a quarter of crossbow's run on the cifar10-4k row, with
+# evaluation) worth its time? S-SGD (ResNet-20's default synchroniser), 2 learners of 16 (the
+# tuner's pick in the row), rate 0.025 (crossbow's tuned pick), 30 epochs, evaluation every half
+# epoch, seeds 1-3, with the evaluation's batch-norm statistics recalibrated on z over 20
+# batches (the default), over 5, or the mean of the learners' running statistics (free).
+# Usage: BIN=target/release/crossbow docs/results/tta-pytorch/bn-eval/run.sh
+set -u
+cd "$(dirname "$0")"
+BIN=${BIN:-../../../../target/release/crossbow}
+for s in 1 2 3; do for bn in recalibrate:20 mean recalibrate:5; do
+  m=ssgd-${bn/:/}-s$s.jsonl
+  [ -f "$m" ] && grep -q '"event":"end"' "$m" && continue
+  "$BIN" train --model resnet20 --dataset cifar10 --data-dir ../../../../data/cifar10-4k \
+    --learners-per-device 2 --batch-size 16 --sync ssgd --lr 0.025 --epochs 30 --eval-every 0.5 --seed "$s" \
+    --bn-eval "$bn" --metrics "$m" -q > "${m%.jsonl}.log" 2>&1
+done; done
