@@ -17,6 +17,11 @@ evaluation at or above `--target` unless `--run-to-end`. Prints one JSON object 
 `--json`): the curve, epochs and seconds to the target, final accuracy (the mean of the
 evaluations in the last `--final-epochs` epochs), images/s and peak resident memory.
 
+With `--checkpoint PATH` the run saves its state (model, optimiser, curve, seconds so far,
+random generators) to PATH at the end of every epoch and, when PATH exists, continues from it:
+a run cut short loses at most the epoch it was in. The continuation is statistically the same
+run, not bit for bit (the DataLoader's workers start afresh from the restored generator).
+
     tta.py --model resnet20 --dataset cifar10 --data-dir data/cifar10-4k --batch-size 64 \\
         --lr 0.1 --epochs 30 --target 0.55 --eval-every 0.5 --threads 2 --seed 1
 """
@@ -171,6 +176,13 @@ def evaluate(model, loader, channels_last):
     return correct / max(n, 1), loss / max(n, 1)
 
 
+def config(args):
+    """What a checkpoint must agree with to be continued."""
+    keep = ("model", "dataset", "data_dir", "image_size", "augment", "train_size", "test_size", "batch_size", "lr",
+            "momentum", "weight_decay", "schedule", "epochs", "target", "eval_every", "seed", "memory_format")
+    return {k: getattr(args, k) for k in keep}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="resnet20")
@@ -196,6 +208,7 @@ def main():
     p.add_argument("--memory-format", default="nchw", choices=["nchw", "channels_last"])
     p.add_argument("--eval-batch-size", type=int, default=500)
     p.add_argument("--json")
+    p.add_argument("--checkpoint", help="save state here every epoch; continue from it when it exists")
     args = p.parse_args()
     if args.target > 1:
         args.target /= 100
@@ -223,9 +236,21 @@ def main():
     per_epoch = len(loader) * args.batch_size
     model.train()
     curve, seen, next_eval, reached = [], 0, args.eval_every, None
-    images_time = 0.0
-    t0 = time.perf_counter()
-    done = False
+    images_time, before = 0.0, 0.0
+    if args.checkpoint and os.path.exists(args.checkpoint):
+        st = torch.load(args.checkpoint, weights_only=False)
+        if st["config"] != config(args):
+            raise SystemExit(f"--checkpoint {args.checkpoint}: saved by a different run ({st['config']})")
+        model.load_state_dict(st["model"])
+        opt.load_state_dict(st["opt"])
+        curve, seen, next_eval, reached = st["curve"], st["seen"], st["next_eval"], st["reached"]
+        images_time, before = st["images_time"], st["seconds"]
+        torch.set_rng_state(st["rng"])
+        np.random.set_state(st["np_rng"])
+        gen.set_state(st["gen"])
+    t0 = time.perf_counter() - before
+    done = bool(curve) and bool(curve[-1].get("diverged") or seen / per_epoch >= args.epochs - 1e-9
+                      or (reached is not None and not args.run_to_end))
     while not done:
         for x, y in loader:
             epoch = seen / per_epoch
@@ -259,6 +284,14 @@ def main():
             if last:
                 done = True
                 break
+        if args.checkpoint and not done:
+            # End of an epoch: everything the next one needs, written whole or not at all.
+            tmp = args.checkpoint + ".tmp"
+            torch.save({"config": config(args), "model": model.state_dict(), "opt": opt.state_dict(),
+                        "curve": curve, "seen": seen, "next_eval": next_eval, "reached": reached,
+                        "images_time": images_time, "seconds": time.perf_counter() - t0,
+                        "rng": torch.get_rng_state(), "np_rng": np.random.get_state(), "gen": gen.get_state()}, tmp)
+            os.replace(tmp, args.checkpoint)
     end = curve[-1]["epoch"] if curve else 0.0
     tail = [c["test_accuracy"] for c in curve if c["epoch"] >= end - args.final_epochs - 1e-9]
     me = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

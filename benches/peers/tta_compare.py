@@ -19,13 +19,23 @@ PyTorch's DataLoader workers beside it.
         --batch-size 16,32,64 --lr 0.025,0.05,0.1 --seeds 3 --out tta-resnet20-4k --resume
 
 Writes OUT/runs.jsonl (appended as runs end; `--resume` skips the runs it holds) and
-OUT/table.md. crossbow runs its defaults (the tuner picks the learners, the model's default
+OUT/table.md. With `--resume` every run also checkpoints into OUT/ckpt/ (crossbow every 5
+minutes and when stopped, `crossbow train --checkpoint-dir`; PyTorch at the end of every epoch,
+`tta.py --checkpoint`), and a run cut short (a stopped session) continues from there with its
+seconds so far; time since its last checkpoint is lost on both sides and not counted.
+
+Long rows (full-size CIFAR-10) tune on a shorter budget than they are measured on:
+`--tune-epochs`, `--tune-schedule` and `--tune-target` set the tuning runs' length, schedule
+and target (the picks rank by seconds to the tuning target); the seeds then run the full
+`--epochs`/`--schedule` to `--target`. crossbow runs its defaults (the tuner picks the learners, the model's default
 synchroniser) unless `--crossbow-flags` adds its best configuration's.
 """
 
 import argparse
 import json
 import os
+import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -50,16 +60,45 @@ def run_child(cmd):
     return p.returncode, o, ru.ru_maxrss / 1024
 
 
-def crossbow_run(a, b, lr, seed):
-    with tempfile.TemporaryDirectory() as d:
-        metrics = os.path.join(d, "m.jsonl")
-        cmd = [a.crossbow, "train", "--model", a.model, "--dataset", a.dataset, "--data-dir", a.data_dir,
-               "--batch-size", str(b), "--lr", str(lr), "--schedule", a.schedule, "--epochs", str(a.epochs),
-               "--eval-every", str(a.eval_every), "--seed", str(seed), "--devices", "cpu", "--threads",
-               str(a.threads), "--metrics", metrics, "-q"]
-        if not a.run_to_end:
-            cmd += ["--target-accuracy", str(a.target)]
-        cmd += a.crossbow_flags.split()
+def budget(a, phase):
+    """The length, schedule and target of a phase's runs: the tuning runs' own when given."""
+    tune = phase == "tune"
+    return argparse.Namespace(
+        epochs=a.tune_epochs if tune and a.tune_epochs else a.epochs,
+        schedule=a.tune_schedule if tune and a.tune_schedule else a.schedule,
+        target=a.tune_target if tune and a.tune_target else a.target,
+        run_to_end=a.run_to_end)
+
+
+def ckpt_dir(a, phase, side, b, lr, seed, fmt=None):
+    """Where a run checkpoints (with --resume), one folder per run; None without --resume."""
+    if not a.resume:
+        return None
+    d = os.path.join(a.out, "ckpt", f"{phase}-{side}-b{b}-lr{lr}-s{seed}" + (f"-{fmt}" if fmt else ""))
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def crossbow_run(a, u, b, lr, seed, ck):
+    with tempfile.TemporaryDirectory() as tmp:
+        d = ck or tmp
+        metrics, cdir = os.path.join(d, "m.jsonl"), os.path.join(d, "crossbow")
+        resumed = ck is not None and os.path.isdir(cdir) and any(f.endswith(".safetensors") for f in os.listdir(cdir))
+        if resumed:
+            # A run cut short: continue from its newest checkpoint, appending to its own metrics.
+            cmd = [a.crossbow, "train", "--resume", cdir, "--metrics", metrics, "-q"]
+        else:
+            if os.path.exists(metrics):
+                os.remove(metrics)
+            cmd = [a.crossbow, "train", "--model", a.model, "--dataset", a.dataset, "--data-dir", a.data_dir,
+                   "--batch-size", str(b), "--lr", str(lr), "--schedule", u.schedule, "--epochs", str(u.epochs),
+                   "--eval-every", str(a.eval_every), "--seed", str(seed), "--devices", "cpu", "--threads",
+                   str(a.threads), "--metrics", metrics, "-q"]
+            if not u.run_to_end:
+                cmd += ["--target-accuracy", str(u.target)]
+            if ck:
+                cmd += ["--checkpoint-dir", cdir, "--checkpoint-every", "5m", "--keep-checkpoints", "1"]
+            cmd += a.crossbow_flags.split()
         rc, _, rss = run_child(cmd)
         recs = [json.loads(l) for l in open(metrics)] if os.path.exists(metrics) else []
     evals = [r for r in recs if r.get("event") == "eval"]
@@ -67,37 +106,46 @@ def crossbow_run(a, b, lr, seed):
     learners = evals[-1].get("learners") if evals else None
     # Where the run's wall time went (steps, input wait, recalibration, evaluation, checkpoints).
     phases = next((r.get("phases") for r in recs if r.get("event") == "end"), None)
+    complete = any(r.get("event") == "end" for r in recs)
     return finish({"side": "crossbow", "batch": b, "lr": lr, "seed": seed, "rc": rc, "peak_rss_mb": rss,
-                   "learners": learners, "phases": phases, "curve": curve}, a)
+                   "learners": learners, "phases": phases, "curve": curve, "resumed": resumed,
+                   "complete": complete}, a, u)
 
 
-def torch_run(a, b, lr, seed, fmt, probe_epochs=None):
-    epochs = probe_epochs or a.epochs
+def torch_run(a, u, b, lr, seed, fmt, ck, probe_epochs=None):
+    epochs = probe_epochs or u.epochs
     cmd = [a.python, os.path.join(HERE, "tta.py"), "--model", a.model, "--dataset", a.dataset, "--data-dir",
-           a.data_dir, "--batch-size", str(b), "--lr", str(lr), "--schedule", a.schedule, "--epochs", str(epochs),
+           a.data_dir, "--batch-size", str(b), "--lr", str(lr), "--schedule", u.schedule, "--epochs", str(epochs),
            "--eval-every", str(a.eval_every), "--seed", str(seed), "--threads", str(a.threads), "--target",
-           str(a.target), "--memory-format", fmt, "--workers", str(a.workers)] + a.torch_flags.split()
-    if a.run_to_end or probe_epochs:
+           str(u.target), "--memory-format", fmt, "--workers", str(a.workers)] + a.torch_flags.split()
+    if u.run_to_end or probe_epochs:
         cmd.append("--run-to-end")
+    resumed = False
+    if ck:
+        path = os.path.join(ck, "torch.pt")
+        resumed = os.path.exists(path)
+        cmd += ["--checkpoint", path]
     rc, out, rss = run_child(cmd)
     try:
         r = json.loads(out.strip().splitlines()[-1])
+        complete = rc == 0
     except (IndexError, ValueError):
-        r = {"curve": []}
+        r, complete = {"curve": []}, False
     return finish({"side": "pytorch", "batch": b, "lr": lr, "seed": seed, "rc": rc, "memory_format": fmt,
                    "peak_rss_mb": rss, "peak_rss_workers_mb": r.get("peak_rss_workers_mb"),
-                   "images_per_sec": r.get("images_per_sec"), "curve": r.get("curve", [])}, a)
+                   "images_per_sec": r.get("images_per_sec"), "curve": r.get("curve", []), "resumed": resumed,
+                   "complete": complete}, a, u)
 
 
-def finish(r, a):
+def finish(r, a, u):
     """Epochs and seconds to the target, and final accuracy, read from the curve alike for both."""
     c = r["curve"]
-    hit = next((p for p in c if p["test_accuracy"] >= a.target), None)
+    hit = next((p for p in c if p["test_accuracy"] >= u.target), None)
     end = c[-1]["epoch"] if c else 0.0
     tail = [p["test_accuracy"] for p in c if p["epoch"] >= end - a.final_epochs - 1e-9]
     r.update(reached=hit is not None, epochs_to_target=hit and hit["epoch"], seconds_to_target=hit and hit["seconds"],
              final_accuracy=sum(tail) / len(tail) if tail else 0.0, model=a.model, dataset=a.dataset,
-             data_dir=a.data_dir, target=a.target, schedule=a.schedule, threads=a.threads)
+             data_dir=a.data_dir, target=u.target, schedule=u.schedule, epochs=u.epochs, threads=a.threads)
     return r
 
 
@@ -139,6 +187,9 @@ def main():
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--run-to-end", action="store_true")
+    p.add_argument("--tune-epochs", type=float, help="the tuning runs' length (default: --epochs)")
+    p.add_argument("--tune-schedule", help="the tuning runs' schedule (default: --schedule)")
+    p.add_argument("--tune-target", type=float, help="the tuning runs' target (default: --target)")
     p.add_argument("--crossbow-flags", default="", help="extra `crossbow train` flags (its best configuration)")
     p.add_argument("--torch-flags", default="", help="extra tta.py flags (e.g. --image-size 32 --augment crop-flip)")
     p.add_argument("--out", default="tta-compare")
@@ -146,6 +197,8 @@ def main():
     a = p.parse_args()
     if a.target > 1:
         a.target /= 100
+    if a.tune_target and a.tune_target > 1:
+        a.tune_target /= 100
     os.makedirs(a.out, exist_ok=True)
     path = os.path.join(a.out, "runs.jsonl")
     runs = [json.loads(l) for l in open(path)] if a.resume and os.path.exists(path) else []
@@ -153,12 +206,18 @@ def main():
         os.remove(path)
     have = {key(r) for r in runs}
 
-    def record(r, phase):
+    def record(r, phase, ck=None):
+        if ck and not r["complete"] and any(os.scandir(ck)):
+            # Stopped part-way (a session's end): keep its checkpoint for the next --resume.
+            raise SystemExit(f"{phase} {r['side']} b={r['batch']} lr={r['lr']} seed={r['seed']}: cut short with "
+                             f"a checkpoint in {ck}; rerun with --resume to continue it")
         r["phase"] = phase
         runs.append(r)
         have.add(key(r))
         with open(path, "a") as f:
             f.write(json.dumps(r) + "\n")
+        if ck:
+            shutil.rmtree(ck, ignore_errors=True)
         print(f"{phase} {r['side']:8} b={r['batch']} lr={r['lr']} seed={r['seed']} {r.get('memory_format') or ''} "
               f"-> {'%.1f s' % r['seconds_to_target'] if r['reached'] else 'miss'}, final {100 * r['final_accuracy']:.1f}%"
               + (f", {r['images_per_sec']:.0f} img/s in steps" if phase == "format" and r.get("images_per_sec") else ""),
@@ -176,16 +235,19 @@ def main():
         lr = sorted({lr for bb, lr in grid if bb == b})[0]
         for fmt in formats:
             if ("format", "pytorch", b, lr, a.tune_seed, fmt) not in have:
-                record(torch_run(a, b, lr, a.tune_seed, fmt, probe_epochs=a.format_probe_epochs), "format")
+                record(torch_run(a, budget(a, "format"), b, lr, a.tune_seed, fmt, None,
+                                 probe_epochs=a.format_probe_epochs), "format")
         probes = [r for r in runs if r["phase"] == "format" and r["batch"] == b and r.get("images_per_sec")]
         fmt_of[b] = max(probes, key=lambda r: r["images_per_sec"])["memory_format"] if probes else formats[0]
     # Tuning, alternating sides.
     for b, lr in grid:
         probe = {"phase": "tune", "batch": b, "lr": lr, "seed": a.tune_seed}
         if key({**probe, "side": "crossbow"}) not in have:
-            record(crossbow_run(a, b, lr, a.tune_seed), "tune")
+            ck = ckpt_dir(a, "tune", "crossbow", b, lr, a.tune_seed)
+            record(crossbow_run(a, budget(a, "tune"), b, lr, a.tune_seed, ck), "tune", ck)
         if key({**probe, "side": "pytorch", "memory_format": fmt_of[b]}) not in have:
-            record(torch_run(a, b, lr, a.tune_seed, fmt_of[b]), "tune")
+            ck = ckpt_dir(a, "tune", "pytorch", b, lr, a.tune_seed, fmt_of[b])
+            record(torch_run(a, budget(a, "tune"), b, lr, a.tune_seed, fmt_of[b], ck), "tune", ck)
     tune = [r for r in runs if r["phase"] == "tune" and (r["side"] == "crossbow" or r.get("memory_format") == fmt_of[r["batch"]])]
     pick = {s: min((r for r in tune if r["side"] == s), key=rank) for s in ("crossbow", "pytorch")}
     for seed in range(1, a.seeds + 1):
@@ -194,10 +256,11 @@ def main():
             k = ("eval", side, c["batch"], c["lr"], seed, c.get("memory_format"))
             if k in have:
                 continue
+            ck = ckpt_dir(a, "eval", side, c["batch"], c["lr"], seed, c.get("memory_format"))
             if side == "crossbow":
-                record(crossbow_run(a, c["batch"], c["lr"], seed), "eval")
+                record(crossbow_run(a, budget(a, "eval"), c["batch"], c["lr"], seed, ck), "eval", ck)
             else:
-                record(torch_run(a, c["batch"], c["lr"], seed, c["memory_format"]), "eval")
+                record(torch_run(a, budget(a, "eval"), c["batch"], c["lr"], seed, c["memory_format"], ck), "eval", ck)
     rows = []
     for side in ("crossbow", "pytorch"):
         c = pick[side]
@@ -210,7 +273,12 @@ def main():
                      statistics.median([r["final_accuracy"] for r in ev]) if ev else 0.0,
                      statistics.median([r["peak_rss_mb"] for r in ev]) if ev else 0.0))
     lines = [f"# Time to {100 * a.target:g}%: {a.model} on {a.dataset} {a.data_dir}, {a.threads} threads, "
-             f"schedule {a.schedule}, {a.epochs:g} epochs at most", "",
+             f"schedule {a.schedule}, {a.epochs:g} epochs at most", ""]
+    if a.tune_epochs or a.tune_schedule or a.tune_target:
+        u = budget(a, "tune")
+        lines += [f"Picks tuned on a shorter budget: {u.epochs:g} epochs, schedule {u.schedule}, ranked by seconds "
+                  f"to {100 * u.target:g}%.", ""]
+    lines += [
              "| side | pick (tuning seed) | reached | seconds to target: median [range] | epochs to target (median) "
              "| accuracy at the end (median) | peak RSS MB |",
              "|---|---|---|---|---|---|---|"]
@@ -234,7 +302,7 @@ def main():
     lines += ["", "Accuracy at the end: the mean of the evaluations in a run's last "
               f"{a.final_epochs:g} epochs, " + ("at the end of the schedule." if a.run_to_end else
                                                  "where it stopped (at the target, or at the last epoch on a miss).")]
-    lines += ["", f"({time.strftime('%Y-%m-%d')}, `{' '.join(sys.argv)}`)"]
+    lines += ["", f"({time.strftime('%Y-%m-%d')}, `{shlex.join(sys.argv)}`)"]
     open(os.path.join(a.out, "table.md"), "w").write("\n".join(lines) + "\n")
     print("\n".join(lines))
 
