@@ -8,8 +8,8 @@ import statistics
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 rows = {}
-for path in sorted(glob.glob(os.path.join(HERE, "ssgd-*-s*.jsonl"))):
-    name = os.path.basename(path)[len("ssgd-"):].rsplit("-s", 1)[0]
+for path in sorted(glob.glob(os.path.join(HERE, "ssgd-*-s*.jsonl"))) + sorted(glob.glob(os.path.join(HERE, "sma-*-s*.jsonl"))):
+    name = os.path.basename(path).rsplit("-s", 1)[0].replace("-", " ", 1)
     recs = [json.loads(line) for line in open(path)]
     end = next((r for r in recs if r.get("event") == "end"), None)
     if end is None:
@@ -20,7 +20,7 @@ for path in sorted(glob.glob(os.path.join(HERE, "ssgd-*-s*.jsonl"))):
     wall = sum(ph.values()) or 1.0
     rows.setdefault(name, []).append((hit and hit["epoch"], hit and hit["wall_seconds"], end["final_accuracy"],
                                       100 * ph.get("recalibration", 0.0) / wall, 100 * ph.get("evaluation", 0.0) / wall))
-print("| --bn-eval | seeds | epochs to 55% | seconds to 55% | final accuracy % | recalibration % of wall | evaluation % |")
+print("| synchroniser, --bn-eval | seeds | epochs to 55% | seconds to 55% | final accuracy % | recalibration % of wall | evaluation % |")
 print("|---|---|---|---|---|---|---|")
 for name, rs in rows.items():
     f = lambda i, fmt: ", ".join("miss" if r[i] is None else fmt % r[i] for r in rs)  # noqa: E731
