@@ -13,7 +13,8 @@ FMNIST=${FMNIST:-/usr/share/datasets/fashion-mnist}
 for cfg in "1 64 0.05 sma" "2 64 0.05 sma" "1 32 0.025 sma" "1 64 0.025 sma" "2 64 0.05 ssgd"; do
   set -- $cfg
   for s in 1 2 3; do
-    m=k$1-b$2-lr$3$([ "$4" = ssgd ] && echo -ssgd)-s$s.jsonl
+    case $4 in ssgd) tag=-ssgd ;; *) tag= ;; esac
+    m=k$1-b$2-lr$3$tag-s$s.jsonl
     [ -f "$m" ] && grep -q '"event":"end"' "$m" && continue
     rm -f "$m"
     "$BIN" train --model lenet5 --dataset mnist --data-dir "$FMNIST" --batch-size "$2" --lr "$3" \
