@@ -11,17 +11,12 @@
 set -u
 cd "$(dirname "$0")"
 BIN=${BIN:-../../../../target/release/crossbow}
-for s in 1 2 3; do for bn in recalibrate:20 mean recalibrate:5; do
-  m=ssgd-${bn/:/}-s$s.jsonl
-  [ -f "$m" ] && grep -q '"event":"end"' "$m" && continue
+run() { # synchroniser, learners, seed, --bn-eval
+  local m=$1-${4/:/}-s$3.jsonl
+  [ -f "$m" ] && grep -q '"event":"end"' "$m" && return
   "$BIN" train --model resnet20 --dataset cifar10 --data-dir ../../../../data/cifar10-4k \
-    --learners-per-device 2 --batch-size 16 --sync ssgd --lr 0.025 --epochs 30 --eval-every 0.5 --seed "$s" \
-    --bn-eval "$bn" --metrics "$m" -q > "${m%.jsonl}.log" 2>&1
-done; done
-for s in 1 2 3; do for bn in recalibrate:20 recalibrate:5; do
-  m=sma-${bn/:/}-s$s.jsonl
-  [ -f "$m" ] && grep -q '"event":"end"' "$m" && continue
-  "$BIN" train --model resnet20 --dataset cifar10 --data-dir ../../../../data/cifar10-4k \
-    --learners-per-device 4 --batch-size 16 --sync sma --lr 0.025 --epochs 30 --eval-every 0.5 --seed "$s" \
-    --bn-eval "$bn" --metrics "$m" -q > "${m%.jsonl}.log" 2>&1
-done; done
+    --learners-per-device "$2" --batch-size 16 --sync "$1" --lr 0.025 --epochs 30 --eval-every 0.5 --seed "$3" \
+    --bn-eval "$4" --metrics "$m" -q > "${m%.jsonl}.log" 2>&1
+}
+for s in 1 2 3; do for bn in recalibrate:20 mean recalibrate:5; do run ssgd 2 "$s" "$bn"; done; done
+for s in 1 2 3; do for bn in recalibrate:20 recalibrate:5; do run sma 4 "$s" "$bn"; done; done
