@@ -315,3 +315,30 @@ fn diagnostics_measure_every_learner_and_change_nothing() {
         assert_eq!(d.central_drift.is_some(), i > 0, "{d:?}");
     }
 }
+
+#[test]
+fn the_tuners_probing_cost_is_measured_from_its_layouts() {
+    // The tuner starts at one learner and tries more: the summary keeps each layout's step
+    // time, and the probing cost is the layouts left against the one kept.
+    let cfg = config(TrainFile { learners_per_device: Some("auto".into()), epochs: Some(1.0), ..TrainFile::default() });
+    let s = train(&cfg, &SyncRegistry::builtin(), &mut Reporter::silent()).expect("training runs");
+    let p = s.probing.as_ref().expect("the tuner tried more than one learner count");
+    assert!(p.layouts.len() >= 2, "{p:?}");
+    assert_eq!(p.layouts[0].learners, vec![1], "the tuner starts at one learner: {p:?}");
+    assert_eq!(p.final_learners, s.learners);
+    assert_eq!(p.layouts.iter().map(|l| l.iterations).sum::<u64>(), s.iterations);
+    let kept = p.layouts.iter().find(|l| l.learners == s.learners).expect("the final layout ran");
+    let others: Vec<_> = p.layouts.iter().filter(|l| l.learners != s.learners).collect();
+    assert_eq!(p.probe_iterations, others.iter().map(|l| l.iterations).sum::<u64>());
+    let rate = kept.images as f64 / kept.seconds;
+    let extra: f64 = others.iter().map(|l| l.seconds - l.images as f64 / rate).sum();
+    assert!((p.extra_seconds - extra).abs() < 1e-9, "{} vs {extra}", p.extra_seconds);
+    // Step time excludes waiting for input, so the layouts add up to the steps phase.
+    let steps: f64 = p.layouts.iter().map(|l| l.seconds).sum();
+    assert!((steps - s.phases.steps).abs() <= 1e-6 + 1e-6 * steps, "{steps} vs {}", s.phases.steps);
+
+    // With a fixed learner count nothing is probed.
+    let cfg = config(TrainFile { learners_per_device: Some("2".into()), epochs: Some(0.5), ..TrainFile::default() });
+    let s = train(&cfg, &SyncRegistry::builtin(), &mut Reporter::silent()).expect("training runs");
+    assert!(s.probing.is_none(), "{:?}", s.probing);
+}

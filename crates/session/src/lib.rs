@@ -36,6 +36,7 @@ pub mod error;
 pub mod limits;
 pub mod paths;
 pub mod preflight;
+pub mod probing;
 pub mod processes;
 pub mod registry;
 pub mod report;

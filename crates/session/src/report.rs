@@ -84,6 +84,10 @@ pub struct Summary {
     /// Where the wall time went (absent from the summaries of earlier versions).
     #[serde(default)]
     pub phases: Phases,
+    /// What the auto-tuner's probing cost: absent when the run used one learner layout
+    /// throughout (see [`crate::probing`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probing: Option<crate::probing::ProbeCost>,
     /// Folder data decoded while training (`--decode streaming`): the bad files met, by split
     /// (empty when there were none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -94,7 +98,7 @@ pub struct Summary {
 
 /// Where a run's wall time went, seconds (a resumed run: its processes together). The
 /// auto-tuner's probing is not a phase of its own: it costs as the iterations it runs at the
-/// learner counts it tries, inside `steps`.
+/// learner counts it tries, inside `steps` ([`Summary::probing`] says how much that cost).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct Phases {
     /// Training iterations (forward, backward, synchronisation), waiting for input excluded.
@@ -565,6 +569,9 @@ impl Reporter {
             self.warn(&line);
         }
         self.say(&s.phases.line());
+        if let Some(p) = &s.probing {
+            self.say(&p.line(s.wall_seconds));
+        }
         for note in &s.data_notes {
             self.warn(&format!("warning: {note}"));
         }
@@ -648,6 +655,7 @@ mod tests {
             images_per_sec: 100.0,
             input_wait_seconds: wait,
             phases: Phases::default(),
+            probing: None,
             data_notes: vec![],
             evaluations: vec![],
         }

@@ -15,6 +15,7 @@ use super::Data;
 use super::data::{calibration_pipeline, pipeline_for};
 use crate::config::{BnEval, LearnersPerDevice, TrainConfig};
 use crate::error::SessionError;
+use crate::probing::LayoutTimes;
 use crate::report::{EvalLine, Phases, Reporter, Summary};
 use crate::source::{PipelineSource, TestSet};
 
@@ -144,6 +145,8 @@ pub(super) struct Run {
     pub(super) train_secs: f64,
     /// Of that, waiting for training batches.
     pub(super) input_wait_secs: f64,
+    /// Step time by learner layout (what the auto-tuner's probing cost).
+    pub(super) layouts: LayoutTimes,
     /// Recalibration (also in `train_secs`), evaluation and checkpoint seconds.
     pub(super) phases: SidePhases,
     /// The last training loss read (what the progress line shows).
@@ -203,6 +206,7 @@ impl Run {
             wall_before: 0.0,
             train_secs: 0.0,
             input_wait_secs: 0.0,
+            layouts: LayoutTimes::default(),
             phases: SidePhases::default(),
             shown_loss: 0.0,
             window: Window::default(),
@@ -226,6 +230,7 @@ impl Run {
             "next_eval": self.schedule.next_eval,
             "train_seconds": self.train_secs,
             "input_wait_seconds": self.input_wait_secs,
+            "layouts": self.layouts,
             "phases": self.phases,
             "wall_seconds": self.wall.elapsed().as_secs_f64() + self.wall_before,
             "window": self.window,
@@ -248,6 +253,8 @@ impl Run {
             #[serde(default)]
             input_wait_seconds: f64,
             #[serde(default)]
+            layouts: LayoutTimes,
+            #[serde(default)]
             phases: SidePhases,
             wall_seconds: f64,
             window: Window,
@@ -269,6 +276,7 @@ impl Run {
         self.schedule.next_eval = s.next_eval;
         self.train_secs = s.train_seconds;
         self.input_wait_secs = s.input_wait_seconds;
+        self.layouts = s.layouts;
         self.phases = s.phases;
         self.wall_before = s.wall_seconds;
         self.wall = Instant::now();
@@ -326,7 +334,8 @@ impl Run {
                 }
             }
         }
-        self.input_wait_secs += waiting.elapsed().as_secs_f64();
+        let waited = waiting.elapsed().as_secs_f64();
+        self.input_wait_secs += waited;
         if let Some(d) = self.diagnostics.as_mut() {
             d.before_step(engine).map_err(|e| StepError::Other(e.to_string()))?;
         }
@@ -337,6 +346,7 @@ impl Run {
         };
         let secs = t0.elapsed().as_secs_f64();
         self.train_secs += secs;
+        self.layouts.add(&rec.learners, rec.images, secs - waited);
         self.window.add(&rec, secs);
         if engine.world().size() > 1 {
             self.rank_allreduce.push(rec.rank_allreduce_seconds);
@@ -456,6 +466,7 @@ impl Run {
             images_per_sec: engine.samples() as f64 / self.train_secs.max(1e-9),
             input_wait_seconds: self.input_wait_secs,
             phases: self.phases(),
+            probing: self.layouts.cost(&engine.layout()),
             data_notes: [self.source.pipeline.dataset(), &self.test.dataset]
                 .iter()
                 .filter_map(|d| d.streaming_report().and_then(|r| r.summary(d.split())))
