@@ -22,7 +22,8 @@ Writes OUT/runs.jsonl (appended as runs end; `--resume` skips the runs it holds)
 OUT/table.md. With `--resume` every run also checkpoints into OUT/ckpt/ (crossbow every 5
 minutes and when stopped, `crossbow train --checkpoint-dir`; PyTorch at the end of every epoch,
 `tta.py --checkpoint`), and a run cut short (a stopped session) continues from there with its
-seconds so far; time since its last checkpoint is lost on both sides and not counted.
+seconds so far; time since its last checkpoint is lost on both sides and not counted. Its peak
+memory is the highest of its parts'.
 
 Long rows (full-size CIFAR-10) tune on a shorter budget than they are measured on:
 `--tune-epochs`, `--tune-schedule` and `--tune-target` set the tuning runs' length, schedule
@@ -106,9 +107,13 @@ def crossbow_run(a, u, b, lr, seed, ck):
     learners = evals[-1].get("learners") if evals else None
     # Where the run's wall time went (steps, input wait, recalibration, evaluation, checkpoints).
     phases = next((r.get("phases") for r in recs if r.get("event") == "end"), None)
+    # What the tuner's probing cost (absent when the run kept one learner layout throughout).
+    end = next((r for r in recs if r.get("event") == "end"), {})
+    probing = ({"extra_seconds": end["probing"]["extra_seconds"], "wall_seconds": end.get("wall_seconds")}
+               if end.get("probing") else None)
     complete = any(r.get("event") == "end" for r in recs)
     return finish({"side": "crossbow", "batch": b, "lr": lr, "seed": seed, "rc": rc, "peak_rss_mb": rss,
-                   "learners": learners, "phases": phases, "curve": curve, "resumed": resumed,
+                   "learners": learners, "phases": phases, "probing": probing, "curve": curve, "resumed": resumed,
                    "complete": complete}, a, u)
 
 
@@ -207,8 +212,18 @@ def main():
     have = {key(r) for r in runs}
 
     def record(r, phase, ck=None):
-        if ck and not r["complete"] and any(os.scandir(ck)):
+        # A run in several parts (cut short, then resumed): its peak memory is the highest of
+        # its processes', kept beside its checkpoint between the parts.
+        peak = os.path.join(ck, "peak-rss.json") if ck else None
+        if peak and os.path.exists(peak):
+            before = json.load(open(peak))
+            for k in ("peak_rss_mb", "peak_rss_workers_mb"):
+                if before.get(k) is not None:
+                    r[k] = max(before[k], r.get(k) or 0.0)
+        if ck and not r["complete"] and any(e.name != "peak-rss.json" for e in os.scandir(ck)):
             # Stopped part-way (a session's end): keep its checkpoint for the next --resume.
+            with open(peak, "w") as f:
+                json.dump({k: r.get(k) for k in ("peak_rss_mb", "peak_rss_workers_mb")}, f)
             raise SystemExit(f"{phase} {r['side']} b={r['batch']} lr={r['lr']} seed={r['seed']}: cut short with "
                              f"a checkpoint in {ck}; rerun with --resume to continue it")
         r["phase"] = phase
@@ -297,6 +312,22 @@ def main():
             f"b {b}: " + ", ".join(f"{r['memory_format']} {r['images_per_sec']:.0f}" for r in probes
                                   if r["batch"] == b and r.get("images_per_sec")) + f" -> {fmt_of[b]}"
             for b in sorted(fmt_of))]
+    # Where crossbow's time went (the seeds' median share of each run's wall time): which
+    # part would eat the lead.
+    cb = [r for r in rows[0][2] if r.get("phases")]
+    if cb:
+        def share(r, k):
+            total = sum(r["phases"].values())
+            return r["phases"][k] / total if total > 0 else 0.0
+        parts = [f"{k.replace('_', ' ')} {100 * statistics.median(share(r, k) for r in cb):.1f}%"
+                 for k in ("steps", "input_wait", "recalibration", "evaluation", "checkpoints", "other")]
+        # Runs that kept one layout throughout probed nothing (0); runs of fixed learners too.
+        probed = [r["probing"]["extra_seconds"] / r["probing"]["wall_seconds"] if r.get("probing") else 0.0
+                  for r in cb]
+        if any(r.get("probing") for r in cb):
+            parts.append(f"tuner probing (extra step time at the learner counts it left) "
+                         f"{100 * statistics.median(probed):+.1f}%")
+        lines += ["", "crossbow's wall time, median share over the seeds: " + ", ".join(parts)]
     if rows[0][3] and rows[1][3]:
         lines += ["", f"PyTorch's median over crossbow's: **{rows[1][3] / rows[0][3]:.2f}x**"]
     lines += ["", "Accuracy at the end: the mean of the evaluations in a run's last "
