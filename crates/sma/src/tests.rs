@@ -449,6 +449,37 @@ fn recalibration_averages_the_batch_statistics_of_z() {
     assert!(e.calibrated_state().is_none(), "stale after an iteration");
 }
 
+/// With several learners on a device of several threads, the recalibration batches run on
+/// the learners' own backends concurrently: the statistics are the device's, bit for bit (one
+/// learner measuring every batch in turn), for any number of batches per learner, and again
+/// after the learners change (the calibration programs are made for the new ones).
+#[test]
+fn recalibration_on_the_learners_gives_the_bits_of_one() {
+    let g = small_resnet();
+    let make = |layout: &[usize], threads: usize| {
+        let cfg = EngineConfig { batch_size: 4, sgd: sgd(), schedule: Schedule::Constant, seed: 5, eval_batch_size: 8 };
+        let devices = crossbow_replica::engine::CpuDevices { count: 1, threads };
+        Engine::new(g.clone(), cfg, Box::new(devices), Box::new(SSgd::default()), Box::new(HostAllReduce), layout)
+            .unwrap()
+    };
+    let batches = |n: usize| (0..n).map(|i| batch(&g, 4, 91, 0, i)).collect::<Vec<_>>();
+    for n in [1usize, 2, 5, 7] {
+        let mut one = make(&[1], 1);
+        one.recalibrate(batches(n)).unwrap();
+        let want = one.calibrated_state().unwrap().to_vec();
+        let mut many = make(&[3], 3);
+        many.recalibrate(batches(n)).unwrap();
+        assert_same(many.calibrated_state().unwrap(), &want, &format!("{n} batches on 3 learners"));
+        many.remove_learner(0).unwrap();
+        many.recalibrate(batches(n)).unwrap();
+        assert_same(many.calibrated_state().unwrap(), &want, &format!("{n} batches on 2 learners"));
+        many.add_learner(0).unwrap();
+        many.add_learner(0).unwrap();
+        many.recalibrate(batches(n)).unwrap();
+        assert_same(many.calibrated_state().unwrap(), &want, &format!("{n} batches on 4 learners"));
+    }
+}
+
 #[test]
 fn entries_declare_and_check_their_options() {
     use crossbow_replica::SettingValue;

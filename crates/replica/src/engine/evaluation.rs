@@ -2,9 +2,11 @@
 //! averaged over the learners or recalibrated on `z` itself.
 
 use crossbow_kernels::{Backend, View, ViewMut};
+use crossbow_tensor::Device;
+use rayon::prelude::*;
 use serde::Serialize;
 
-use super::{Engine, EvalSource, TrainBatch};
+use super::{Engine, EvalSource, Learner, TrainBatch};
 use crate::error::{ReplicaError, Result};
 use crate::exec::Executor;
 use crate::program::Mode;
@@ -20,11 +22,18 @@ pub struct EvalResult {
     pub samples: usize,
 }
 
+/// A recalibration program and the statistics buffer it writes, on one learner's backend.
+type Calibrator<B> = (Executor<B>, <B as crossbow_kernels::Storage>::Buffer);
+
 pub(super) struct Evaluator<B: Backend> {
     execs: Vec<Executor<B>>,
     state: B::Buffer,
     /// The recalibration program (at the training batch size), made on first use.
     calibrate: Option<Executor<B>>,
+    /// With several learners on CPU device 0: a recalibration program and statistics buffer
+    /// on each learner's backend (its share of the cores), so the batches run concurrently
+    /// as the learners' own do; made for the learners named (their ids).
+    calibrate_learners: Option<(Vec<usize>, Vec<Calibrator<B>>)>,
     /// Batch-norm statistics recalibrated on `z` at iteration `.0`, if any.
     calibrated: Option<(u64, Vec<f32>)>,
     /// A learner's parameters, for [`Engine::evaluate_learner`] (made on first use).
@@ -104,26 +113,90 @@ impl<B: Backend> Engine<B> {
             return Ok(());
         }
         self.ensure_evaluator()?;
-        let dev = &self.devices[0];
-        let be = &dev.backend;
-        let ev = self.evaluator.as_mut().ok_or_else(|| ReplicaError::Config("evaluator".into()))?;
-        if ev.calibrate.is_none() {
-            ev.calibrate = Some(Executor::new(be, &self.graph, self.cfg.batch_size, Mode::Calibrate)?);
-        }
-        let ex = ev.calibrate.as_mut().ok_or_else(|| ReplicaError::Config("calibration program".into()))?;
+        // On CPU cores, one learner's forward pass at the training batch uses the cores less
+        // well than the learners' passes side by side (as in training); a GPU keeps its one
+        // program (the learners' programs would cost memory the tuner did not plan for).
+        let d0 = &self.devices[0];
+        let on_learners = d0.learners.len() > 1 && d0.pool.is_some() && matches!(d0.device, Device::Cpu(_));
+        let per_batch = if on_learners {
+            self.calibrate_on_learners(batches)?
+        } else {
+            let dev = &self.devices[0];
+            let be = &dev.backend;
+            let ev = self.evaluator.as_mut().ok_or_else(|| ReplicaError::Config("evaluator".into()))?;
+            if ev.calibrate.is_none() {
+                ev.calibrate = Some(Executor::new(be, &self.graph, self.cfg.batch_size, Mode::Calibrate)?);
+            }
+            let ex = ev.calibrate.as_mut().ok_or_else(|| ReplicaError::Config("calibration program".into()))?;
+            let mut out = Vec::with_capacity(batches.len());
+            for b in &batches {
+                out.push(batch_stats(be, ex, &dev.central.z, &mut ev.state, b, n)?);
+            }
+            out
+        };
+        // Summed in the batches' order whichever path measured them: the same bits.
         let mut acc = vec![0.0f64; n];
-        let mut tmp = vec![0.0f32; n];
-        for b in &batches {
-            ex.upload_batch(be, b.images(), b.labels())?;
-            ex.run(be, &dev.central.z, None, &mut ev.state, 0)?;
-            be.download(View::new(&ev.state, 0..n)?, &mut tmp)?;
-            for (a, v) in acc.iter_mut().zip(&tmp) {
+        for st in &per_batch {
+            for (a, v) in acc.iter_mut().zip(st) {
                 *a += *v as f64;
             }
         }
-        let mean = acc.into_iter().map(|a| (a / batches.len() as f64) as f32).collect();
+        let mean = acc.into_iter().map(|a| (a / per_batch.len() as f64) as f32).collect();
+        let ev = self.evaluator.as_mut().ok_or_else(|| ReplicaError::Config("evaluator".into()))?;
         ev.calibrated = Some((self.iteration, mean));
         Ok(())
+    }
+
+    /// Each recalibration batch's statistics, measured on the backends of device 0's learners
+    /// concurrently (batch `i` on learner `i mod k`), in the batches' order. A batch's
+    /// statistics do not depend on the threads that compute them, so this gives the bits the
+    /// device's own backend gives, in about the time one learner's forward passes take.
+    fn calibrate_on_learners<T: TrainBatch>(&mut self, batches: Vec<T>) -> Result<Vec<Vec<f32>>> {
+        let n = self.graph.stats_len;
+        let Engine { devices, evaluator, graph, cfg, .. } = self;
+        let dev = &mut devices[0];
+        let ev = evaluator.as_mut().ok_or_else(|| ReplicaError::Config("evaluator".into()))?;
+        let ids: Vec<usize> = dev.learners.iter().map(|l| l.id).collect();
+        if ev.calibrate_learners.as_ref().is_none_or(|(made_for, _)| *made_for != ids) {
+            // Made afresh when the tuner has changed the learners (their backends with them).
+            ev.calibrate_learners = None;
+            let mut made = Vec::with_capacity(ids.len());
+            for l in &dev.learners {
+                made.push((
+                    Executor::new(&l.backend, graph, cfg.batch_size, Mode::Calibrate)?,
+                    l.backend.alloc(n.max(1))?,
+                ));
+            }
+            ev.calibrate_learners = Some((ids, made));
+        }
+        let Some((_, execs)) = ev.calibrate_learners.as_mut() else {
+            return Err(ReplicaError::Config("calibration programs".into()));
+        };
+        let k = execs.len();
+        // z was last written on the device's stream.
+        let z_ready = dev.backend.record()?;
+        let z = &dev.central.z;
+        let count = batches.len();
+        let mut shares: Vec<Vec<(usize, T)>> = (0..k).map(|_| vec![]).collect();
+        for (i, b) in batches.into_iter().enumerate() {
+            shares[i % k].push((i, b));
+        }
+        type Item<'a, B, T> =
+            ((&'a mut Learner<B>, &'a mut (Executor<B>, <B as crossbow_kernels::Storage>::Buffer)), Vec<(usize, T)>);
+        let work = |((l, (ex, state)), share): Item<'_, B, T>| -> Result<Vec<(usize, Vec<f32>)>> {
+            l.backend.wait(&z_ready)?;
+            share.iter().map(|(i, b)| Ok((*i, batch_stats(&l.backend, ex, z, state, b, n)?))).collect()
+        };
+        let items: Vec<Item<'_, B, T>> = dev.learners.iter_mut().zip(execs.iter_mut()).zip(shares).collect();
+        let parts = match &dev.pool {
+            Some(p) => p.install(|| items.into_par_iter().map(work).collect::<Result<Vec<_>>>())?,
+            None => items.into_iter().map(work).collect::<Result<Vec<_>>>()?,
+        };
+        let mut per_batch = vec![vec![]; count];
+        for (i, st) in parts.into_iter().flatten() {
+            per_batch[i] = st;
+        }
+        Ok(per_batch)
     }
 
     /// The batch-norm statistics [`Engine::recalibrate`] measured on `z`, while no iteration
@@ -139,8 +212,14 @@ impl<B: Backend> Engine<B> {
         if self.evaluator.is_none() {
             let be = &self.devices[0].backend;
             let st = be.alloc(self.graph.stats_len.max(1))?;
-            self.evaluator =
-                Some(Evaluator { execs: vec![], state: st, calibrate: None, calibrated: None, params: None });
+            self.evaluator = Some(Evaluator {
+                execs: vec![],
+                state: st,
+                calibrate: None,
+                calibrate_learners: None,
+                calibrated: None,
+                params: None,
+            });
         }
         Ok(())
     }
@@ -245,4 +324,21 @@ impl<B: Backend> Engine<B> {
         }
         Ok(EvalResult { loss: loss / n as f64, accuracy: correct as f64 / n as f64, samples: n })
     }
+}
+
+/// One recalibration batch through `z` in training mode, without gradients: its batch
+/// statistics (the first `n` values of the state it writes).
+fn batch_stats<B: Backend, T: TrainBatch>(
+    be: &B,
+    ex: &mut Executor<B>,
+    z: &B::Buffer,
+    state: &mut B::Buffer,
+    b: &T,
+    n: usize,
+) -> Result<Vec<f32>> {
+    ex.upload_batch(be, b.images(), b.labels())?;
+    ex.run(be, z, None, state, 0)?;
+    let mut out = vec![0.0f32; n];
+    be.download(View::new(state, 0..n)?, &mut out)?;
+    Ok(out)
 }
