@@ -303,7 +303,11 @@ fn cpu_runs_say_one_short_line_about_the_gpu_and_the_tuner_one_line_per_decision
         assert!(gpu_lines[0].starts_with("--devices auto: no GPU") && gpu_lines[0].len() < 80, "{err}");
     }
     // One line per decision: `tuner device D: k learners[: N img/s [(+x% vs j)]] -> add/remove/keep: why`.
-    let tuner: Vec<&str> = err.lines().filter(|l| l.starts_with("tuner ")).collect();
+    // The run's last `tuner ` line is its probing cost, once; every other one is a decision.
+    let probing: Vec<&str> = err.lines().filter(|l| l.starts_with("tuner probing: ")).collect();
+    assert_eq!(probing.len(), 1, "{err}");
+    let tuner: Vec<&str> =
+        err.lines().filter(|l| l.starts_with("tuner ") && !l.starts_with("tuner probing: ")).collect();
     assert!(!tuner.is_empty(), "{err}");
     for l in &tuner {
         let (head, tail) = l.split_once(" -> ").unwrap_or_else(|| panic!("{l}"));
