@@ -209,6 +209,9 @@ def main():
     p.add_argument("--eval-batch-size", type=int, default=500)
     p.add_argument("--json")
     p.add_argument("--checkpoint", help="save state here every epoch; continue from it when it exists")
+    p.add_argument("--max-seconds", type=float,
+                   help="stop at the first evaluation past this many seconds without the target reached "
+                        "(a tuning run that can no longer be the fastest; the output says capped)")
     args = p.parse_args()
     if args.target > 1:
         args.target /= 100
@@ -249,6 +252,7 @@ def main():
         np.random.set_state(st["np_rng"])
         gen.set_state(st["gen"])
     t0 = time.perf_counter() - before
+    capped = False
     done = bool(curve) and bool(curve[-1].get("diverged") or seen / per_epoch >= args.epochs - 1e-9
                       or (reached is not None and not args.run_to_end))
     while not done:
@@ -281,6 +285,9 @@ def main():
                     if not args.run_to_end:
                         done = True
                         break
+                if reached is None and args.max_seconds is not None and curve[-1]["seconds"] > args.max_seconds:
+                    capped = done = True
+                    break
             if last:
                 done = True
                 break
@@ -309,6 +316,7 @@ def main():
         "threads": args.threads,
         "workers": args.workers,
         "reached": reached is not None,
+        "capped": capped,
         "epochs_to_target": reached["epoch"] if reached else None,
         "seconds_to_target": reached["seconds"] if reached else None,
         "final_accuracy": sum(tail) / len(tail) if tail else 0.0,

@@ -29,7 +29,11 @@ Long rows (full-size CIFAR-10) tune on a shorter budget than they are measured o
 `--tune-epochs`, `--tune-schedule` and `--tune-target` set the tuning runs' length, schedule
 and target (the picks rank by seconds to the tuning target); the seeds then run the full
 `--epochs`/`--schedule` to `--target`. crossbow runs its defaults (the tuner picks the learners, the model's default
-synchroniser) unless `--crossbow-flags` adds its best configuration's.
+synchroniser) unless `--crossbow-flags` adds its best configuration's. With `--prune-tuning`
+the grid runs from the largest batch down and a tuning run is stopped at its first evaluation
+past its side's best seconds to the tuning target so far without having reached it: it ranks
+below that run whatever it would do next, so the picks are exactly those of the whole grid,
+for much less time (recorded as `pruned`; their final accuracies are then not comparable).
 """
 
 import argparse
@@ -47,18 +51,28 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 
 
-def run_child(cmd):
-    """Runs cmd; returns (exit code, stdout, peak RSS in MB of the child itself)."""
+def run_child(cmd, prune=None):
+    """Runs cmd; returns (exit code, stdout, peak RSS in MB of the child itself, pruned). With
+    `prune` (a function polled every 2 s), the child is killed when it returns true."""
+    pruned = False
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         p = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=ROOT)
-        _, status, ru = os.wait4(p.pid, 0)
+        while True:
+            pid, status, ru = os.wait4(p.pid, os.WNOHANG if prune and not pruned else 0)
+            if pid:
+                break
+            if prune():
+                p.kill()
+                pruned = True
+            else:
+                time.sleep(2)
         p.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
         o, e = out.read().decode(errors="replace"), err.read().decode(errors="replace")
-    if p.returncode != 0:
+    if p.returncode != 0 and not pruned:
         sys.stderr.write(f"{' '.join(cmd)}\nexit {p.returncode}\n{e[-2000:]}\n")
-    return p.returncode, o, ru.ru_maxrss / 1024
+    return p.returncode, o, ru.ru_maxrss / 1024, pruned
 
 
 def budget(a, phase):
@@ -80,7 +94,16 @@ def ckpt_dir(a, phase, side, b, lr, seed, fmt=None):
     return d
 
 
-def crossbow_run(a, u, b, lr, seed, ck):
+def evals_past(metrics, target, cap):
+    """True when the metrics file's evaluations have passed `cap` seconds without reaching `target`."""
+    try:
+        evals = [r for r in map(json.loads, open(metrics)) if r.get("event") == "eval"]
+    except (OSError, ValueError):  # not written yet, or a line being written
+        return False
+    return bool(evals) and all(e["test_accuracy"] < target for e in evals) and evals[-1]["wall_seconds"] > cap
+
+
+def crossbow_run(a, u, b, lr, seed, ck, cap=None):
     with tempfile.TemporaryDirectory() as tmp:
         d = ck or tmp
         metrics, cdir = os.path.join(d, "m.jsonl"), os.path.join(d, "crossbow")
@@ -100,7 +123,7 @@ def crossbow_run(a, u, b, lr, seed, ck):
             if ck:
                 cmd += ["--checkpoint-dir", cdir, "--checkpoint-every", "5m", "--keep-checkpoints", "1"]
             cmd += a.crossbow_flags.split()
-        rc, _, rss = run_child(cmd)
+        rc, _, rss, pruned = run_child(cmd, prune=cap and (lambda: evals_past(metrics, u.target, cap)))
         recs = [json.loads(l) for l in open(metrics)] if os.path.exists(metrics) else []
     evals = [r for r in recs if r.get("event") == "eval"]
     curve = [{"epoch": e["epoch"], "seconds": e["wall_seconds"], "test_accuracy": e["test_accuracy"]} for e in evals]
@@ -114,10 +137,10 @@ def crossbow_run(a, u, b, lr, seed, ck):
     complete = any(r.get("event") == "end" for r in recs)
     return finish({"side": "crossbow", "batch": b, "lr": lr, "seed": seed, "rc": rc, "peak_rss_mb": rss,
                    "learners": learners, "phases": phases, "probing": probing, "curve": curve, "resumed": resumed,
-                   "complete": complete}, a, u)
+                   "complete": complete or pruned, "pruned": pruned}, a, u)
 
 
-def torch_run(a, u, b, lr, seed, fmt, ck, probe_epochs=None):
+def torch_run(a, u, b, lr, seed, fmt, ck, probe_epochs=None, cap=None):
     epochs = probe_epochs or u.epochs
     cmd = [a.python, os.path.join(HERE, "tta.py"), "--model", a.model, "--dataset", a.dataset, "--data-dir",
            a.data_dir, "--batch-size", str(b), "--lr", str(lr), "--schedule", u.schedule, "--epochs", str(epochs),
@@ -125,12 +148,14 @@ def torch_run(a, u, b, lr, seed, fmt, ck, probe_epochs=None):
            str(u.target), "--memory-format", fmt, "--workers", str(a.workers)] + a.torch_flags.split()
     if u.run_to_end or probe_epochs:
         cmd.append("--run-to-end")
+    if cap:
+        cmd += ["--max-seconds", str(cap)]
     resumed = False
     if ck:
         path = os.path.join(ck, "torch.pt")
         resumed = os.path.exists(path)
         cmd += ["--checkpoint", path]
-    rc, out, rss = run_child(cmd)
+    rc, out, rss, _ = run_child(cmd)
     try:
         r = json.loads(out.strip().splitlines()[-1])
         complete = rc == 0
@@ -139,7 +164,7 @@ def torch_run(a, u, b, lr, seed, fmt, ck, probe_epochs=None):
     return finish({"side": "pytorch", "batch": b, "lr": lr, "seed": seed, "rc": rc, "memory_format": fmt,
                    "peak_rss_mb": rss, "peak_rss_workers_mb": r.get("peak_rss_workers_mb"),
                    "images_per_sec": r.get("images_per_sec"), "curve": r.get("curve", []), "resumed": resumed,
-                   "complete": complete}, a, u)
+                   "complete": complete, "pruned": bool(r.get("capped"))}, a, u)
 
 
 def finish(r, a, u):
@@ -199,6 +224,9 @@ def main():
     p.add_argument("--torch-flags", default="", help="extra tta.py flags (e.g. --image-size 32 --augment crop-flip)")
     p.add_argument("--out", default="tta-compare")
     p.add_argument("--resume", action="store_true")
+    p.add_argument("--prune-tuning", action="store_true",
+                   help="stop a tuning run once it is past its side's best time to the tuning target so far "
+                        "without reaching it (it can no longer be picked; the picks are unchanged)")
     a = p.parse_args()
     if a.target > 1:
         a.target /= 100
@@ -234,7 +262,8 @@ def main():
         if ck:
             shutil.rmtree(ck, ignore_errors=True)
         print(f"{phase} {r['side']:8} b={r['batch']} lr={r['lr']} seed={r['seed']} {r.get('memory_format') or ''} "
-              f"-> {'%.1f s' % r['seconds_to_target'] if r['reached'] else 'miss'}, final {100 * r['final_accuracy']:.1f}%"
+              f"-> {'%.1f s' % r['seconds_to_target'] if r['reached'] else 'pruned' if r.get('pruned') else 'miss'}, "
+              f"final {100 * r['final_accuracy']:.1f}%"
               + (f", {r['images_per_sec']:.0f} img/s in steps" if phase == "format" and r.get("images_per_sec") else ""),
               flush=True)
 
@@ -254,16 +283,29 @@ def main():
                                  probe_epochs=a.format_probe_epochs), "format")
         probes = [r for r in runs if r["phase"] == "format" and r["batch"] == b and r.get("images_per_sec")]
         fmt_of[b] = max(probes, key=lambda r: r["images_per_sec"])["memory_format"] if probes else formats[0]
-    # Tuning, alternating sides.
-    for b, lr in grid:
+    def tuned(side):
+        return [r for r in runs if r["phase"] == "tune" and r["side"] == side
+                and (side == "crossbow" or r.get("memory_format") == fmt_of[r["batch"]])]
+
+    def cap(side):
+        """With --prune-tuning: the side's best seconds to the tuning target so far. A tuning run
+        still short of the target past it ranks below that run whatever it does next, so it is
+        stopped there (recorded as pruned): the picks are the same as without pruning."""
+        if not a.prune_tuning:
+            return None
+        return min((r["seconds_to_target"] for r in tuned(side) if r["reached"]), default=None)
+
+    # Tuning, alternating sides; with pruning the larger batches first (the faster per image on
+    # a CPU), so that the caps are set early.
+    for b, lr in sorted(grid, key=lambda g: -g[0]) if a.prune_tuning else grid:
         probe = {"phase": "tune", "batch": b, "lr": lr, "seed": a.tune_seed}
         if key({**probe, "side": "crossbow"}) not in have:
             ck = ckpt_dir(a, "tune", "crossbow", b, lr, a.tune_seed)
-            record(crossbow_run(a, budget(a, "tune"), b, lr, a.tune_seed, ck), "tune", ck)
+            record(crossbow_run(a, budget(a, "tune"), b, lr, a.tune_seed, ck, cap=cap("crossbow")), "tune", ck)
         if key({**probe, "side": "pytorch", "memory_format": fmt_of[b]}) not in have:
             ck = ckpt_dir(a, "tune", "pytorch", b, lr, a.tune_seed, fmt_of[b])
-            record(torch_run(a, budget(a, "tune"), b, lr, a.tune_seed, fmt_of[b], ck), "tune", ck)
-    tune = [r for r in runs if r["phase"] == "tune" and (r["side"] == "crossbow" or r.get("memory_format") == fmt_of[r["batch"]])]
+            record(torch_run(a, budget(a, "tune"), b, lr, a.tune_seed, fmt_of[b], ck, cap=cap("pytorch")), "tune", ck)
+    tune = tuned("crossbow") + tuned("pytorch")
     pick = {s: min((r for r in tune if r["side"] == s), key=rank) for s in ("crossbow", "pytorch")}
     for seed in range(1, a.seeds + 1):
         for side in ("crossbow", "pytorch"):
@@ -293,6 +335,11 @@ def main():
         u = budget(a, "tune")
         lines += [f"Picks tuned on a shorter budget: {u.epochs:g} epochs, schedule {u.schedule}, ranked by seconds "
                   f"to {100 * u.target:g}%.", ""]
+    pruned = [r for r in tune if r.get("pruned")]
+    if pruned:
+        lines += [f"{len(pruned)} of {len(tune)} tuning runs stopped once past their side's best time to the tuning "
+                  "target (--prune-tuning): " + ", ".join(f"{r['side']} b {r['batch']} lr {r['lr']}" for r in pruned)
+                  + ".", ""]
     lines += [
              "| side | pick (tuning seed) | reached | seconds to target: median [range] | epochs to target (median) "
              "| accuracy at the end (median) | peak RSS MB |",

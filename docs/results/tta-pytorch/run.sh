@@ -49,13 +49,17 @@ for row in $ROWS; do
       # k·b = 128 to 88.1% (median of 3 seeds, ../sma-full/): x0.1 at epochs 30 and 45 of 60.
       # Target 87%: every one of those seeds passed it (epochs 37-46), 0.5-1.6 points under its
       # final accuracy. The grid is tuned on a quarter of the schedule (15 epochs, x0.1 at 8 and 12,
-      # ranked by seconds to 80%); the seeds run the whole schedule (about 30 min per crossbow run
-      # and 1-2 h per PyTorch run on 2 cores). Every run checkpoints (--resume): rerun to continue.
+      # ranked by seconds to 80%; --prune-tuning stops a tuning run once it is past its side's best
+      # time so far, which leaves the picks unchanged); the seeds run the whole schedule (about
+      # 30 min per crossbow run and 1-2 h per PyTorch run on 2 cores). Every run checkpoints
+      # (--resume): rerun to continue. runs.jsonl keeps every finished run: commit it (git add -f)
+      # to carry them to another machine; a run in flight continues only where its ckpt/ is.
       python3 benches/peers/tta_compare.py --python "$PY" --model resnet20 --dataset folder --data-dir "$CIFAR50K" \
         --crossbow-flags "--image-size 32 --augment crop-flip" --torch-flags "--image-size 32 --augment crop-flip" \
         --target 0.87 --epochs 60 --schedule multistep:30,45 --eval-every 1 --final-epochs 2 \
         --tune-epochs 15 --tune-schedule multistep:8,12 --tune-target 0.80 \
-        --batch-size 16,64,128 --lr 0.05,0.1,0.2 --format-probe-epochs 0.2 --seeds 3 --out "$OUT/$row" --resume ;;
+        --batch-size 16,64,128 --lr 0.05,0.1,0.2 --format-probe-epochs 0.2 --prune-tuning --seeds 3 \
+        --out "$OUT/$row" --resume ;;
     *) echo "unknown row $row" >&2; exit 2 ;;
   esac
 done
