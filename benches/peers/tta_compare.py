@@ -175,7 +175,8 @@ def finish(r, a, u):
     tail = [p["test_accuracy"] for p in c if p["epoch"] >= end - a.final_epochs - 1e-9]
     r.update(reached=hit is not None, epochs_to_target=hit and hit["epoch"], seconds_to_target=hit and hit["seconds"],
              final_accuracy=sum(tail) / len(tail) if tail else 0.0, model=a.model, dataset=a.dataset,
-             data_dir=a.data_dir, target=u.target, schedule=u.schedule, epochs=u.epochs, threads=a.threads)
+             data_dir=a.data_dir, target=u.target, schedule=u.schedule, epochs=u.epochs, threads=a.threads,
+             isa=a.isa)
     return r
 
 
@@ -223,6 +224,10 @@ def main():
     p.add_argument("--crossbow-flags", default="", help="extra `crossbow train` flags (its best configuration)")
     p.add_argument("--torch-flags", default="", help="extra tta.py flags (e.g. --image-size 32 --augment crop-flip)")
     p.add_argument("--out", default="tta-compare")
+    p.add_argument("--isa", choices=["avx2"],
+                   help="cap both sides at this instruction set (crossbow: CROSSBOW_CPU_ISA; PyTorch: "
+                        "ATEN_CPU_CAPABILITY and ONEDNN_MAX_CPU_ISA), so an AVX-512 machine measures what an "
+                        "AVX2-only one (e.g. AMD Zen 2) would run")
     p.add_argument("--resume", action="store_true")
     p.add_argument("--prune-tuning", action="store_true",
                    help="stop a tuning run once it is past its side's best time to the tuning target so far "
@@ -232,6 +237,8 @@ def main():
         a.target /= 100
     if a.tune_target and a.tune_target > 1:
         a.tune_target /= 100
+    if a.isa:
+        os.environ.update({"CROSSBOW_CPU_ISA": a.isa, "ATEN_CPU_CAPABILITY": a.isa, "ONEDNN_MAX_CPU_ISA": a.isa.upper()})
     os.makedirs(a.out, exist_ok=True)
     path = os.path.join(a.out, "runs.jsonl")
     runs = [json.loads(l) for l in open(path)] if a.resume and os.path.exists(path) else []
@@ -330,7 +337,8 @@ def main():
                      statistics.median([r["final_accuracy"] for r in ev]) if ev else 0.0,
                      statistics.median([r["peak_rss_mb"] for r in ev]) if ev else 0.0))
     lines = [f"# Time to {100 * a.target:g}%: {a.model} on {a.dataset} {a.data_dir}, {a.threads} threads, "
-             f"schedule {a.schedule}, {a.epochs:g} epochs at most", ""]
+             f"schedule {a.schedule}, {a.epochs:g} epochs at most"
+             + (f", both sides capped at {a.isa}" if a.isa else ""), ""]
     if a.tune_epochs or a.tune_schedule or a.tune_target:
         u = budget(a, "tune")
         lines += [f"Picks tuned on a shorter budget: {u.epochs:g} epochs, schedule {u.schedule}, ranked by seconds "

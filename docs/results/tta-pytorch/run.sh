@@ -6,7 +6,8 @@
 # Needs a quiet machine (nothing else running: PyTorch's threads lose badly to a busy core).
 # Usage: PY=~/torchenv/bin/python FMNIST=/usr/share/datasets/fashion-mnist \
 #        [CIFAR50K=path/to/cifar10-50k-jpeg] \
-#        [ROWS="fmnist-lenet5-cosine fmnist-lenet5-cosine-best fmnist-lenet5 cifar4k-resnet20-r2 cifar4k-resnet20-best cifar4k-resnet20 cifar50k-resnet20"] docs/results/tta-pytorch/run.sh
+#        [ROWS="fmnist-lenet5-cosine fmnist-lenet5-cosine-best fmnist-lenet5 cifar4k-resnet20-r2 cifar4k-resnet20-best
+#        cifar4k-resnet20 fmnist-lenet5-cosine-avx2 cifar4k-resnet20-avx2 cifar50k-resnet20"] docs/results/tta-pytorch/run.sh
 set -eu
 cd "$(dirname "$0")/../../.."
 PY=${PY:?PY must name a python with torch and torchvision}
@@ -42,6 +43,17 @@ for row in $ROWS; do
       python3 benches/peers/tta_compare.py --python "$PY" --model resnet20 --dataset cifar10 \
         --data-dir data/cifar10-4k --target 0.55 --epochs 30 --eval-every 0.5 --seeds 3 \
         --crossbow-flags "$flags" --out "$OUT/$row" --resume ;;
+    fmnist-lenet5-cosine-avx2|cifar4k-resnet20-avx2) # the default rows with both sides capped at AVX2
+      # (tta_compare --isa avx2: crossbow's CROSSBOW_CPU_ISA, PyTorch's ATEN_CPU_CAPABILITY and
+      # ONEDNN_MAX_CPU_ISA), what an AVX2-only machine (AMD Zen 2) would run; tuned afresh, with
+      # --prune-tuning (the same picks for less time).
+      case $row in
+        fmnist-*) args=(--model lenet5 --dataset mnist --data-dir "$FMNIST" --target 0.89 --epochs 15
+                        --schedule cosine --run-to-end) ;;
+        *) args=(--model resnet20 --dataset cifar10 --data-dir data/cifar10-4k --target 0.55 --epochs 30) ;;
+      esac
+      python3 benches/peers/tta_compare.py --python "$PY" "${args[@]}" --eval-every 0.5 --seeds 3 --isa avx2 \
+        --prune-tuning --out "$OUT/$row" --resume ;;
     cifar50k-resnet20) [ -n "$CIFAR50K" ] || { echo "row $row: set CIFAR50K to the cifar10-50k-jpeg folder" >&2; exit 2; }
       # The full-size row (issue 49): ResNet-20 on the 45,000/5,000 split of
       # cifar10-50k-jpeg as an image folder on both sides (crossbow's folder reader; PyTorch's
