@@ -47,6 +47,8 @@ import sys
 import tempfile
 import time
 
+from compare import TORCH_ISA_ENV  # PyTorch's variables per instruction set, as compare.py caps it
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 
@@ -238,7 +240,7 @@ def main():
     if a.tune_target and a.tune_target > 1:
         a.tune_target /= 100
     if a.isa:
-        os.environ.update({"CROSSBOW_CPU_ISA": a.isa, "ATEN_CPU_CAPABILITY": a.isa, "ONEDNN_MAX_CPU_ISA": a.isa.upper()})
+        os.environ.update({"CROSSBOW_CPU_ISA": a.isa, **TORCH_ISA_ENV[a.isa]})
     os.makedirs(a.out, exist_ok=True)
     path = os.path.join(a.out, "runs.jsonl")
     runs = [json.loads(l) for l in open(path)] if a.resume and os.path.exists(path) else []
