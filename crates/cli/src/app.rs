@@ -313,16 +313,8 @@ fn command(registry: &SyncRegistry) -> clap::Command {
         move |a: clap::Arg| a.help(format!("Synchronisers to compare, comma-separated: {names}"))
     };
     Cli::command()
-        .mut_subcommand("train", |c| {
-            setting_args(c)
-                .mut_arg("sync", one(" [default: ssgd for batch-normalised models (resnet*, vgg16), sma otherwise]"))
-        })
-        .mut_subcommand("bench", |c| {
-            c.mut_arg(
-                "sync",
-                one(" [default: each model's, as crossbow train: ssgd for batch-normalised models, sma otherwise]"),
-            )
-        })
+        .mut_subcommand("train", |c| setting_args(c).mut_arg("sync", one(" [default: ssgd, for every model]")))
+        .mut_subcommand("bench", |c| c.mut_arg("sync", one(" [default: as crossbow train, ssgd]")))
         .mut_subcommand("experiment", |c| c.mut_subcommand("tta", |t| t.mut_arg("sync", many)))
 }
 

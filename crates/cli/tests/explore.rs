@@ -339,7 +339,7 @@ fn a_repeated_value_is_refused() {
 fn a_diverging_configuration_is_dropped_and_the_search_goes_on() {
     let d = dir("diverge");
     let text =
-        format!("{BASE}learners-per-device = 2\n[space]\nlr = [0.01, 100.0]\nalpha = [0.5, 1.0]\n[select]\neta = 2\n")
+        format!("{BASE}learners-per-device = 2\nsync = \"sma\"\n[space]\nlr = [0.01, 100.0]\nalpha = [0.5, 1.0]\n[select]\neta = 2\n")
             .replace("learners-per-device = 1\n", "");
     let (out, records) = explore(&d, &text, &[]);
     ok(&out);

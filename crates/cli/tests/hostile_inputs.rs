@@ -90,10 +90,6 @@ fn bad_values_are_refused_before_training() {
         ("--momentum", "1", "--momentum must be in [0, 1), got 1"),
         ("--weight-decay", "NaN", "--weight-decay must be a number >= 0, got NaN"),
         ("--weight-decay", "inf", "--weight-decay must be a number >= 0, got inf"),
-        ("--central-momentum", "NaN", "--central-momentum must be in [0, 1), got NaN"),
-        ("--alpha", "inf", "--alpha must be a finite number in [0, 1], got inf"),
-        // Issue 50, item 16: values that can only diverge are refused up front.
-        ("--alpha", "5", "--alpha (the pull towards the central model) must be in [0, 1], got 5"),
         (
             "--weight-decay",
             "1e10",
@@ -106,6 +102,15 @@ fn bad_values_are_refused_before_training() {
         ("--threads", "100000", "--threads 100000: at most 1024 threads per device"),
     ] {
         refused(&tiny(&[flag, value]), needle);
+    }
+    // SMA's own settings (with --sync sma: the default synchroniser is S-SGD).
+    for (flag, value, needle) in [
+        ("--central-momentum", "NaN", "--central-momentum must be in [0, 1), got NaN"),
+        ("--alpha", "inf", "--alpha must be a finite number in [0, 1], got inf"),
+        // Issue 50, item 16: values that can only diverge are refused up front.
+        ("--alpha", "5", "--alpha (the pull towards the central model) must be in [0, 1], got 5"),
+    ] {
+        refused(&tiny(&["--sync", "sma", flag, value]), needle);
     }
     // One CPU device more than this machine has cores.
     let too_many = format!("cpu:{}", crossbow_cli::dispatch::cores() + 1);

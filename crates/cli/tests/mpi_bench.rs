@@ -118,7 +118,7 @@ mod under_mpirun {
         // One table, from rank 0: its header and one row.
         assert_eq!(stdout.matches("| model |").count(), 1, "{stdout}\n{err}");
         assert_eq!(stdout.lines().filter(|l| l.starts_with("| lenet5 |")).count(), 1, "{stdout}");
-        assert_eq!(err.matches("sync sma").count(), 1, "{err}");
+        assert_eq!(err.matches("sync ssgd").count(), 1, "{err}");
         assert_eq!(job["ranks"], 2, "{job}");
         let row = &job["rows"][0];
         assert_eq!((row["ranks"].as_u64(), row["learners_total"].as_u64()), (Some(2), Some(2)), "{row}");

@@ -260,9 +260,22 @@ fn a_diverging_run_stops_naming_the_iteration_the_learner_and_the_checkpoint() {
 fn rollback_halves_the_learning_rate_until_the_run_recovers() {
     let d = tmp("rollback");
     let mut a = base(&d);
+    // Under SMA lr 20 and then 10 both diverge on these 2 learners (under S-SGD, the default,
+    // 10 already runs without a loss blow-up), so the run needs several halvings.
     a.extend(
-        ["--lr", "20", "--checkpoint-every", "5", "--on-divergence", "rollback", "--max-rollbacks", "10"]
-            .map(String::from),
+        [
+            "--sync",
+            "sma",
+            "--lr",
+            "20",
+            "--checkpoint-every",
+            "5",
+            "--on-divergence",
+            "rollback",
+            "--max-rollbacks",
+            "10",
+        ]
+        .map(String::from),
     );
     let o = run(&a, &[]);
     let t = text(&o);
@@ -274,7 +287,7 @@ fn rollback_halves_the_learning_rate_until_the_run_recovers() {
     // Bounded: with one rollback allowed it gives up and says so.
     let d2 = tmp("rollback-bounded");
     let mut a = base(&d2);
-    a.extend(["--lr", "20", "--on-divergence", "rollback", "--max-rollbacks", "1"].map(String::from));
+    a.extend(["--sync", "sma", "--lr", "20", "--on-divergence", "rollback", "--max-rollbacks", "1"].map(String::from));
     let o = run(&a, &[]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("after 1 rollbacks"), "{}", text(&o));

@@ -116,6 +116,7 @@ fn metrics_file_has_one_json_line_per_evaluation() {
         learners_per_device: Some("1".into()),
         epochs: Some(1.0),
         metrics: Some(path.clone()),
+        sync: Some("sma".into()),
         ..TrainFile::default()
     });
     let mut rep = Reporter::new(cfg.metrics.as_deref(), true, cfg.epochs).unwrap();
@@ -177,11 +178,11 @@ fn bad_input_is_one_line_and_exit_code_2() {
         (vec!["train", "--sync", "hogwild"], "registered: sma, ssgd, easgd, independent"),
         (vec!["train", "--sync-opt", "period"], "--sync-opt"),
         (vec!["train", "--sync-opt", "=4"], "empty KEY"),
-        (vec!["train", "--sync-opt", "period=4"], "--sync sma: unknown option 'period'"),
+        (vec!["train", "--sync-opt", "period=4"], "--sync ssgd: unknown option 'period'"),
         (vec!["train", "--sma-form", "fancy"], "--sma-form"),
         (
             vec!["train", "--model", "resnet20", "--dataset", "synthetic-shapes", "--alpha", "0.5"],
-            "--alpha set sma or easgd, but resnet20 trains with ssgd by default (it has batch norm) and no synchroniser is given; add --sync sma",
+            "--alpha set sma or easgd, but resnet20 trains with ssgd by default and no synchroniser is given; add --sync sma",
         ),
         (vec!["bench", "--sync", "hogwild"], "unknown synchroniser 'hogwild'"),
         (vec!["bench", "--loss-read", "later"], "--loss-read"),
@@ -284,7 +285,7 @@ fn train_help_says_which_synchroniser_is_the_default() {
     let (code, out, err) = crossbow(&["train", "--help"]);
     assert_eq!(code, 0, "{err}");
     let flat = out.split_whitespace().collect::<Vec<_>>().join(" ");
-    assert!(flat.contains("[default: ssgd for batch-normalised models (resnet*, vgg16), sma otherwise]"), "{out}");
+    assert!(flat.contains("[default: ssgd, for every model]"), "{out}");
 }
 
 /// `--diagnostics`: every evaluation carries the learners' spread (whole model and per

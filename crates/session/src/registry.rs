@@ -2,8 +2,8 @@
 //!
 //! A [`SyncRegistry`] collects the [`SyncEntry`]s each synchroniser crate declares (its name,
 //! help, options with their flags and defaults, and a factory). [`SyncRegistry::builtin`]
-//! holds `crossbow_sma::entries()` (`sma`, the default for models without batch norm; `ssgd`,
-//! the default for batch-normalised ones; `easgd`) and `independent`; a researcher adds their
+//! holds `crossbow_sma::entries()` (`sma`; `ssgd`, the default;
+//! `easgd`) and `independent`; a researcher adds their
 //! own with [`SyncRegistry::register`] (a factory) or [`SyncRegistry::add`] (an entry with
 //! declared options) and trains with it through a [`crate::Session`] (or runs the whole
 //! command line with it: `crossbow_cli::main_with(registry)`):

@@ -76,7 +76,7 @@ pub fn easgd_from(o: &SyncOptions) -> Result<EaSgd, String> {
 
 /// SMA's entry: its options and their flags.
 pub fn sma_entry() -> SyncEntry {
-    SyncEntry::new("sma", "synchronous model averaging (the default for models without batch norm)", sma_from)
+    SyncEntry::new("sma", "synchronous model averaging (Crossbow's; `--sync sma`)", sma_from)
         .option(OptionSpec::new(ALPHA, "1/k", "pull of each learner toward the central model, in [0, 1]").with_flag())
         .option(OptionSpec::new(CENTRAL_MOMENTUM, "0.9", "momentum of the central model, in [0, 1)").with_flag())
         .option(

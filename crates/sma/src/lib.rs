@@ -5,8 +5,8 @@
 //!
 //! | type | `--sync` | what it does |
 //! |---|---|---|
-//! | [`Sma`] | `sma` | synchronous model averaging (Crossbow, Koliousis et al., VLDB 2019) — `crossbow train`'s default for models without batch norm |
-//! | [`SSgd`] | `ssgd` | synchronous SGD: mean gradient, one step on `z`, `z` copied to every replica (PyTorch DDP, Horovod, TensorFlow) — the default for batch-normalised models |
+//! | [`Sma`] | `sma` | synchronous model averaging (Crossbow, Koliousis et al., VLDB 2019) |
+//! | [`SSgd`] | `ssgd` | synchronous SGD: mean gradient, one step on `z`, `z` copied to every replica (PyTorch DDP, Horovod, TensorFlow) — `crossbow train`'s default (SMA measured behind it on real images) |
 //! | [`EaSgd`] | `easgd` | elastic averaging SGD (Zhang et al. 2015), synchronous, τ = 1 |
 //!
 //! Each declares its name, help and options (SMA's `--alpha`, `--central-momentum`,

@@ -471,12 +471,11 @@ impl TrainConfig {
                 let fix =
                     if from_file { format!("sync = \"{reader}\" to the file") } else { format!("--sync {reader}") };
                 return Err(SessionError::usage(format!(
-                    "{} set {}, but {} trains with {} by default{} and no synchroniser is given; add {fix}, or leave {} out",
+                    "{} set {}, but {} trains with {} by default and no synchroniser is given; add {fix}, or leave {} out",
                     named.join(", "),
                     readers.join(" or "),
                     v.model,
                     v.sync,
-                    if v.model.has_batch_norm() { " (it has batch norm)" } else { "" },
                     if named.len() == 1 { "it" } else { "them" }
                 )));
             }
