@@ -43,6 +43,7 @@ const KEYS: &[&str] = &[
     "workers",
     "max-learners",
     "tuner-threshold",
+    "tuner-significance",
 ];
 
 /// Keys that are not settings.
@@ -147,6 +148,7 @@ const REAL: &[&str] = &[
     "central-momentum",
     "eval-every",
     "tuner-threshold",
+    "tuner-significance",
 ];
 
 /// A value of the key's own type (with edge cases), usually: the validation is reached.

@@ -631,6 +631,11 @@ settings! {
     "max-learners" max_learners: usize => usize = 8, check count_1024, Changeable, No;
     /// Relative throughput gain the tuner needs to keep an added learner [default: 0.05]
     "tuner-threshold" tuner_threshold: f64 => f64 = 0.05, check tuner_threshold_check, Changeable, No;
+    /// Standard errors of measurement noise the tuner adds to that gain before it believes it
+    /// (estimated from the spread of each count's windows; 0: the threshold alone). On a
+    /// shared host whose throughput swings, a learner kept on a lucky median changes what
+    /// training does (under S-SGD, the aggregate batch) for nothing [default: 1.5]
+    "tuner-significance" tuner_significance: f64 => f64 = 1.5, check tuner_threshold_check, Changeable, No;
     /// How GPU contributions are summed: nccl (one NCCL all-reduce over every GPU of every
     /// rank), host (through host memory, and MPI across ranks), or auto (nccl when every
     /// device is a GPU, NCCL loads and there are 2+ GPUs) [default: auto]

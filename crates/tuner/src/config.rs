@@ -48,6 +48,12 @@ pub struct TunerConfig {
     /// tuning. Pooled windows keep its median over a span a stall cannot fill. The search
     /// itself still measures every window.
     pub monitor_window_seconds: f64,
+    /// While searching, consecutive windows are pooled in the same way until they span at
+    /// least this many seconds (default 0.05; `0` pools nothing): warm-up, the medians and
+    /// their spread are then counted in pooled windows. On a 3 ms step one window is one
+    /// scheduler slice, and a count's five windows would span 15 ms: the figure of a count
+    /// would be the host's jitter more than the count's throughput.
+    pub search_window_seconds: f64,
     /// Windows further than this fraction from their count's median are outliers (default
     /// 0.25). When more than a quarter of a count's windows are outliers, the median is not
     /// trusted yet and more windows are measured, up to `extra_windows` more.
@@ -59,6 +65,15 @@ pub struct TunerConfig {
     /// (default 0.05 = 5%). When two counts are within the threshold the smaller one wins: fewer
     /// learners use less memory and keep the total batch smaller.
     pub threshold: f64,
+    /// How sure a gain must be (default 1.5; `0` turns this off): the larger of two counts
+    /// must beat the smaller by the threshold **plus** this many standard errors of the
+    /// difference of their figures, each estimated from the spread of that count's windows.
+    /// On a quiet device the spread is small and nothing changes; on a shared host whose
+    /// windows swing by ±20%, a 10% lead of one median is noise, and the count it would
+    /// add changes what training does (under S-SGD, the aggregate batch) for nothing. While
+    /// a gain clears the threshold but not the noise, more windows of the count are measured
+    /// (up to `extra_windows` more) before it is called a tie, which the smaller count wins.
+    pub significance: f64,
     /// Extra learners tried after one that did not pay before the climb stops (default 1), so
     /// one unlucky median cannot end the climb early. Every probe is compared with the best
     /// count so far, not with its neighbour.
@@ -74,7 +89,10 @@ pub struct TunerConfig {
     /// halves the odds that luck decides. It costs one more visit to each of the two counts.
     pub confirm_band: f64,
     /// Once settled, tuning re-opens when the sliding median falls below `1 - retune_drop` of
-    /// the settled reference (default 0.2 = 20%; in `(0, 1]`, `1` never re-opens). Keep it
+    /// the settled reference (default 0.2 = 20%; in `(0, 1]`, `1` never re-opens) twice in a
+    /// row: over `monitor_windows` windows, and again over the next `monitor_windows` fresh
+    /// ones, so a burst of load on a shared host that passes within one monitor span does not
+    /// re-open a search. Keep it
     /// well above the window-to-window noise: with ±10% noise a stable device practically never
     /// re-opens, with ±20% it re-opens about once in 4000 windows (raise this or
     /// `monitor_windows` there).
@@ -98,9 +116,11 @@ impl Default for TunerConfig {
             windows_per_count: 5,
             monitor_windows: 10,
             monitor_window_seconds: 0.05,
+            search_window_seconds: 0.05,
             outlier_band: 0.25,
             extra_windows: 10,
             threshold: 0.05,
+            significance: 1.5,
             patience: 1,
             confirm_band: 0.25,
             retune_drop: 0.2,
@@ -149,6 +169,12 @@ pub enum ConfigError {
     /// `monitor_window_seconds` is negative, NaN or infinite.
     #[error("monitor_window_seconds must be a finite number of seconds >= 0 (got {0})")]
     MonitorWindowSeconds(f64),
+    /// `search_window_seconds` is negative, NaN or infinite.
+    #[error("search_window_seconds must be a finite number of seconds >= 0 (got {0})")]
+    SearchWindowSeconds(f64),
+    /// `significance` is negative, NaN or infinite.
+    #[error("significance must be a finite number of standard errors >= 0 (got {0})")]
+    Significance(f64),
     /// `confirm_band` is negative, NaN or infinite.
     #[error("confirm_band must be a finite fraction >= 0 (got {0})")]
     ConfirmBand(f64),
@@ -190,6 +216,12 @@ impl TunerConfig {
         }
         if !(self.monitor_window_seconds.is_finite() && self.monitor_window_seconds >= 0.0) {
             return Err(ConfigError::MonitorWindowSeconds(self.monitor_window_seconds));
+        }
+        if !(self.search_window_seconds.is_finite() && self.search_window_seconds >= 0.0) {
+            return Err(ConfigError::SearchWindowSeconds(self.search_window_seconds));
+        }
+        if !(self.significance.is_finite() && self.significance >= 0.0) {
+            return Err(ConfigError::Significance(self.significance));
         }
         if !(self.confirm_band.is_finite() && self.confirm_band >= 0.0) {
             return Err(ConfigError::ConfirmBand(self.confirm_band));

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::report::{Comparison, DeviceStatus, Phase, Reason, Report, SampleUse, TableEntry};
 use crate::sample::{Fit, fit};
-use crate::stats::agreed_median;
+use crate::stats::{agreed_median, median_standard_error};
 use crate::{ConfigError, Decision, MemoryFigures, Sample, TunerConfig};
 
 /// Which way the current round's search is moving.
@@ -51,6 +51,9 @@ struct Confirm {
     call: Comparison,
     from_again: Option<f64>,
     to_again: Option<f64>,
+    /// The relative standard errors of the first visits (the table's) and the second ones.
+    #[serde(default)]
+    spreads: [f64; 4],
 }
 
 /// Tunes the learner count of **one** device. [`Tuner`](crate::Tuner) holds one per device;
@@ -88,6 +91,10 @@ pub struct DeviceTuner {
     /// [`TunerConfig::monitor_window_seconds`]).
     #[serde(default)]
     pooled: (f64, f64),
+    /// Once settled: the last full monitor showed a drop; the next one decides (see
+    /// [`TunerConfig::retune_drop`]).
+    #[serde(default)]
+    drop_seen: bool,
     memory: Option<MemoryFigures>,
     /// Highest count reachable after the engine failed to add a learner.
     ceiling: Option<usize>,
@@ -118,6 +125,7 @@ impl DeviceTuner {
             table: Vec::new(),
             reference: None,
             pooled: (0.0, 0.0),
+            drop_seen: false,
             memory: None,
             ceiling: None,
             reason: Reason::Starting,
@@ -290,6 +298,15 @@ impl DeviceTuner {
         if cur != self.target {
             return SampleUse::AwaitingChange;
         }
+        // Windows are pooled into spans one stall of the host cannot fill (see
+        // `search_window_seconds` and `monitor_window_seconds`); warm-up counts pooled windows.
+        let min_seconds = match self.phase {
+            Phase::Searching => self.config.search_window_seconds,
+            Phase::Settling | Phase::Returning | Phase::Settled => self.config.monitor_window_seconds,
+        };
+        let Some(rate) = self.pool(rate, seconds, min_seconds) else {
+            return SampleUse::Pooled;
+        };
         if self.discard > 0 {
             self.discard -= 1;
             if self.phase == Phase::Searching {
@@ -297,19 +314,14 @@ impl DeviceTuner {
             }
             return SampleUse::WarmUp;
         }
-        // Once the search is over, windows are pooled into spans a stall cannot fill.
-        let rate = match self.phase {
-            Phase::Searching => rate,
-            Phase::Settling | Phase::Returning | Phase::Settled => match self.pool(rate, seconds) {
-                Some(pooled) => pooled,
-                None => return SampleUse::Pooled,
-            },
-        };
         match self.phase {
             Phase::Searching => {
                 self.windows.push(rate);
                 match self.measurement(self.config.windows_per_count) {
-                    Ok(m) => self.measured(cur, m),
+                    Ok((m, se)) => match self.inconclusive(cur, m, se) {
+                        Some(needed) => self.reason = Reason::Measuring { windows: self.windows.len(), needed },
+                        None => self.measured(cur, m, se),
+                    },
                     Err(needed) => {
                         self.reason = Reason::Measuring { windows: self.windows.len(), needed };
                     }
@@ -318,7 +330,7 @@ impl DeviceTuner {
             }
             Phase::Settling | Phase::Returning => {
                 self.windows.push(rate);
-                if let Ok(m) = self.measurement(self.config.monitor_windows) {
+                if let Ok((m, _)) = self.measurement(self.config.monitor_windows) {
                     self.reference = Some(m);
                     self.phase = Phase::Settled;
                     self.windows.clear();
@@ -334,9 +346,8 @@ impl DeviceTuner {
     }
 
     /// Adds a window (`rate` over `seconds`) to the pool; the pooled rate once the pool spans
-    /// [`TunerConfig::monitor_window_seconds`], and the pool starts again.
-    fn pool(&mut self, rate: f64, seconds: f64) -> Option<f64> {
-        let min = self.config.monitor_window_seconds;
+    /// `min` seconds, and the pool starts again.
+    fn pool(&mut self, rate: f64, seconds: f64, min: f64) -> Option<f64> {
         let (images, secs) = self.pooled;
         if secs == 0.0 && seconds >= min {
             // A window long enough on its own.
@@ -391,6 +402,7 @@ impl DeviceTuner {
         self.table.clear();
         self.windows.clear();
         self.pooled = (0.0, 0.0);
+        self.drop_seen = false;
         self.reference = None;
         self.discard = self.config.warmup_windows;
         self.reason = if count > max {
@@ -402,36 +414,69 @@ impl DeviceTuner {
         };
     }
 
-    /// The median of the current count's windows once it can be trusted: at least `n`
-    /// windows that agree (see [`TunerConfig::outlier_band`]), or as many more as
-    /// `extra_windows` allows. Otherwise the windows still needed.
-    fn measurement(&mut self, n: usize) -> Result<f64, usize> {
+    /// The median of the current count's windows and its relative standard error, once the
+    /// median can be trusted: at least `n` windows that agree (see
+    /// [`TunerConfig::outlier_band`]), or as many more as `extra_windows` allows. Otherwise the
+    /// windows still needed.
+    fn measurement(&mut self, n: usize) -> Result<(f64, f64), usize> {
         let have = self.windows.len();
         if have < n {
             return Err(n);
         }
         match agreed_median(&self.windows, &mut self.scratch, self.config.outlier_band) {
-            Some((m, agreed)) if agreed || have >= n.saturating_add(self.config.extra_windows) => Ok(m),
+            Some((m, agreed)) if agreed || have >= n.saturating_add(self.config.extra_windows) => {
+                Ok((m, median_standard_error(&self.windows, &mut self.scratch, m)))
+            }
             _ => Err(have + 1),
         }
     }
 
-    /// The median `m` of the windows at `count` is measured.
-    fn measured(&mut self, count: usize, m: f64) {
+    /// While `count`'s median `m` (relative standard error `se`) beats the search's best count
+    /// by the threshold but not by the noise as well (or the reverse, going down), and more
+    /// windows may still be measured: the windows needed next. A longer measurement shrinks
+    /// the noise; once `extra_windows` are spent the comparison is taken as it stands.
+    fn inconclusive(&self, count: usize, m: f64, se: f64) -> Option<usize> {
+        let have = self.windows.len();
+        if self.config.significance <= 0.0
+            || self.search.confirm.is_some()
+            || have >= self.config.windows_per_count.saturating_add(self.config.extra_windows)
+        {
+            return None;
+        }
+        let best = self.search.best;
+        let e = self.entry(best).filter(|_| best != count)?;
+        let (lo, hi) = if count < best {
+            ((count, m, se), (best, e.median, e.spread))
+        } else {
+            ((best, e.median, e.spread), (count, m, se))
+        };
+        let cmp = self.compare(lo, hi);
+        (cmp.change > cmp.needed && !cmp.is_gain()).then_some(have + 1)
+    }
+
+    /// Compares a smaller count `lo` with a larger `hi`, each `(count, figure, relative
+    /// standard error)`.
+    fn compare(&self, lo: (usize, f64, f64), hi: (usize, f64, f64)) -> Comparison {
+        let noise = self.config.significance * lo.2.hypot(hi.2);
+        Comparison::new((lo.0, lo.1), (hi.0, hi.1), self.needed(lo.0, hi.0), noise)
+    }
+
+    /// The median `m` (relative standard error `se`) of the windows at `count` is measured.
+    fn measured(&mut self, count: usize, m: f64, se: f64) {
         let windows = self.windows.len();
         self.windows.clear();
         if let Some(c) = self.search.confirm
             && (count == c.call.from_learners || count == c.call.to_learners)
         {
-            self.confirming(c, count, m, windows);
+            self.confirming(c, count, m, se, windows);
             return;
         }
-        let entry = TableEntry { learners: count, median: m, windows };
+        let entry = TableEntry { learners: count, median: m, windows, spread: se };
         match self.table.binary_search_by_key(&count, |e| e.learners) {
             Ok(i) => self.table[i] = entry,
             Err(i) => self.table.insert(i, entry),
         }
-        self.step(count, m);
+        self.step(count, m, se);
     }
 
     /// The change the larger of two counts must beat the smaller by: every learner must pay
@@ -442,16 +487,17 @@ impl DeviceTuner {
         (1.0 + self.config.threshold).powi(k) - 1.0
     }
 
-    fn median_of(&self, count: usize) -> Option<f64> {
-        self.table.binary_search_by_key(&count, |e| e.learners).ok().and_then(|i| self.table.get(i)).map(|e| e.median)
+    fn entry(&self, count: usize) -> Option<TableEntry> {
+        self.table.binary_search_by_key(&count, |e| e.learners).ok().and_then(|i| self.table.get(i)).copied()
     }
 
     // ---- the search ---------------------------------------------------------------------
 
-    /// Decides the next move after measuring `count` (median `m`).
-    fn step(&mut self, count: usize, m: f64) {
+    /// Decides the next move after measuring `count` (median `m`, relative standard error
+    /// `se`).
+    fn step(&mut self, count: usize, m: f64, se: f64) {
         let best = self.search.best;
-        let best_m = match self.median_of(best) {
+        let best_e = match self.entry(best) {
             Some(b) if best != count => b,
             _ => {
                 // The round's first measurement (or a lost reference): search from here.
@@ -461,12 +507,11 @@ impl DeviceTuner {
                 return;
             }
         };
-        let needed = self.needed(count, best);
         let patience = self.config.patience;
         match self.search.direction {
             Direction::Up => {
-                let cmp = Comparison::new((best, best_m), (count, m), needed);
-                if cmp.change > needed {
+                let cmp = self.compare((best, best_e.median, best_e.spread), (count, m, se));
+                if cmp.is_gain() {
                     self.search.best = count;
                     self.search.misses = 0;
                     self.next_probe(Reason::Improved(cmp));
@@ -481,8 +526,8 @@ impl DeviceTuner {
             }
             Direction::Down => {
                 // `count` is below `best`: did the learners between them pay?
-                let cmp = Comparison::new((count, m), (best, best_m), needed);
-                if cmp.change > needed {
+                let cmp = self.compare((count, m, se), (best, best_e.median, best_e.spread));
+                if cmp.is_gain() {
                     self.search.misses = self.search.misses.saturating_add(1);
                     if self.search.misses > patience {
                         self.down_done(Reason::WorthKeeping(cmp));
@@ -564,16 +609,18 @@ impl DeviceTuner {
         }
     }
 
-    /// The second visit to one count of a close call measured `m` over `windows` windows.
-    /// Once both counts are measured again, the one their means favour is the best count
-    /// and the search is over.
-    fn confirming(&mut self, mut c: Confirm, count: usize, m: f64, windows: usize) {
-        let first = if count == c.call.from_learners {
+    /// The second visit to one count of a close call measured `m` (relative standard error
+    /// `se`) over `windows` windows. Once both counts are measured again, the one their means
+    /// favour is the best count and the search is over.
+    fn confirming(&mut self, mut c: Confirm, count: usize, m: f64, se: f64, windows: usize) {
+        let (first, first_se) = if count == c.call.from_learners {
             c.from_again = Some(m);
-            c.call.from_median
+            c.spreads[2] = se;
+            (c.call.from_median, c.spreads[0])
         } else {
             c.to_again = Some(m);
-            c.call.to_median
+            c.spreads[3] = se;
+            (c.call.to_median, c.spreads[1])
         };
         // The table shows what the decision rests on: the mean of the two visits.
         if let Ok(i) = self.table.binary_search_by_key(&count, |e| e.learners)
@@ -581,14 +628,22 @@ impl DeviceTuner {
         {
             e.median = first / 2.0 + m / 2.0;
             e.windows = e.windows.saturating_add(windows);
+            e.spread = mean_spread((first, first_se), (m, se));
         }
         match (c.from_again, c.to_again) {
             (Some(from), Some(to)) => {
                 self.search.confirm = None;
                 let (lo, hi) = (c.call.from_learners, c.call.to_learners);
-                let means = (c.call.from_median / 2.0 + from / 2.0, c.call.to_median / 2.0 + to / 2.0);
-                let cmp = Comparison::new((lo, means.0), (hi, means.1), c.call.needed);
-                self.search.best = if cmp.change > cmp.needed { hi } else { lo };
+                let from = (
+                    c.call.from_median / 2.0 + from / 2.0,
+                    mean_spread((c.call.from_median, c.spreads[0]), (from, c.spreads[2])),
+                );
+                let to = (
+                    c.call.to_median / 2.0 + to / 2.0,
+                    mean_spread((c.call.to_median, c.spreads[1]), (to, c.spreads[3])),
+                );
+                let cmp = self.compare((lo, from.0, from.1), (hi, to.0, to.1));
+                self.search.best = if cmp.is_gain() { hi } else { lo };
                 self.finish(Reason::Confirmed(cmp));
             }
             (Some(_), None) => {
@@ -607,7 +662,7 @@ impl DeviceTuner {
     fn close_call(&self) -> Option<Comparison> {
         let band = self.config.confirm_band;
         let best = self.search.best;
-        let (Some(cur), Some(best_m)) = (self.current, self.median_of(best)) else {
+        let (Some(cur), Some(b)) = (self.current, self.entry(best)) else {
             return None;
         };
         if band <= 0.0 {
@@ -619,14 +674,10 @@ impl DeviceTuner {
             if e.learners == best || !reachable {
                 continue;
             }
-            let needed = self.needed(e.learners, best);
-            let (lo, hi) = if e.learners < best {
-                ((e.learners, e.median), (best, best_m))
-            } else {
-                ((best, best_m), (e.learners, e.median))
-            };
-            let cmp = Comparison::new(lo, hi, needed);
-            let distance = (cmp.change - needed).abs();
+            let (best_t, e_t) = ((best, b.median, b.spread), (e.learners, e.median, e.spread));
+            let cmp = if e.learners < best { self.compare(e_t, best_t) } else { self.compare(best_t, e_t) };
+            // Measured from the threshold: the noise makes a call more doubtful, not less close.
+            let distance = (cmp.change - cmp.needed).abs();
             if distance <= band && call.is_none_or(|(d, _)| distance < d) {
                 call = Some((distance, cmp));
             }
@@ -650,7 +701,9 @@ impl DeviceTuner {
                 // The nearer count first: no walk when the search ended at one of them, and
                 // the order best, rival, rival, best when it ended past the rival.
                 let first = if cur.abs_diff(lo) <= cur.abs_diff(hi) { lo } else { hi };
-                self.search.confirm = Some(Confirm { call, from_again: None, to_again: None });
+                let spread = |n: usize| self.entry(n).map_or(0.0, |e| e.spread);
+                let spreads = [spread(lo), spread(hi), 0.0, 0.0];
+                self.search.confirm = Some(Confirm { call, from_again: None, to_again: None, spreads });
                 self.steer(first, Reason::CloseCall(call));
                 return;
             }
@@ -753,8 +806,20 @@ impl DeviceTuner {
             return;
         };
         // A drop is believed when the windows agree on it, not when a run of outliers pulls
-        // the median down.
-        if agreed && m < reference * (1.0 - self.config.retune_drop) {
+        // the median down, and when the next `monitor_windows` fresh windows show it again:
+        // a burst of load that passes within one monitor span re-opens nothing.
+        let dropped = agreed && m < reference * (1.0 - self.config.retune_drop);
+        if dropped && !self.drop_seen {
+            self.drop_seen = true;
+            self.windows.clear();
+            self.ring_next = 0;
+            return;
+        }
+        if !dropped {
+            self.drop_seen = false;
+            return;
+        }
+        {
             self.round = self.round.saturating_add(1);
             let reason = Reason::ThroughputDrop { learners: cur, reference, median: m, drop: 1.0 - m / reference };
             self.begin_round(cur, reason);
@@ -811,4 +876,13 @@ impl DeviceTuner {
         };
         self.last
     }
+}
+
+/// The relative standard error of the mean of two visits to one count, `(figure, relative
+/// standard error)` each: √(se₁² + se₂²) / 2 from the windows of the two visits. (The
+/// difference between the visits is not added: on simulated hosts whose load comes and goes
+/// for tens of windows it made the second look settle low more often than no second look.)
+fn mean_spread(first: (f64, f64), second: (f64, f64)) -> f64 {
+    let se = first.1.hypot(second.1) / 2.0;
+    if se.is_finite() { se } else { 0.0 }
 }

@@ -43,10 +43,15 @@ pub struct Comparison {
     pub change: f64,
     /// The change needed to count as a gain: `(1 + threshold)^k - 1` for `k` more learners.
     pub needed: f64,
+    /// What the measurement noise adds to `needed`: `significance` standard errors of the
+    /// difference of the two figures, estimated from the spread of each count's windows. `0`
+    /// when the windows agreed exactly or `significance` is 0.
+    #[serde(default)]
+    pub noise: f64,
 }
 
 impl Comparison {
-    pub(crate) fn new(from: (usize, f64), to: (usize, f64), needed: f64) -> Self {
+    pub(crate) fn new(from: (usize, f64), to: (usize, f64), needed: f64, noise: f64) -> Self {
         Comparison {
             from_learners: from.0,
             from_median: from.1,
@@ -54,7 +59,19 @@ impl Comparison {
             to_median: to.1,
             change: to.1 / from.1 - 1.0,
             needed,
+            noise,
         }
+    }
+
+    /// Whether the larger count gained enough to be worth its learners: `change` above
+    /// `needed + noise`. A gain inside the noise is no gain: the smaller count wins.
+    pub fn is_gain(&self) -> bool {
+        self.change > self.needed + self.noise
+    }
+
+    /// The whole bar `change` had to clear: `needed + noise`.
+    pub fn bar(&self) -> f64 {
+        self.needed + self.noise
     }
 }
 
@@ -62,14 +79,18 @@ impl fmt::Display for Comparison {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} learners {:.1} img/s -> {} learners {:.1} img/s ({:+.1}%, gain needed > {:.1}%)",
+            "{} learners {:.1} img/s -> {} learners {:.1} img/s ({:+.1}%, gain needed > {:.1}%",
             self.from_learners,
             self.from_median,
             self.to_learners,
             self.to_median,
             self.change * 100.0,
-            self.needed * 100.0
-        )
+            self.bar() * 100.0
+        )?;
+        if self.noise > 0.0 {
+            write!(f, ": {:.1}% threshold + {:.1}% noise", self.needed * 100.0, self.noise * 100.0)?;
+        }
+        write!(f, ")")
     }
 }
 
@@ -258,8 +279,8 @@ pub enum SampleUse {
     Measured,
     /// Counted towards the sliding median watched while settled.
     Monitored,
-    /// Pooled with the next windows until they span `monitor_window_seconds` (once the
-    /// search is over).
+    /// Pooled with the next windows until they span `search_window_seconds` (while
+    /// searching) or `monitor_window_seconds` (once the search is over).
     Pooled,
 }
 
@@ -320,6 +341,11 @@ pub struct TableEntry {
     pub median: f64,
     /// Windows the median was taken over.
     pub windows: usize,
+    /// The median's relative standard error, estimated from the spread of its windows
+    /// (1.2533 × 1.4826 × median absolute deviation / median / √windows); for a count
+    /// measured twice, that of the mean of its two visits.
+    #[serde(default)]
+    pub spread: f64,
 }
 
 /// A serializable snapshot of one device's tuning state, for logs and metrics files.

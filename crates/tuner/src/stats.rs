@@ -29,9 +29,48 @@ pub(crate) fn agreed_median(values: &[f64], scratch: &mut Vec<f64>, band: f64) -
     Some((m, far <= values.len() / 4))
 }
 
+/// The relative standard error of `m`, the median of `values`, estimated robustly from their
+/// spread: the median absolute deviation scaled to a normal standard deviation (× 1.4826),
+/// times the median's efficiency factor (× 1.2533, √(π/2)), over √n and `m`. `0` for fewer
+/// than two values or a non-positive median. One outlier moves it little, unlike a standard
+/// deviation.
+pub(crate) fn median_standard_error(values: &[f64], scratch: &mut Vec<f64>, m: f64) -> f64 {
+    if values.len() < 2 || !(m > 0.0 && m.is_finite()) {
+        return 0.0;
+    }
+    scratch.clear();
+    scratch.extend(values.iter().map(|v| (v - m).abs()));
+    let mad = {
+        let deviations = std::mem::take(scratch);
+        let mad = median(&deviations, scratch).unwrap_or(0.0);
+        *scratch = deviations;
+        mad
+    };
+    let n = values.len() as f64;
+    let se = 1.2533 * 1.4826 * mad / (m * n.sqrt());
+    if se.is_finite() { se } else { 0.0 }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{agreed_median, median};
+    use super::{agreed_median, median, median_standard_error};
+
+    #[test]
+    fn standard_error_follows_the_spread_and_ignores_one_outlier() {
+        let mut s = Vec::new();
+        assert_eq!(median_standard_error(&[100.0; 5], &mut s, 100.0), 0.0);
+        assert_eq!(median_standard_error(&[100.0], &mut s, 100.0), 0.0);
+        assert_eq!(median_standard_error(&[90.0, 110.0], &mut s, 0.0), 0.0);
+        // Deviations 0, 10, 10, 20, 20 from 100: MAD 10.
+        let se = median_standard_error(&[100.0, 90.0, 110.0, 80.0, 120.0], &mut s, 100.0);
+        assert!((se - 1.2533 * 1.4826 * 10.0 / (100.0 * 5f64.sqrt())).abs() < 1e-12, "{se}");
+        // One wild window barely changes it; four times the windows halve it.
+        let wild = median_standard_error(&[100.0, 90.0, 110.0, 80.0, 1e6], &mut s, 100.0);
+        assert!(wild <= 2.0 * se, "{wild} vs {se}");
+        let twenty: Vec<f64> = (0..4).flat_map(|_| [100.0, 90.0, 110.0, 80.0, 120.0]).collect();
+        let quarter = median_standard_error(&twenty, &mut s, 100.0);
+        assert!((quarter - se / 2.0).abs() < 1e-12, "{quarter} vs {se}");
+    }
 
     #[test]
     fn agreement_flags_a_majority_of_outliers() {

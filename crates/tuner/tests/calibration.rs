@@ -24,7 +24,7 @@ struct Scenario {
 
 #[allow(clippy::unwrap_used)] // Test helper: an invalid scenario config should fail the test.
 fn run(s: &Scenario, shape: Shape, runs: u64) -> String {
-    let (mut bad, mut unsettled, mut windows, mut retunes) = (0, 0, 0usize, 0);
+    let (mut bad, mut over, mut unsettled, mut windows, mut retunes) = (0, 0, 0, 0usize, 0);
     for seed in 0..runs {
         let mut rng = Rng::new(seed.wrapping_mul(7919) ^ 0xABCD);
         let (curve, fit_max) = Curve::random(shape, &mut rng, LEN);
@@ -40,6 +40,9 @@ fn run(s: &Scenario, shape: Shape, runs: u64) -> String {
             None => unsettled += 1,
             Some(w) => {
                 windows += w;
+                if device.learners > device.curve.best(device.fit_max) {
+                    over += 1;
+                }
                 if !device.curve.acceptable(device.learners, device.fit_max) {
                     if std::env::var_os("SHOW").is_some() {
                         let c = &device.curve;
@@ -73,8 +76,8 @@ fn run(s: &Scenario, shape: Shape, runs: u64) -> String {
         }
     }
     format!(
-        "{:>16} {:>12}: outside {bad}/{runs}, unsettled {unsettled}, mean windows {:.0}, \
-         re-tuned while stable {retunes}",
+        "{:>16} {:>12}: outside {bad}/{runs}, above the best {over}, unsettled {unsettled}, \
+         mean windows {:.0}, re-tuned while stable {retunes}",
         s.name,
         format!("{shape:?}"),
         windows as f64 / runs as f64
@@ -84,7 +87,10 @@ fn run(s: &Scenario, shape: Shape, runs: u64) -> String {
 #[test]
 #[ignore = "calibration: prints statistics over many seeds"]
 fn calibration() {
-    let base = TunerConfig { max_learners: LEN, ..TunerConfig::default() };
+    // SIGNIFICANCE=x calibrates another noise margin than the default.
+    let significance = std::env::var("SIGNIFICANCE").ok().and_then(|r| r.parse().ok());
+    let d = TunerConfig::default();
+    let base = TunerConfig { max_learners: LEN, significance: significance.unwrap_or(d.significance), ..d };
     let scenarios = [
         Scenario { name: "default", config: base, noise: 0.10, outliers: 0.05, start: 1, drift: None },
         Scenario { name: "start at 6", config: base, noise: 0.10, outliers: 0.05, start: 6, drift: None },

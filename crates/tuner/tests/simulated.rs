@@ -302,7 +302,7 @@ proptest! {
 /// On a host whose load comes and goes (stretches of about 30 windows at 60% speed), the
 /// second look at a close call (`confirm_band`) settles outside the tolerance less often than
 /// the search alone, on the same 300 seeded devices. The ignored `calibration` test gives the
-/// rates over more seeds (about 11% against 16% for concave curves).
+/// rates over more seeds (about 12% against 16% for concave curves).
 #[test]
 fn a_second_look_at_close_calls_helps_on_a_host_with_changing_load() {
     let outside = |config: TunerConfig| {
@@ -328,4 +328,44 @@ fn a_second_look_at_close_calls_helps_on_a_host_with_changing_load() {
     eprintln!("outside the tolerance under changing load: {confirmed} of 300 with the second look, {alone} without");
     assert!(confirmed < alone, "outside the tolerance: {confirmed} with the second look, {alone} without");
     assert!(alone > 0, "the load must mislead the search alone for this test to show anything");
+}
+
+/// On a noisy host (every window ±20%) and curves that rise to a knee and then stay flat, the
+/// noise margin (`significance`) keeps the tuner from settling on learners past the knee that
+/// gain nothing, which the threshold alone takes on lucky medians; and it still settles within
+/// the tolerance about as often. The same 300 seeded devices for both. The ignored
+/// `calibration` test gives the rates over more seeds (about 6% against 24% above the knee).
+#[test]
+fn the_noise_margin_keeps_learners_that_gain_nothing_off_a_noisy_host() {
+    let run = |config: TunerConfig| {
+        let (mut above, mut outside) = (0, 0);
+        for seed in 0..300u64 {
+            let mut rng = common::Rng::new(seed.wrapping_mul(7919) ^ 0xF1A7);
+            let (curve, fit_max) = Curve::random(Shape::MonotoneFlat, &mut rng, LEN);
+            let mut device = SimDevice::new(curve, fit_max, 1, seed);
+            device.noise = 0.20;
+            let mut tuner = DeviceTuner::new(config).unwrap();
+            let bound = settle_bound(&config, LEN, device.missing_rate);
+            assert!(run_until_settled(&mut tuner, &mut device, bound).is_some(), "seed {seed} did not settle");
+            if device.learners > device.curve.best(device.fit_max) {
+                above += 1;
+            }
+            if !device.curve.acceptable(device.learners, device.fit_max) {
+                outside += 1;
+            }
+        }
+        (above, outside)
+    };
+    let (above, outside) = run(tuner_config(1));
+    let (above_plain, outside_plain) = run(TunerConfig { significance: 0.0, ..tuner_config(1) });
+    eprintln!(
+        "noisy flat curves, of 300: above the knee {above} with the noise margin, {above_plain} without; \
+         outside the tolerance {outside} and {outside_plain}"
+    );
+    assert!(above_plain >= 30, "the noise must mislead the threshold alone for this test to show anything");
+    assert!(above * 2 < above_plain, "above the knee: {above} with the noise margin, {above_plain} without");
+    assert!(
+        outside <= outside_plain + 15,
+        "outside the tolerance: {outside} with the noise margin, {outside_plain} without"
+    );
 }

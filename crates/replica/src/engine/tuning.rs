@@ -105,9 +105,14 @@ impl TuningEvent {
         let pct = |x: f64| format!("{:+.1}%", x * 100.0);
         // The change needed grows with the learners added ((1 + threshold)^k - 1): say so
         // when it is more than one learner's worth.
+        // The noise margin, when there is one, is said apart from the threshold.
         let needed = |c: Comparison| {
             let k = c.to_learners.abs_diff(c.from_learners);
-            if k > 1 { format!("{} ({} learners' worth)", pct(c.needed), k) } else { pct(c.needed) }
+            let mut s = if k > 1 { format!("{} ({} learners' worth)", pct(c.needed), k) } else { pct(c.needed) };
+            if c.noise > 0.0 {
+                s.push_str(&format!(" + {:.1}% for noise", c.noise * 100.0));
+            }
+            s
         };
         if r.decision == Decision::Settled
             && comparison(&r.reason).is_some()
@@ -161,7 +166,7 @@ impl TuningEvent {
                 pct(c.change),
                 c.from_learners,
                 needed(c),
-                if c.change > c.needed { c.to_learners } else { c.from_learners }
+                if c.is_gain() { c.to_learners } else { c.from_learners }
             ),
             Reason::MaxLearners { max } => format!("at the maximum of {}", learners(max)),
             Reason::MinLearners { min } => format!("at the minimum of {}", learners(min)),
@@ -400,6 +405,7 @@ mod tests {
             to_median: to.1,
             change: to.1 / from.1 - 1.0,
             needed,
+            noise: 0.0,
         }
     }
 
