@@ -92,10 +92,9 @@ pub struct TunerConfig {
     /// the settled reference (default 0.2 = 20%; in `(0, 1]`, `1` never re-opens) twice in a
     /// row: over `monitor_windows` windows, and again over the next `monitor_windows` fresh
     /// ones, so a burst of load on a shared host that passes within one monitor span does not
-    /// re-open a search. Keep it
-    /// well above the window-to-window noise: with ±10% noise a stable device practically never
-    /// re-opens, with ±20% it re-opens about once in 4000 windows (raise this or
-    /// `monitor_windows` there).
+    /// re-open a search. Keep it well above the noise: on simulated devices whose windows swing
+    /// by ±20% a stable device re-opened about once in 100,000 monitored windows, but a host whose
+    /// load itself moves by 20% for seconds at a time re-opens it (raise this there).
     pub retune_drop: f64,
     /// Optional cap on the bytes crossbow may use per device, applied on top of the budget the
     /// engine reports in [`MemoryFigures`](crate::MemoryFigures) (the smaller one counts).
