@@ -44,6 +44,7 @@ const KEYS: &[&str] = &[
     "max-learners",
     "tuner-threshold",
     "tuner-significance",
+    "tuner-retune",
 ];
 
 /// Keys that are not settings.

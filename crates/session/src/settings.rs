@@ -23,7 +23,7 @@ use crossbow_tensor::DeviceSpec;
 use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::{Every, OnDivergence, OnWriteError};
-use crate::config::{AugmentChoice, BnEval, LearnersPerDevice};
+use crate::config::{AugmentChoice, BnEval, LearnersPerDevice, TunerRetune};
 
 /// Whether a resumed run may change a setting.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,7 +118,8 @@ text!(
     BadImagePolicy,
     DecodeMode,
     NormalizeChoice,
-    AugmentChoice
+    AugmentChoice,
+    TunerRetune
 );
 
 impl Setting<Word> for LearnersPerDevice {
@@ -636,6 +637,10 @@ settings! {
     /// shared host whose throughput swings, a learner kept on a lucky median changes what
     /// training does (under S-SGD, the aggregate batch) for nothing [default: 1.5]
     "tuner-significance" tuner_significance: f64 => f64 = 1.5, check tuner_threshold_check, Changeable, No;
+    /// When the tuner searches again after settling: auto (never under ssgd, where the
+    /// learner count is the aggregate batch and a change mid-run changes the optimisation; on a
+    /// 20% throughput drop otherwise), off, or the drop as a fraction in (0, 1) [default: auto]
+    "tuner-retune" tuner_retune: String => TunerRetune = TunerRetune::Auto, check any, Changeable, No;
     /// How GPU contributions are summed: nccl (one NCCL all-reduce over every GPU of every
     /// rank), host (through host memory, and MPI across ranks), or auto (nccl when every
     /// device is a GPU, NCCL loads and there are 2+ GPUs) [default: auto]

@@ -146,6 +146,24 @@ impl DeviceTuner {
         &self.config
     }
 
+    /// Replaces the configuration, keeping what was measured and where the search stands (a
+    /// run resumed with another threshold, noise margin or re-tune rule continues under the
+    /// new one from its next window); the limits apply at once. Rejected, it changes nothing.
+    pub fn set_config(&mut self, config: TunerConfig) -> Result<(), ConfigError> {
+        config.validate()?;
+        self.config = config;
+        let n = config.windows_per_count.max(config.monitor_windows).saturating_add(config.extra_windows).min(64);
+        self.windows.reserve(n.saturating_sub(self.windows.len()));
+        self.scratch.reserve(n.saturating_sub(self.scratch.len()));
+        if self.phase == Phase::Settled && self.windows.len() > config.monitor_windows {
+            // The ring shrank: start the sliding median again.
+            self.windows.clear();
+            self.ring_next = 0;
+        }
+        self.ring_next %= config.monitor_windows;
+        Ok(())
+    }
+
     /// Takes one measurement window and answers what the device should do next.
     ///
     /// Memory figures in the sample replace the previous ones first. A missing sample (see

@@ -49,6 +49,17 @@ impl Tuner {
         self.devices.len()
     }
 
+    /// Replaces the configuration of every device, keeping what each has measured and where
+    /// it stands (see [`DeviceTuner::set_config`]); nothing changes if it is rejected.
+    pub fn set_config(&mut self, config: TunerConfig) -> Result<(), TunerError> {
+        config.validate()?;
+        for d in &mut self.devices {
+            d.set_config(config)?;
+        }
+        self.config = config;
+        Ok(())
+    }
+
     /// Learners each device should start with (the configured `initial_learners`).
     pub fn initial_learners(&self) -> usize {
         self.config.initial_learners

@@ -929,3 +929,28 @@ fn reports_and_status_serialize_to_json() {
     // Every reason has a human-readable form for logs.
     assert!(r.to_string().starts_with("settled (2 -> 2): no gain above threshold"));
 }
+
+#[test]
+fn a_new_configuration_keeps_what_was_measured_and_rules_from_the_next_window() {
+    // Settled with re-tuning off: a 40% drop re-opens nothing.
+    let mut rig = Rig::new(TunerConfig { retune_drop: 1.0, ..config() });
+    rig.settle(peak_at_two, 100);
+    for _ in 0..10 {
+        rig.window(150.0);
+    }
+    assert_eq!(rig.tuner.reference(), Some(150.0));
+    let table = rig.tuner.table().to_vec();
+    for i in 0..40 {
+        assert_eq!(rig.window(0.6 * 150.0).decision, Decision::Settled, "window {i}");
+    }
+    // An invalid configuration is refused and changes nothing.
+    let bad = TunerConfig { significance: f64::NAN, ..config() };
+    assert!(matches!(rig.tuner.set_config(bad), Err(ConfigError::Significance(x)) if x.is_nan()));
+    assert_eq!(rig.tuner.config().retune_drop, 1.0);
+    // The default rule: the same drop re-opens tuning (after two monitor spans), the table
+    // measured before is kept until then.
+    rig.tuner.set_config(config()).unwrap();
+    assert_eq!(rig.tuner.table(), &table[..]);
+    let r = rig.until(|m| 0.6 * peak_at_two(m), 20, |r| r.decision != Decision::Settled);
+    assert!(matches!(r.reason, Reason::ThroughputDrop { .. }), "{r:?}");
+}

@@ -340,6 +340,9 @@ impl AutoTuner {
                 tuner.set_memory(d, m).map_err(|e| ReplicaError::Config(format!("tuner: {e}")))?;
             }
         }
+        // The tuner continues under this run's configuration (a resume may change the
+        // threshold, the noise margin or the re-tune rule), with everything it measured.
+        tuner.set_config(*self.tuner.config()).map_err(|e| ReplicaError::Config(format!("tuner: {e}")))?;
         self.tuner = tuner;
         self.probing = probing;
         self.last_logged = last_logged;
@@ -571,5 +574,16 @@ mod tests {
         assert_eq!(most, 3, "{lines:#?}");
         assert_eq!(engine.learners(), 3, "{lines:#?}");
         assert!(lines.last().is_some_and(|l| l.contains("memory budget")), "{lines:#?}");
+
+        // A resumed run continues with everything measured, under its own configuration:
+        // the saved tuner's threshold and re-tune rule give way to the new run's.
+        let saved = tuner.save().unwrap();
+        let changed = TunerConfig { threshold: 0.2, significance: 0.0, retune_drop: 1.0, ..tc };
+        let mut resumed = AutoTuner::new(&engine, changed, true).unwrap();
+        resumed.restore(&saved).unwrap();
+        assert!(resumed.settled());
+        assert_eq!(*resumed.tuner.config(), changed);
+        assert_eq!(*resumed.tuner.device(0).unwrap().config(), changed);
+        assert_eq!(resumed.tuner.device(0).unwrap().table(), tuner.tuner.device(0).unwrap().table());
     }
 }

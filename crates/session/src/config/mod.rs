@@ -69,6 +69,57 @@ impl Serialize for LearnersPerDevice {
     }
 }
 
+/// When the auto-tuner re-opens its search after settling (`--tuner-retune`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum TunerRetune {
+    /// Never under `ssgd`, where the learner count is the aggregate batch (k learners at
+    /// batch b train as one at k·b), so a change mid-run changes the optimisation in the middle
+    /// of a learning-rate schedule tuned for the other; on a 20% drop of throughput under any
+    /// other synchroniser.
+    Auto,
+    /// Never: the count settled on stays for the run.
+    Off,
+    /// When throughput falls by more than this fraction of the settled reference (in (0, 1)).
+    Drop(f64),
+}
+
+impl TunerRetune {
+    /// The tuner's `retune_drop` under synchroniser `sync` (`1.0`: never re-opens).
+    pub fn drop_under(self, sync: &str) -> f64 {
+        match self {
+            TunerRetune::Auto if sync == "ssgd" => 1.0,
+            TunerRetune::Auto => 0.2,
+            TunerRetune::Off => 1.0,
+            TunerRetune::Drop(x) => x,
+        }
+    }
+}
+
+impl FromStr for TunerRetune {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "auto" => Ok(TunerRetune::Auto),
+            "off" => Ok(TunerRetune::Off),
+            t => match t.parse::<f64>() {
+                Ok(x) if x > 0.0 && x < 1.0 => Ok(TunerRetune::Drop(x)),
+                _ => Err(format!("must be 'auto', 'off' or a fraction in (0, 1) such as 0.3, got {s:?}")),
+            },
+        }
+    }
+}
+
+/// As the flag takes it.
+impl std::fmt::Display for TunerRetune {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TunerRetune::Auto => write!(f, "auto"),
+            TunerRetune::Off => write!(f, "off"),
+            TunerRetune::Drop(x) => write!(f, "{x}"),
+        }
+    }
+}
+
 impl TrainFile {
     /// Reads a TOML config file; errors name the file (and the line and key, for bad values).
     pub fn read(path: &Path) -> Result<Self, SessionError> {

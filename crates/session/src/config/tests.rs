@@ -316,3 +316,28 @@ fn unknown_config_keys_are_errors() {
     assert!(TrainFile::read(&dir.join("missing.toml")).unwrap_err().to_string().contains("missing.toml"));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn tuner_retune_is_off_under_ssgd_by_default_and_can_be_set() {
+    let c = TrainConfig::from_file(TrainFile::default()).unwrap();
+    assert_eq!(c.tuner_retune, TunerRetune::Auto);
+    assert_eq!(c.tuner_significance, 1.5);
+    // Under S-SGD the learner count is the batch: the count settled on stays.
+    assert_eq!(c.tuner_retune.drop_under(&c.sync), 1.0);
+    assert_eq!(TunerRetune::Auto.drop_under("sma"), 0.2);
+    let file: TrainFile = toml::from_str("tuner-retune = \"0.35\"\ntuner-significance = 0\n").unwrap();
+    let c = TrainConfig::from_file(file).unwrap();
+    assert_eq!((c.tuner_retune, c.tuner_significance), (TunerRetune::Drop(0.35), 0.0));
+    assert_eq!(c.tuner_retune.drop_under("ssgd"), 0.35);
+    let off = TrainFile { tuner_retune: Some("off".into()), sync: Some("sma".into()), ..Default::default() };
+    let c = TrainConfig::from_file(off).unwrap();
+    assert_eq!(c.tuner_retune.drop_under(&c.sync), 1.0);
+    for bad in ["1.5", "0", "never", "-0.2", "NaN"] {
+        let f = TrainFile { tuner_retune: Some(bad.into()), ..Default::default() };
+        let e = TrainConfig::from_file(f).unwrap_err().to_string();
+        assert!(e.contains("--tuner-retune") && e.contains("'auto', 'off' or a fraction"), "{bad}: {e}");
+    }
+    let f = TrainFile { tuner_significance: Some(-1.0), ..Default::default() };
+    let e = TrainConfig::from_file(f).unwrap_err().to_string();
+    assert!(e.contains("--tuner-significance"), "{e}");
+}

@@ -18,7 +18,7 @@ use crate::error::SessionError;
 use crate::report::Reporter;
 
 /// The auto-tuner of `cfg` (`--learners-per-device auto`: `--max-learners`,
-/// `--tuner-threshold`, `--tuner-significance`) for `engine`, or `None` with a fixed learner count.
+/// `--tuner-threshold`, `--tuner-significance`, `--tuner-retune`) for `engine`, or `None` with a fixed learner count.
 pub fn auto_tuner<B: Backend>(
     cfg: &TrainConfig,
     engine: &Engine<B>,
@@ -30,6 +30,7 @@ pub fn auto_tuner<B: Backend>(
                 max_learners: tuner_cap(cfg, engine, train_len),
                 threshold: cfg.tuner_threshold,
                 significance: cfg.tuner_significance,
+                retune_drop: cfg.tuner_retune.drop_under(&cfg.sync),
                 ..TunerConfig::default()
             };
             Ok(Some(AutoTuner::new(engine, tc, true).map_err(|e| SessionError::usage(e.to_string()))?))
