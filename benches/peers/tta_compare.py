@@ -136,10 +136,13 @@ def crossbow_run(a, u, b, lr, seed, ck, cap=None):
     end = next((r for r in recs if r.get("event") == "end"), {})
     probing = ({"extra_seconds": end["probing"]["extra_seconds"], "wall_seconds": end.get("wall_seconds")}
                if end.get("probing") else None)
-    complete = any(r.get("event") == "end" for r in recs)
+    # A run that stopped on divergence (its loss exploded; `--on-divergence stop`) is over: a
+    # result, not reached, as PyTorch's diverged runs are (they train on at chance).
+    diverged = any(r.get("event") == "diverged" for r in recs)
+    complete = any(r.get("event") == "end" for r in recs) or diverged
     return finish({"side": "crossbow", "batch": b, "lr": lr, "seed": seed, "rc": rc, "peak_rss_mb": rss,
                    "learners": learners, "phases": phases, "probing": probing, "curve": curve, "resumed": resumed,
-                   "complete": complete or pruned, "pruned": pruned}, a, u)
+                   "complete": complete or pruned, "pruned": pruned, "diverged": diverged}, a, u)
 
 
 def torch_run(a, u, b, lr, seed, fmt, ck, probe_epochs=None, cap=None):
