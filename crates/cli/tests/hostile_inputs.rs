@@ -296,10 +296,12 @@ fn cpu_runs_say_one_short_line_about_the_gpu_and_the_tuner_one_line_per_decision
         "--test-size",
         "100",
         "--epochs",
-        "0.5",
+        "2",
         "--batch-size",
         "16",
     ];
+    // 250 iterations: the tuner's search pools its windows to 50 ms, so on a debug build's
+    // ~20 ms steps its first decision takes 20-60 iterations.
     let (code, _out, err) = crossbow(&args);
     assert_eq!(code, 0, "{err}");
     let gpu_lines: Vec<&str> = err.lines().filter(|l| l.contains("GPU") || l.contains("CUDA")).collect();
