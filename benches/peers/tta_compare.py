@@ -29,7 +29,9 @@ Long rows (full-size CIFAR-10) tune on a shorter budget than they are measured o
 `--tune-epochs`, `--tune-schedule` and `--tune-target` set the tuning runs' length, schedule
 and target (the picks rank by seconds to the tuning target); the seeds then run the full
 `--epochs`/`--schedule` to `--target`. crossbow runs its defaults (the tuner picks the learners, the model's default
-synchroniser) unless `--crossbow-flags` adds its best configuration's. With `--prune-tuning`
+synchroniser) unless `--crossbow-flags` adds its best configuration's; with
+`--crossbow-global-batch` its batch of the grid is the whole iteration's
+(`--global-batch-size`: the learners the tuner picks split it), as PyTorch's is. With `--prune-tuning`
 the grid runs from the largest batch down and a tuning run is stopped at its first evaluation
 past its side's best seconds to the tuning target so far without having reached it: it ranks
 below that run whatever it would do next, so the picks are exactly those of the whole grid,
@@ -117,7 +119,8 @@ def crossbow_run(a, u, b, lr, seed, ck, cap=None):
             if os.path.exists(metrics):
                 os.remove(metrics)
             cmd = [a.crossbow, "train", "--model", a.model, "--dataset", a.dataset, "--data-dir", a.data_dir,
-                   "--batch-size", str(b), "--lr", str(lr), "--schedule", u.schedule, "--epochs", str(u.epochs),
+                   "--global-batch-size" if a.crossbow_global_batch else "--batch-size", str(b), "--lr", str(lr),
+                   "--schedule", u.schedule, "--epochs", str(u.epochs),
                    "--eval-every", str(a.eval_every), "--seed", str(seed), "--devices", "cpu", "--threads",
                    str(a.threads), "--metrics", metrics, "-q"]
             if not u.run_to_end:
@@ -227,6 +230,9 @@ def main():
     p.add_argument("--tune-schedule", help="the tuning runs' schedule (default: --schedule)")
     p.add_argument("--tune-target", type=float, help="the tuning runs' target (default: --target)")
     p.add_argument("--crossbow-flags", default="", help="extra `crossbow train` flags (its best configuration)")
+    p.add_argument("--crossbow-global-batch", action="store_true",
+                   help="crossbow trains with --global-batch-size B (the grid's batch is every learner's together, "
+                        "split among the learners the tuner picks) instead of --batch-size B per learner")
     p.add_argument("--torch-flags", default="", help="extra tta.py flags (e.g. --image-size 32 --augment crop-flip)")
     p.add_argument("--out", default="tta-compare")
     p.add_argument("--isa", choices=["avx2"],

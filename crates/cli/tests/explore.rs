@@ -424,3 +424,20 @@ fn a_stopped_exploration_resumes_to_the_same_result() {
     assert_eq!(events(&records, "interrupted").len(), 1);
     assert_eq!(events(&records, "resume").len(), 1);
 }
+
+#[test]
+fn a_global_batch_is_refused_with_the_reason() {
+    let d = dir("global-batch");
+    let (out, records) = explore(
+        &d,
+        &format!("global-batch-size = 64\n{}[space]\nlr = [0.1, 0.05]\n", BASE.replace("batch-size = 16\n", "")),
+        &[],
+    );
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("global-batch-size 64: crossbow explore gives every learner a batch of --batch-size"),
+        "{err}"
+    );
+    assert!(records.is_empty() && !d.join("out").exists(), "something ran");
+}

@@ -343,3 +343,48 @@ fn the_tuners_probing_cost_is_measured_from_its_layouts() {
     let s = train(&cfg, &SyncRegistry::builtin(), &mut Reporter::silent()).expect("training runs");
     assert!(s.probing.is_none(), "{:?}", s.probing);
 }
+
+/// `--global-batch-size` under S-SGD: the learners split each iteration's images, so one,
+/// two and four learners train the same model (LeNet-5 has no batch norm: to rounding), each
+/// iteration takes the global batch, and the tuner, choosing among the counts that divide
+/// it, changes the speed and not the curve. (Half an epoch: later, while the loss falls
+/// fastest, rounding differences grow as they do between one learner on one thread and on
+/// two, measured at 1.7% of the test loss one epoch in.)
+#[test]
+fn a_global_batch_trains_the_same_model_at_any_learner_count() {
+    let run = |learners: &str, global: Option<usize>| {
+        let cfg = config(TrainFile {
+            global_batch_size: global,
+            batch_size: global.is_none().then_some(64),
+            learners_per_device: Some(learners.into()),
+            epochs: Some(0.5),
+            eval_every: Some(0.25),
+            lr: Some(0.05),
+            threads: Some(2),
+            ..TrainFile::default()
+        });
+        train(&cfg, &SyncRegistry::builtin(), &mut Reporter::silent()).unwrap()
+    };
+    let one = run("1", Some(64));
+    assert!(one.evaluations[1].test_loss < 2.2, "it learns: {:?}", one.evaluations);
+    let close = |s: &crossbow_cli::report::Summary| {
+        one.evaluations.iter().zip(&s.evaluations).all(|(a, b)| (a.test_loss - b.test_loss).abs() / a.test_loss < 2e-3)
+    };
+    for k in ["2", "4", "auto"] {
+        let s = run(k, Some(64));
+        assert_eq!(s.iterations, one.iterations, "{k}: an iteration is the global batch");
+        assert!(close(&s), "{k} learners: {:?} against one learner's {:?}", s.evaluations, one.evaluations);
+        assert!(s.learners.iter().all(|&m| 64usize.is_multiple_of(m)), "{k}: {:?}", s.learners);
+    }
+    // The control: two learners of 64 each (an aggregate of 128) train another model.
+    let other = run("2", None);
+    assert!(!close(&other), "{:?} against {:?}", other.evaluations, one.evaluations);
+    // A count that does not divide it is refused before anything runs.
+    let cfg = config(TrainFile {
+        global_batch_size: Some(64),
+        learners_per_device: Some("3".into()),
+        ..TrainFile::default()
+    });
+    let e = train(&cfg, &SyncRegistry::builtin(), &mut Reporter::silent()).unwrap_err().to_string();
+    assert!(e.contains("--global-batch-size 64 does not divide into equal batches for 3 learner(s)"), "{e}");
+}

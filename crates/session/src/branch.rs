@@ -125,9 +125,22 @@ impl Branch {
         registry: &SyncRegistry,
         cores: &CpuDevices,
     ) -> Result<(), SessionError> {
+        Self::no_global_batch(cfg)?;
         let sync = registry.build_for(cfg)?.cpu();
         let graph = build_graph(cfg, data)?;
         crate::preflight::check_run(cfg, data, &graph, cores, &*sync).map(|_| ())
+    }
+
+    /// An exploration's driver hands every learner a batch of `--batch-size` images: a global
+    /// batch split among the learners is `crossbow train`'s alone.
+    fn no_global_batch(cfg: &TrainConfig) -> Result<(), SessionError> {
+        match cfg.global_batch_size {
+            Some(n) => Err(SessionError::usage(format!(
+                "{} {n}: crossbow explore gives every learner a batch of --batch-size images; a global batch split among the learners is crossbow train's (leave it out here)",
+                cfg.name_of("global-batch-size")
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// The normalisation `cfg` trains with on `data` (the training set's per-channel
@@ -148,6 +161,7 @@ impl Branch {
         normalize: &Normalize,
         layout: Option<&[usize]>,
     ) -> Result<Branch, SessionError> {
+        Self::no_global_batch(cfg)?;
         let sync = registry.build_for(cfg)?.cpu();
         let graph = build_graph(cfg, data)?;
         let factory = Box::new(CpuDevices { count: cores.count, threads: cores.threads });
@@ -159,9 +173,10 @@ impl Branch {
         let engine = start_engine(cfg, graph, factory, sync, &layout)?;
         let tuner = auto_tuner(cfg, &engine, data.train.len())?;
         let calibration = match cfg.bn_eval {
-            BnEval::Recalibrate(n) if engine.graph().stats_len > 0 => {
-                Some((n, PipelineSource { pipeline: calibration_pipeline(cfg, data, n, Cursor::default())? }))
-            }
+            BnEval::Recalibrate(n) if engine.graph().stats_len > 0 => Some((
+                n,
+                PipelineSource { pipeline: calibration_pipeline(cfg, data, cfg.batch_size, n, Cursor::default())? },
+            )),
             _ => None,
         };
         Ok(Branch {
@@ -196,7 +211,7 @@ impl Branch {
             t.restore(v)?;
         }
         if let (Some((n, cal)), Some(cursor)) = (b.calibration.as_mut(), saved.calibration_cursor) {
-            *cal = PipelineSource { pipeline: calibration_pipeline(cfg, data, *n, cursor)? };
+            *cal = PipelineSource { pipeline: calibration_pipeline(cfg, data, cfg.batch_size, *n, cursor)? };
         }
         b.window = saved.window.clone();
         b.watch = saved.watch.clone();

@@ -544,6 +544,11 @@ settings! {
     "data-dir" data_dir: PathBuf => PathBuf = PathBuf::from("data"), check any, Changeable, No;
     /// Images per learner per iteration [default: 32]
     "batch-size" batch_size: usize => usize = 32, check at_least_1, Defining, Yes;
+    /// With --sync ssgd: images per iteration, all learners together, whatever their count:
+    /// each of k learners trains on N/k, so the count the auto-tuner picks changes the speed,
+    /// not the training (it tries only counts that divide N). Replaces --batch-size [default:
+    /// off: --batch-size per learner]
+    "global-batch-size" global_batch_size: usize => Option<usize> = None, check opt_at_least_1, Defining, No;
     /// Base learning rate [default: 0.01]
     "lr" lr: f64 => f64 = 0.01, check lr_check, Changeable, Yes;
     /// Momentum of each learner's SGD [default: 0.9]

@@ -147,7 +147,7 @@ impl<B: Backend> Engine<B> {
     /// This iteration's losses, read now (waits for every learner's work).
     pub(super) fn read_losses_now(&mut self, epoch: f64) -> Result<LossTotals> {
         let mut t = self.stash.take().unwrap_or_default();
-        let (at, b) = (self.iteration, self.cfg.batch_size);
+        let (at, b) = (self.iteration, self.program.batch);
         for dev in &mut self.devices {
             let name = dev.device.to_string();
             for l in &mut dev.learners {
@@ -195,7 +195,7 @@ impl<B: Backend> Engine<B> {
     /// Finishes every read in flight: the learners' and the central model's.
     fn finish_reads(&mut self) -> Result<LossTotals> {
         let mut t = LossTotals::default();
-        let b = self.cfg.batch_size;
+        let b = self.program.batch;
         for dev in &mut self.devices {
             let name = dev.device.to_string();
             for l in &mut dev.learners {

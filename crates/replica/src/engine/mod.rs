@@ -150,6 +150,8 @@ pub struct Engine<B: Backend> {
     central_read: Option<losses::PendingRead<B>>,
     /// Where that sum is computed.
     central_sq: Option<B::Buffer>,
+    /// Images per iteration kept fixed whatever the learner count ([`Engine::set_global_batch`]).
+    global_batch: Option<usize>,
 }
 
 /// Whose batch statistics a learner's batch-norm layers normalise with in training.
@@ -289,6 +291,7 @@ impl<B: Backend> Engine<B> {
             stash: None,
             central_read: None,
             central_sq: None,
+            global_batch: None,
         };
         for (d, dev) in devices.into_iter().enumerate() {
             let backend = engine.factory.device_backend(d)?;
@@ -382,10 +385,17 @@ impl<B: Backend> Engine<B> {
     ///
     /// The same exchange carries the synchroniser's [`Synchroniser::proposal`]: rank 0's is
     /// applied on every rank ([`Synchroniser::agree`]); with one process, its own is.
+    ///
+    /// With a global batch ([`Engine::set_global_batch`]) the learners' programs are then
+    /// lowered for the agreed count's share, if it changed.
     pub fn sync_layout(&mut self) -> Result<()> {
-        if self.layout_agreed_at == Some(self.iteration) {
-            return Ok(());
+        if self.layout_agreed_at != Some(self.iteration) {
+            self.agree_layout()?;
         }
+        self.rebatch()
+    }
+
+    fn agree_layout(&mut self) -> Result<()> {
         if self.world.size() <= 1 {
             self.layout_agreed_at = Some(self.iteration);
             if let Some(v) = self.sync.proposal() {
@@ -406,6 +416,74 @@ impl<B: Backend> Engine<B> {
             self.world_counts = counts;
             self.learners_changed()?;
         }
+        Ok(())
+    }
+
+    /// Keeps the images of an iteration, the learners of every rank together, at `n` whatever
+    /// the learner count: each of `k` learners trains on `n / k` of them. Under S-SGD the
+    /// update is then the mean gradient of the same `n` images at any `k` (up to rounding; with
+    /// batch norm exactly so only when a device's learners normalise together,
+    /// [`BnGroup::Device`]), so a learner count chosen for speed (the auto-tuner's) leaves the
+    /// optimisation as it was. The learners' programs are lowered again for the new share
+    /// before the first iteration at a new count ([`Engine::sync_layout`]); a count that does
+    /// not divide `n` is an error there. Every rank sets the same value. `None` (the default):
+    /// every learner takes [`EngineConfig::batch_size`] images.
+    pub fn set_global_batch(&mut self, n: Option<usize>) -> Result<()> {
+        if n == Some(0) {
+            return Err(ReplicaError::Config("the global batch must be at least 1 image".into()));
+        }
+        if let Some(n) = n {
+            Self::share_of(n, self.world_learners())?;
+        }
+        self.global_batch = n;
+        self.rebatch()
+    }
+
+    /// The global batch, if one is set ([`Engine::set_global_batch`]).
+    pub fn global_batch(&self) -> Option<usize> {
+        self.global_batch
+    }
+
+    /// Images each learner trains on per iteration now: [`EngineConfig::batch_size`], or with
+    /// a global batch its share at the current learner count.
+    pub fn batch_size(&self) -> usize {
+        self.program.batch
+    }
+
+    /// Images the next iteration takes, the learners of every rank together: the global
+    /// batch when one is set, else learners x batch.
+    pub fn images_per_iteration(&self) -> usize {
+        self.global_batch.unwrap_or(self.world_learners() * self.program.batch)
+    }
+
+    /// `n / k`, when `n` images divide into `k` equal shares.
+    fn share_of(n: usize, k: usize) -> Result<usize> {
+        if k == 0 || !n.is_multiple_of(k) {
+            return Err(ReplicaError::Config(format!(
+                "a global batch of {n} images does not divide into {k} equal learner batches"
+            )));
+        }
+        Ok(n / k)
+    }
+
+    /// Lowers the learners' programs for their share of the global batch, when it changed.
+    fn rebatch(&mut self) -> Result<()> {
+        let Some(n) = self.global_batch else { return Ok(()) };
+        let b = Self::share_of(n, self.world_learners())?;
+        if b == self.program.batch {
+            return Ok(());
+        }
+        // Reads in flight are of batches of the old size: finished and kept first.
+        self.stash_losses()?;
+        let TrainPlan { program, plan } = TrainPlan::new(&self.graph, b)?;
+        for dev in &mut self.devices {
+            for l in &mut dev.learners {
+                l.backend.synchronize()?;
+                l.exec = Executor::from_parts(&l.backend, &self.graph, Arc::clone(&program), Arc::clone(&plan))?;
+            }
+        }
+        self.program = program;
+        self.plan = plan;
         Ok(())
     }
 

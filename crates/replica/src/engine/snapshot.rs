@@ -360,7 +360,7 @@ impl<B: Backend> Engine<B> {
 
     /// Each learner's mean loss on its last batch: `(device, learner id, loss)`.
     pub fn learner_losses(&self) -> Vec<(String, usize, f64)> {
-        let b = self.cfg.batch_size.max(1) as f64;
+        let b = self.program.batch.max(1) as f64;
         self.devices
             .iter()
             .flat_map(|d| d.learners.iter().map(move |l| (d.device.to_string(), l.id, l.last_loss.0 / b)))

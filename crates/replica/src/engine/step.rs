@@ -160,7 +160,7 @@ impl<B: Backend> Engine<B> {
             LossRead::Now => self.read_losses_now(epoch)?,
             LossRead::Lagged => self.read_losses_lagged(epoch)?,
         };
-        let mut images = self.learners() * self.cfg.batch_size;
+        let mut images = self.learners() * self.program.batch;
         // Every rank sees the same totals, so every rank stops on a diverged learner of any
         // rank (a NaN loss makes the sum NaN everywhere).
         self.reduce_totals(&mut t, &mut images)?;

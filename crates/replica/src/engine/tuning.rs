@@ -35,6 +35,11 @@ pub struct TuningEvent {
     pub learners_after: Vec<usize>,
     /// Why the decision could not be applied, if it could not.
     pub failed: Option<String>,
+    /// With a global batch ([`Engine::set_global_batch`]): the learner counts the tuner
+    /// chooses among (those that divide the batch), each one step from the next; the
+    /// report's counts are learners all the same.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub counts: Option<Vec<usize>>,
 }
 
 fn learners(n: usize) -> String {
@@ -106,9 +111,17 @@ impl TuningEvent {
         // The change needed grows with the learners added ((1 + threshold)^k - 1): say so
         // when it is more than one learner's worth.
         // The noise margin, when there is one, is said apart from the threshold.
+        // With a global batch the tuner steps between the counts that divide it.
+        let (k_of, unit) = match &self.counts {
+            Some(l) => (
+                Box::new(|n: usize| l.iter().position(|&c| c == n).unwrap_or(n)) as Box<dyn Fn(usize) -> usize>,
+                "steps",
+            ),
+            None => (Box::new(|n: usize| n) as Box<dyn Fn(usize) -> usize>, "learners"),
+        };
         let needed = |c: Comparison| {
-            let k = c.to_learners.abs_diff(c.from_learners);
-            let mut s = if k > 1 { format!("{} ({} learners' worth)", pct(c.needed), k) } else { pct(c.needed) };
+            let k = k_of(c.to_learners).abs_diff(k_of(c.from_learners));
+            let mut s = if k > 1 { format!("{} ({} {unit}' worth)", pct(c.needed), k) } else { pct(c.needed) };
             if c.noise > 0.0 {
                 s.push_str(&format!(" + {:.1}% for noise", c.noise * 100.0));
             }
@@ -206,23 +219,124 @@ pub struct AutoTuner {
     /// With several devices behind one barrier: the device being tuned now.
     probing: Option<usize>,
     last_logged: Vec<Option<(Decision, usize, Reason)>>,
+    /// With a global batch ([`Engine::set_global_batch`]): the learner counts that divide it,
+    /// ascending. The tuner itself then counts steps on this ladder (its count `i` is
+    /// `ladder[i - 1]` learners), so that every count it tries splits the batch evenly.
+    ladder: Option<Vec<usize>>,
+}
+
+/// Report `r`, whose counts are steps on `ladder`, in learners.
+fn on_ladder(r: &Report, ladder: &[usize]) -> Report {
+    let at = |i: usize| ladder.get(i.wrapping_sub(1)).copied().unwrap_or(i);
+    let cmp = |c: Comparison| Comparison { from_learners: at(c.from_learners), to_learners: at(c.to_learners), ..c };
+    let reason = match r.reason {
+        Reason::Explore { learners, median } => Reason::Explore { learners: at(learners), median },
+        Reason::Improved(c) => Reason::Improved(cmp(c)),
+        Reason::NoGainTryingMore(c) => Reason::NoGainTryingMore(cmp(c)),
+        Reason::NoGain(c) => Reason::NoGain(cmp(c)),
+        Reason::NotWorthKeeping(c) => Reason::NotWorthKeeping(cmp(c)),
+        Reason::WorthKeepingTryingFewer(c) => Reason::WorthKeepingTryingFewer(cmp(c)),
+        Reason::WorthKeeping(c) => Reason::WorthKeeping(cmp(c)),
+        Reason::CloseCall(c) => Reason::CloseCall(cmp(c)),
+        Reason::Confirmed(c) => Reason::Confirmed(cmp(c)),
+        Reason::MaxLearners { max } => Reason::MaxLearners { max: at(max) },
+        Reason::MinLearners { min } => Reason::MinLearners { min: at(min) },
+        Reason::MemoryBudget { learners, needed_bytes, budget_bytes } => {
+            Reason::MemoryBudget { learners: at(learners), needed_bytes, budget_bytes }
+        }
+        Reason::ChangeFailed { learners } => Reason::ChangeFailed { learners: at(learners) },
+        Reason::ThroughputDrop { learners, reference, median, drop } => {
+            Reason::ThroughputDrop { learners: at(learners), reference, median, drop }
+        }
+        Reason::ExternalChange { expected, reported } => {
+            Reason::ExternalChange { expected: at(expected), reported: at(reported) }
+        }
+        other => other,
+    };
+    Report { learners: r.learners.map(at), target: at(r.target), reason, ..*r }
 }
 
 impl AutoTuner {
     /// A tuner for `engine`'s devices with memory figures from its footprint and each
     /// device's budget ([`super::DeviceFactory::memory_budget`]). `one_at_a_time`: probe the
     /// devices one after another (only matters with more than one device).
+    ///
+    /// With a global batch ([`Engine::set_global_batch`]) the tuner tries only the counts
+    /// that divide it, from `config.min_learners` to `config.max_learners` (one device in
+    /// one process: with several, each device's count would have to divide what the others
+    /// leave); its threshold is then per step between them (1 -> 2 -> 4 for a batch of 4).
     pub fn new<B: Backend>(engine: &Engine<B>, config: TunerConfig, one_at_a_time: bool) -> Result<Self> {
         let n = engine.devices().len();
-        let mut tuner = Tuner::new(config, n).map_err(|e| ReplicaError::Config(format!("tuner: {e}")))?;
         let fp = engine.footprint();
+        let (config, ladder, per_learner) = match engine.global_batch() {
+            None => (config, None, fp.bytes_per_learner),
+            Some(global) => {
+                if n > 1 || engine.world().size() > 1 {
+                    return Err(ReplicaError::Config(format!(
+                        "the auto-tuner with a global batch needs one device in one process ({n} device(s), {} process(es)); give a fixed learner count instead",
+                        engine.world().size()
+                    )));
+                }
+                let ladder: Vec<usize> = (config.min_learners.max(1)..=config.max_learners.min(global))
+                    .filter(|k| global.is_multiple_of(*k))
+                    .collect();
+                let now = engine.learners();
+                let Some(at) = ladder.iter().position(|&c| c == now) else {
+                    return Err(ReplicaError::Config(format!(
+                        "the engine's {now} learner(s) are not among the counts the tuner may choose for a global batch of {global}: {ladder:?}"
+                    )));
+                };
+                // The tuner's linear memory model (fixed + i x per step) made to cover every
+                // step: c learners sharing the batch need c x (replica, buffers, workspace)
+                // plus the activations of the whole batch, about the current learners' together.
+                let act = fp.planned_activation_bytes;
+                let fixed_part = fp.bytes_per_learner.saturating_sub(act);
+                let whole = act.saturating_mul(now as u64);
+                let per = ladder
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &c)| (fixed_part.saturating_mul(c as u64).saturating_add(whole)).div_ceil(i as u64 + 1))
+                    .max()
+                    .unwrap_or(fp.bytes_per_learner);
+                let steps =
+                    TunerConfig { min_learners: 1, max_learners: ladder.len(), initial_learners: at + 1, ..config };
+                (steps, Some(ladder), per)
+            }
+        };
+        let mut tuner = Tuner::new(config, n).map_err(|e| ReplicaError::Config(format!("tuner: {e}")))?;
         for d in 0..n {
             let budget = engine.memory_budget(d).unwrap_or(u64::MAX);
             tuner
-                .set_memory(d, MemoryFigures::new(fp.bytes_per_learner, fp.fixed_bytes_per_device, budget))
+                .set_memory(d, MemoryFigures::new(per_learner, fp.fixed_bytes_per_device, budget))
                 .map_err(|e| ReplicaError::Config(format!("tuner: {e}")))?;
         }
-        Ok(AutoTuner { tuner, probing: (one_at_a_time && n > 1).then_some(0), last_logged: vec![None; n] })
+        Ok(AutoTuner { tuner, probing: (one_at_a_time && n > 1).then_some(0), last_logged: vec![None; n], ladder })
+    }
+
+    /// With a global batch, the learner counts the tuner chooses among (ascending).
+    pub fn counts(&self) -> Option<&[usize]> {
+        self.ladder.as_deref()
+    }
+
+    /// Moves device `d` from `from` to `to` learners (a step on the ladder may be several
+    /// learners); a move that fails half-way goes back to `from` before the error is returned.
+    fn move_learners<B: Backend>(engine: &mut Engine<B>, d: usize, from: usize, to: usize) -> Result<()> {
+        let mut go = |to: usize| -> Result<()> {
+            while engine.layout().get(d).is_some_and(|&m| m < to) {
+                engine.add_learner(d)?;
+            }
+            while engine.layout().get(d).is_some_and(|&m| m > to) {
+                engine.remove_learner(d)?;
+            }
+            Ok(())
+        };
+        match go(to) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let _ = go(from);
+                Err(e)
+            }
+        }
     }
 
     /// The tuner itself (its tables and status).
@@ -245,7 +359,8 @@ impl AutoTuner {
         rec: &IterationRecord,
     ) -> Result<Vec<TuningEvent>> {
         let mut events = vec![];
-        let batch = engine.config().batch_size;
+        // The batch of the iteration just run (a new share is lowered before the next one).
+        let batch = engine.batch_size();
         for (d, &m) in rec.learners.iter().enumerate() {
             if let Some(p) = self.probing
                 && p != d
@@ -253,12 +368,26 @@ impl AutoTuner {
                 continue;
             }
             let secs = rec.device_seconds.get(d).copied().unwrap_or(rec.seconds);
-            let sample = Sample::new(m, (m * batch) as u64, secs);
+            // With a ladder the tuner's count is the step: its position, from 1.
+            let step = match &self.ladder {
+                Some(l) => l.iter().position(|&c| c == m).map(|i| i + 1).ok_or_else(|| {
+                    ReplicaError::Config(format!("tuner: {m} learners are not among the counts {l:?}"))
+                })?,
+                None => m,
+            };
+            let sample = Sample::new(step, (m * batch) as u64, secs);
             let report = self.tuner.observe(d, &sample).map_err(|e| ReplicaError::Config(format!("tuner: {e}")))?;
-            let applied = match report.decision {
-                Decision::AddLearner => Some(engine.add_learner(d)),
-                Decision::RemoveLearner => Some(engine.remove_learner(d)),
-                Decision::Keep | Decision::Settled => None,
+            let applied = match (&self.ladder, report.decision) {
+                (Some(l), Decision::AddLearner | Decision::RemoveLearner) => {
+                    let next = if report.decision == Decision::AddLearner { step + 1 } else { step.saturating_sub(1) };
+                    let to = l.get(next.wrapping_sub(1)).copied().ok_or_else(|| {
+                        ReplicaError::Config(format!("tuner: step {next} is not among the counts {l:?}"))
+                    })?;
+                    Some(Self::move_learners(engine, d, m, to))
+                }
+                (None, Decision::AddLearner) => Some(engine.add_learner(d)),
+                (None, Decision::RemoveLearner) => Some(engine.remove_learner(d)),
+                (_, Decision::Keep | Decision::Settled) => None,
             };
             let failed = match applied {
                 Some(Err(e)) => {
@@ -274,7 +403,14 @@ impl AutoTuner {
             }
             if new_decision(self.last_logged[d].as_ref(), &report) || failed.is_some() {
                 self.last_logged[d] = Some((report.decision, report.target, report.reason));
-                let (images_per_sec, compared_with) = self.figures(d, &report);
+                let (images_per_sec, mut compared_with) = self.figures(d, &report);
+                let report = match &self.ladder {
+                    Some(l) => {
+                        compared_with = compared_with.map(|(j, x)| (l.get(j.wrapping_sub(1)).copied().unwrap_or(j), x));
+                        on_ladder(&report, l)
+                    }
+                    None => report,
+                };
                 events.push(TuningEvent {
                     iteration: rec.iteration,
                     epoch: rec.epoch,
@@ -284,6 +420,7 @@ impl AutoTuner {
                     compared_with,
                     learners_after: engine.layout(),
                     failed,
+                    counts: self.ladder.clone(),
                 });
             }
         }
@@ -377,6 +514,7 @@ mod tests {
             compared_with,
             learners_after: vec![],
             failed: None,
+            counts: None,
         }
     }
 

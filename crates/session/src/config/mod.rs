@@ -75,7 +75,8 @@ pub enum TunerRetune {
     /// Never under `ssgd`, where the learner count is the aggregate batch (k learners at
     /// batch b train as one at k·b), so a change mid-run changes the optimisation in the middle
     /// of a learning-rate schedule tuned for the other; on a 20% drop of throughput under any
-    /// other synchroniser.
+    /// other synchroniser, and under `ssgd` with a global batch (`--global-batch-size`),
+    /// which fixes the aggregate.
     Auto,
     /// Never: the count settled on stays for the run.
     Off,
@@ -84,10 +85,12 @@ pub enum TunerRetune {
 }
 
 impl TunerRetune {
-    /// The tuner's `retune_drop` under synchroniser `sync` (`1.0`: never re-opens).
-    pub fn drop_under(self, sync: &str) -> f64 {
+    /// The tuner's `retune_drop` under synchroniser `sync` (`1.0`: never re-opens);
+    /// `global_batch`: the aggregate batch is fixed (`--global-batch-size`), so under `ssgd`
+    /// too a new count changes only the speed, and `auto` re-tunes on a 20% drop.
+    pub fn drop_under(self, sync: &str, global_batch: bool) -> f64 {
         match self {
-            TunerRetune::Auto if sync == "ssgd" => 1.0,
+            TunerRetune::Auto if sync == "ssgd" && !global_batch => 1.0,
             TunerRetune::Auto => 0.2,
             TunerRetune::Off => 1.0,
             TunerRetune::Drop(x) => x,
@@ -506,6 +509,26 @@ impl TrainConfig {
         v.sync =
             registry.resolve(&v.sync).map_err(|e| SessionError::usage(format!("{}: {e}", o.name("sync"))))?.to_string();
         let sync_options = sync_option_texts(f.sync_options.as_ref()).map_err(|e| o.sync_error(e, registry))?;
+        if let Some(n) = v.global_batch_size {
+            if let Some(b) = f.batch_size {
+                return Err(SessionError::usage(format!(
+                    "{} {n} and {} {b} are both set: with a global batch each learner trains on its share of it (N / learners); leave batch-size out",
+                    o.name("global-batch-size"),
+                    o.name("batch-size"),
+                )));
+            }
+            if v.sync != "ssgd" {
+                return Err(SessionError::usage(format!(
+                    "{} {n} keeps S-SGD's aggregate batch fixed, but {} is {} (its learners each step on their own batch, whose size is part of the method); use --sync ssgd, or {} per learner",
+                    o.name("global-batch-size"),
+                    o.name("sync"),
+                    v.sync,
+                    o.name("batch-size")
+                )));
+            }
+            // One learner alone takes the whole batch; the engine splits it among more.
+            v.batch_size = n;
+        }
         if f.sync.is_none()
             && let Some(entry) = registry.entry(&v.sync)
         {
@@ -566,6 +589,10 @@ impl TrainConfig {
     /// the same settings; a checkpoint saves it).
     pub fn to_file(&self) -> TrainFile {
         let mut f = self.values.to_file();
+        if self.global_batch_size.is_some() {
+            // Derived from the global batch (the file gives that alone, as the user did).
+            f.batch_size = None;
+        }
         f.sync_options = (!self.sync_options.is_empty())
             .then(|| self.sync_options.iter().map(|(k, v)| (k.clone(), toml::Value::String(v.clone()))).collect());
         f

@@ -323,15 +323,15 @@ fn tuner_retune_is_off_under_ssgd_by_default_and_can_be_set() {
     assert_eq!(c.tuner_retune, TunerRetune::Auto);
     assert_eq!(c.tuner_significance, 1.5);
     // Under S-SGD the learner count is the batch: the count settled on stays.
-    assert_eq!(c.tuner_retune.drop_under(&c.sync), 1.0);
-    assert_eq!(TunerRetune::Auto.drop_under("sma"), 0.2);
+    assert_eq!(c.tuner_retune.drop_under(&c.sync, false), 1.0);
+    assert_eq!(TunerRetune::Auto.drop_under("sma", false), 0.2);
     let file: TrainFile = toml::from_str("tuner-retune = \"0.35\"\ntuner-significance = 0\n").unwrap();
     let c = TrainConfig::from_file(file).unwrap();
     assert_eq!((c.tuner_retune, c.tuner_significance), (TunerRetune::Drop(0.35), 0.0));
-    assert_eq!(c.tuner_retune.drop_under("ssgd"), 0.35);
+    assert_eq!(c.tuner_retune.drop_under("ssgd", false), 0.35);
     let off = TrainFile { tuner_retune: Some("off".into()), sync: Some("sma".into()), ..Default::default() };
     let c = TrainConfig::from_file(off).unwrap();
-    assert_eq!(c.tuner_retune.drop_under(&c.sync), 1.0);
+    assert_eq!(c.tuner_retune.drop_under(&c.sync, false), 1.0);
     for bad in ["1.5", "0", "never", "-0.2", "NaN"] {
         let f = TrainFile { tuner_retune: Some(bad.into()), ..Default::default() };
         let e = TrainConfig::from_file(f).unwrap_err().to_string();
@@ -340,4 +340,27 @@ fn tuner_retune_is_off_under_ssgd_by_default_and_can_be_set() {
     let f = TrainFile { tuner_significance: Some(-1.0), ..Default::default() };
     let e = TrainConfig::from_file(f).unwrap_err().to_string();
     assert!(e.contains("--tuner-significance"), "{e}");
+}
+
+#[test]
+fn a_global_batch_replaces_the_batch_size_under_ssgd_only() {
+    let f = TrainFile { global_batch_size: Some(128), ..Default::default() };
+    let c = TrainConfig::from_file(f).unwrap();
+    assert_eq!((c.global_batch_size, c.batch_size), (Some(128), 128), "one learner alone takes the whole batch");
+    // Under S-SGD with a fixed aggregate, a new count changes only the speed: auto re-tunes.
+    assert_eq!(c.tuner_retune.drop_under(&c.sync, true), 0.2);
+    // Written back without the derived batch size, and read back to the same settings.
+    let v = serde_json::to_value(&c).unwrap();
+    assert_eq!(v["global-batch-size"], 128);
+    assert!(v.get("batch-size").is_none(), "{v}");
+    let back = TrainConfig::from_file(serde_json::from_value(v).unwrap()).unwrap();
+    assert_eq!((back.global_batch_size, back.batch_size), (Some(128), 128));
+    let both = TrainFile { global_batch_size: Some(128), batch_size: Some(32), ..Default::default() };
+    let e = TrainConfig::from_file(both).unwrap_err().to_string();
+    assert!(e.contains("--global-batch-size 128 and --batch-size 32 are both set"), "{e}");
+    let sma = TrainFile { global_batch_size: Some(128), sync: Some("sma".into()), ..Default::default() };
+    let e = TrainConfig::from_file(sma).unwrap_err().to_string();
+    assert!(e.contains("--global-batch-size 128 keeps S-SGD's aggregate batch fixed, but --sync is sma"), "{e}");
+    let zero = TrainFile { global_batch_size: Some(0), ..Default::default() };
+    assert!(TrainConfig::from_file(zero).unwrap_err().to_string().contains("--global-batch-size"));
 }

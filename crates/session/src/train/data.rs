@@ -54,16 +54,17 @@ pub fn build_graph(cfg: &TrainConfig, data: &Data) -> Result<Graph, SessionError
     Ok(cfg.model.build(&Shape::new(vec![c, h, w]), data.train.num_classes())?)
 }
 
-/// Samples per pipeline epoch for `data` at `cfg`'s batch size.
+/// The pipeline of `data` for `cfg`, in batches of `batch` images.
 pub(super) fn pipeline_for(
     cfg: &TrainConfig,
     data: &Data,
+    batch: usize,
     prefetch: usize,
     seed: u64,
     start: Cursor,
     share: Option<Share>,
 ) -> Result<Pipeline, SessionError> {
-    let mut pc = PipelineConfig::new(cfg.batch_size, seed);
+    let mut pc = PipelineConfig::new(batch, seed);
     pc.start = start;
     pc.share = share;
     pc.workers = cfg.workers;
@@ -75,10 +76,23 @@ pub(super) fn pipeline_for(
     Ok(Pipeline::new(Arc::clone(&data.train), pc)?)
 }
 
-/// The stream of batch-norm recalibration batches (its own seed, so the training batches are
-/// the same whichever statistics evaluation uses).
-pub fn calibration_pipeline(cfg: &TrainConfig, data: &Data, n: usize, start: Cursor) -> Result<Pipeline, SessionError> {
-    pipeline_for(cfg, data, n.min(8), cfg.seed ^ 0xB17_CA11B, start, None)
+/// The stream of batch-norm recalibration batches of `batch` images (the engine's
+/// [`crossbow_replica::engine::EngineConfig::batch_size`]), with its own seed, so the training
+/// batches are the same whichever statistics evaluation uses.
+pub fn calibration_pipeline(
+    cfg: &TrainConfig,
+    data: &Data,
+    batch: usize,
+    n: usize,
+    start: Cursor,
+) -> Result<Pipeline, SessionError> {
+    pipeline_for(cfg, data, batch, n.min(8), cfg.seed ^ 0xB17_CA11B, start, None)
+}
+
+/// Images per training batch the pipeline prepares: the global batch
+/// (`--global-batch-size`, split among the learners), else one learner's.
+pub(super) fn train_batch(cfg: &TrainConfig) -> usize {
+    cfg.global_batch_size.unwrap_or(cfg.batch_size)
 }
 
 /// The normalisation `--normalize` gives for the training set `train` (the test set is

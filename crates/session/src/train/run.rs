@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::Data;
-use super::data::{calibration_pipeline, pipeline_for};
+use super::data::{calibration_pipeline, pipeline_for, train_batch};
 use crate::config::{BnEval, LearnersPerDevice, TrainConfig};
 use crate::error::SessionError;
 use crate::probing::LayoutTimes;
@@ -131,6 +131,10 @@ pub(super) struct Run {
     pub(super) source: PipelineSource,
     /// The batches of every iteration this rank's pipeline prepares (none: all of them).
     pub(super) share: Option<Share>,
+    /// With a global batch: each pipeline batch is an iteration's, split among the learners.
+    pub(super) global: bool,
+    /// Images per recalibration batch (the engine's batch size when it started).
+    pub(super) calibration_batch: usize,
     pub(super) test: TestSet,
     /// Batch-norm recalibration: batches per evaluation and their own stream (another seed,
     /// so the training batches are the same whichever statistics evaluation uses).
@@ -176,20 +180,31 @@ impl Run {
         // With several ranks and a fixed number of learners, each rank's pipeline prepares
         // only its learners' batches of every iteration (the tuner may change the counts, so
         // with it every rank draws every batch and keeps its own).
+        let global = cfg.global_batch_size.is_some();
         let share = match cfg.learners_per_device {
-            LearnersPerDevice::Fixed(_) if engine.world().size() > 1 => {
+            // (A global batch is drawn whole by every rank, which keeps its learners' parts.)
+            LearnersPerDevice::Fixed(_) if engine.world().size() > 1 && !global => {
                 let from = engine.learner_offset() as u64;
                 Some(Share { period: engine.world_learners() as u64, from, to: from + engine.learners() as u64 })
             }
             _ => None,
         };
-        let prefetch = if share.is_some() { 2 * engine.learners() } else { 2 * max_k };
+        let prefetch = if global {
+            4
+        } else if share.is_some() {
+            2 * engine.learners()
+        } else {
+            2 * max_k
+        };
+        let batch = train_batch(cfg);
         let source =
-            PipelineSource { pipeline: pipeline_for(cfg, data, prefetch, cfg.seed, Cursor::default(), share)? };
+            PipelineSource { pipeline: pipeline_for(cfg, data, batch, prefetch, cfg.seed, Cursor::default(), share)? };
+        let calibration_batch = engine.config().batch_size;
         let test = TestSet { dataset: Arc::clone(&data.test), normalize: source.pipeline.normalize().clone() };
         let calibration = match cfg.bn_eval {
             BnEval::Recalibrate(n) if engine.graph().stats_len > 0 => {
-                Some((n, PipelineSource { pipeline: calibration_pipeline(cfg, data, n, Cursor::default())? }))
+                let pipeline = calibration_pipeline(cfg, data, calibration_batch, n, Cursor::default())?;
+                Some((n, PipelineSource { pipeline }))
             }
             _ => None,
         };
@@ -197,6 +212,8 @@ impl Run {
         Ok(Run {
             source,
             share,
+            global,
+            calibration_batch,
             test,
             calibration,
             per_epoch,
@@ -266,12 +283,11 @@ impl Run {
             .map_err(|e| SessionError::usage(format!("checkpoint: the run's state is unreadable: {e}")))?;
         let prefetch = self.source.pipeline.batches_per_epoch().min(64) as usize;
         self.source = PipelineSource {
-            pipeline: pipeline_for(cfg, data, prefetch.max(4), cfg.seed, s.train_cursor, self.share)?,
+            pipeline: pipeline_for(cfg, data, train_batch(cfg), prefetch.max(4), cfg.seed, s.train_cursor, self.share)?,
         };
         if let Some((n, cal)) = self.calibration.as_mut() {
-            *cal = PipelineSource {
-                pipeline: calibration_pipeline(cfg, data, *n, s.calibration_cursor.unwrap_or_default())?,
-            };
+            let at = s.calibration_cursor.unwrap_or_default();
+            *cal = PipelineSource { pipeline: calibration_pipeline(cfg, data, self.calibration_batch, *n, at)? };
         }
         self.schedule.next_eval = s.next_eval;
         self.train_secs = s.train_seconds;
@@ -293,7 +309,7 @@ impl Run {
 
     /// The epoch limit is reached, or the target.
     pub(super) fn finished<B: Backend>(&self, engine: &Engine<B>) -> bool {
-        let next = (engine.world_learners() * engine.config().batch_size) as u64;
+        let next = engine.images_per_iteration() as u64;
         crate::limits::epoch_limit_reached(engine.samples(), next, self.per_epoch, self.schedule.epochs)
             || self.reached.is_some()
     }
@@ -313,6 +329,13 @@ impl Run {
         let mut batches = Vec::with_capacity(mine);
         let waiting = Instant::now();
         match self.share {
+            // One batch per iteration, split among every rank's learners; this rank keeps its
+            // learners' parts.
+            _ if self.global => {
+                let whole = self.source.next_batch().map_err(|e| StepError::Other(e.to_string()))?;
+                let parts = whole.split(all).map_err(|e| StepError::Other(e.to_string()))?;
+                batches.extend(parts.into_iter().skip(offset).take(mine));
+            }
             // The pipeline prepares only this rank's slice.
             Some(s) => {
                 if (s.period, s.from, s.to) != (all as u64, offset as u64, (offset + mine) as u64) {

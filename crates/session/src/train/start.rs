@@ -30,10 +30,18 @@ pub fn auto_tuner<B: Backend>(
                 max_learners: tuner_cap(cfg, engine, train_len),
                 threshold: cfg.tuner_threshold,
                 significance: cfg.tuner_significance,
-                retune_drop: cfg.tuner_retune.drop_under(&cfg.sync),
+                retune_drop: cfg.tuner_retune.drop_under(&cfg.sync, cfg.global_batch_size.is_some()),
                 ..TunerConfig::default()
             };
-            Ok(Some(AutoTuner::new(engine, tc, true).map_err(|e| SessionError::usage(e.to_string()))?))
+            let t = AutoTuner::new(engine, tc, true).map_err(|e| match cfg.global_batch_size {
+                Some(n) => SessionError::usage(format!(
+                    "{} {n} with {} auto: {e}",
+                    cfg.name_of("global-batch-size"),
+                    cfg.name_of("learners-per-device")
+                )),
+                None => SessionError::usage(e.to_string()),
+            })?;
+            Ok(Some(t))
         }
         LearnersPerDevice::Fixed(_) => Ok(None),
     }
@@ -42,8 +50,32 @@ pub fn auto_tuner<B: Backend>(
 /// The most learners per device the tuner may use: `--max-learners`, and no more than make an
 /// iteration (a batch per learner on every device) an epoch.
 pub(super) fn tuner_cap<B: Backend>(cfg: &TrainConfig, engine: &Engine<B>, train_len: usize) -> usize {
+    if let Some(n) = cfg.global_batch_size {
+        // An iteration is the global batch whatever the count; each learner needs an image.
+        return cfg.max_learners.min(n);
+    }
     let devices = (engine.devices().len() * engine.world().size()).max(1);
     cfg.max_learners.min((train_len / cfg.batch_size.max(1) / devices).max(1))
+}
+
+/// `cfg` with the batch each learner starts at: with a global batch
+/// (`--global-batch-size`), its share among `learners`, every rank's learners together (an
+/// error naming the settings when they do not divide it); else `cfg` as it is.
+pub(super) fn learner_config(cfg: &TrainConfig, learners: usize) -> Result<TrainConfig, SessionError> {
+    let Some(n) = cfg.global_batch_size else { return Ok(cfg.clone()) };
+    if learners == 0 || !n.is_multiple_of(learners) {
+        let how = match cfg.learners_per_device {
+            LearnersPerDevice::Fixed(m) => format!("{} {m}", cfg.name_of("learners-per-device")),
+            LearnersPerDevice::Auto => "the learners the run starts with".to_string(),
+        };
+        return Err(SessionError::usage(format!(
+            "{} {n} does not divide into equal batches for {learners} learner(s) ({how}, on every device and process); give a learner count that divides it",
+            cfg.name_of("global-batch-size")
+        )));
+    }
+    let mut c = cfg.clone();
+    c.batch_size = n / learners;
+    Ok(c)
 }
 
 /// The engine for `cfg` with `layout[d]` learners on device `d`.
@@ -100,6 +132,7 @@ pub(super) fn start_engine_planned<B: Backend>(
         Engine::in_world_planned(graph, plan, ecfg, factory, sync, Box::new(HostAllReduce), layout, world)?;
     engine.set_eval_first_learner_stats(cfg.bn_eval == BnEval::FirstLearner);
     engine.set_bn_group(cfg.bn_group);
+    engine.set_global_batch(cfg.global_batch_size)?;
     Ok(engine)
 }
 
@@ -128,6 +161,12 @@ pub(super) fn announce<B: Backend>(
         data.train.num_classes()
     ));
     let learners = match cfg.learners_per_device {
+        LearnersPerDevice::Auto if cfg.global_batch_size.is_some() => {
+            let cap = tuner_cap(cfg, engine, data.train.len());
+            let n = cfg.global_batch_size.unwrap_or(1);
+            let counts: Vec<String> = (1..=cap).filter(|k| n.is_multiple_of(*k)).map(|k| k.to_string()).collect();
+            format!("auto (starting at {}, tuner picks among {})", engine.learners(), counts.join(", "))
+        }
         LearnersPerDevice::Auto => {
             format!("auto (starting at 1, tuner picks up to {})", tuner_cap(cfg, engine, data.train.len()))
         }
@@ -149,10 +188,13 @@ pub(super) fn announce<B: Backend>(
             }
         )
     };
+    let batch = match engine.global_batch() {
+        Some(n) => format!("global batch {n} ({} per learner now)", engine.batch_size()),
+        None => format!("batch {} per learner", engine.batch_size()),
+    };
     reporter.say(&format!(
-        "devices {} x learners {learners}, batch {} per learner, sync {sync_line}, lr {} {}, momentum {}, weight decay {}{bn}",
+        "devices {} x learners {learners}, {batch}, sync {sync_line}, lr {} {}, momentum {}, weight decay {}{bn}",
         dev_names.join(","),
-        cfg.batch_size,
         cfg.lr,
         cfg.schedule,
         cfg.momentum,

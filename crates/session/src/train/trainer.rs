@@ -13,7 +13,7 @@ use super::guard::Guard;
 use super::restore::{RankState, check_data, rank_slice, saved_layout, saved_tuner};
 use super::run::{Run, StepError};
 use super::saving::{Saver, agree, report_written, signal_notes};
-use super::start::{announce, auto_tuner, start_engine_planned, sync_notes};
+use super::start::{announce, auto_tuner, learner_config, start_engine_planned, sync_notes};
 use super::{Data, Rep, RunOptions};
 use crate::checkpoint::{Checkpointer, Line, OnDivergence};
 use crate::config::{LearnersPerDevice, TrainConfig};
@@ -84,8 +84,14 @@ impl<'a, B: Backend> Trainer<'a, B> {
             (_, LearnersPerDevice::Auto) => vec![1; n_dev],
             (_, LearnersPerDevice::Fixed(m)) => vec![m; n_dev],
         };
-        let plan = crate::preflight::check_run(cfg, data, &graph, &*factory, &*sync)?;
-        let mut engine = start_engine_planned(cfg, graph, Some(plan), factory, sync, &layout, Arc::clone(&world))?;
+        // With a global batch each learner starts at its share among every rank's learners.
+        let mut starting = layout.iter().sum::<usize>() as u64;
+        if multi {
+            starting = world.all_gather_u64(starting)?.iter().sum();
+        }
+        let lcfg = learner_config(cfg, starting as usize)?;
+        let plan = crate::preflight::check_run(&lcfg, data, &graph, &*factory, &*sync)?;
+        let mut engine = start_engine_planned(&lcfg, graph, Some(plan), factory, sync, &layout, Arc::clone(&world))?;
         // With several ranks each restores its slice of the checkpoint's learners.
         let resumed = match resumed {
             Some((p, s)) if multi => {
