@@ -151,17 +151,20 @@ impl DeviceTuner {
     /// new one from its next window); the limits apply at once. Rejected, it changes nothing.
     pub fn set_config(&mut self, config: TunerConfig) -> Result<(), ConfigError> {
         config.validate()?;
+        self.apply_config(config);
+        Ok(())
+    }
+
+    /// [`DeviceTuner::set_config`] with `config` already validated. (The window buffers grow
+    /// as they are filled, once, if the new configuration keeps more windows.)
+    pub(crate) fn apply_config(&mut self, config: TunerConfig) {
         self.config = config;
-        let n = config.windows_per_count.max(config.monitor_windows).saturating_add(config.extra_windows).min(64);
-        self.windows.reserve(n.saturating_sub(self.windows.len()));
-        self.scratch.reserve(n.saturating_sub(self.scratch.len()));
         if self.phase == Phase::Settled && self.windows.len() > config.monitor_windows {
             // The ring shrank: start the sliding median again.
             self.windows.clear();
             self.ring_next = 0;
         }
         self.ring_next %= config.monitor_windows;
-        Ok(())
     }
 
     /// Takes one measurement window and answers what the device should do next.

@@ -54,7 +54,7 @@ impl Tuner {
     pub fn set_config(&mut self, config: TunerConfig) -> Result<(), TunerError> {
         config.validate()?;
         for d in &mut self.devices {
-            d.set_config(config)?;
+            d.apply_config(config);
         }
         self.config = config;
         Ok(())
