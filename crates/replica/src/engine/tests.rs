@@ -15,6 +15,7 @@ crossbow_kernels::test_backends! {
     layouts_of_devices_and_learners,
     learners_added_and_removed_directly,
     learners_are_evaluated_on_their_own,
+    a_global_batch_is_split_whatever_the_count,
 }
 
 /// Test batches held in memory.
@@ -460,4 +461,33 @@ fn a_lagged_read_finds_a_diverged_central_model_one_iteration_late<B: TestBacken
     good.devices[0].z[0] = 0.5;
     e.restore(&good).unwrap();
     let _ = e.step(batches(&g, 3, 2, 3), 1000).unwrap();
+}
+
+/// With a global batch the learners' programs are lowered again for each count's share, on
+/// any backend (on a GPU the replayed graph of a learner is captured again for its new
+/// executor); the replicas are kept through it and every iteration takes the whole batch.
+fn a_global_batch_is_split_whatever_the_count<B: TestBackend>(be: &B) {
+    let g = graph();
+    let mut e = engine(be, &g, &[1]);
+    e.set_global_batch(Some(6)).unwrap();
+    assert_eq!((e.batch_size(), e.images_per_iteration()), (6, 6));
+    for (t, k) in [1usize, 2, 3, 3, 2, 6, 1].into_iter().enumerate() {
+        while e.learners() < k {
+            e.add_learner(0).unwrap();
+        }
+        while e.learners() > k {
+            e.remove_learner(0).unwrap();
+        }
+        let before = e.learner_params(0, 0).unwrap();
+        e.sync_layout().unwrap();
+        assert_eq!(e.batch_size(), 6 / k);
+        assert_eq!(e.learner_params(0, 0).unwrap(), before, "a new share keeps the replica");
+        let rec = e.step(batches(&g, 6 / k, k, t as u64), 1000).unwrap();
+        assert_eq!((rec.images, rec.learners.clone()), (6, vec![k]));
+        assert!(rec.loss.is_finite());
+    }
+    e.add_learner(0).unwrap();
+    e.add_learner(0).unwrap();
+    e.add_learner(0).unwrap();
+    assert!(e.sync_layout().unwrap_err().to_string().contains("does not divide into 4"));
 }
